@@ -1,0 +1,42 @@
+# The two commands: `make demo` and `make test`. Both create/update .venv from this repo's files.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+# CPU build of torch: installs offline in seconds; never pull a multi-GB CUDA build in CI.
+TORCH_CPU ?= torch==2.13.0
+
+.PHONY: demo test lint venv install-base install-dev clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+$(VENV)/.base-installed: pyproject.toml | $(PY)
+	$(PIP) install -q $(TORCH_CPU)
+	$(PIP) install -q -e '.[generate,plot]'
+	touch $@
+
+$(VENV)/.dev-installed: pyproject.toml | $(PY)
+	$(PIP) install -q $(TORCH_CPU)
+	$(PIP) install -q -e '.[dev,generate,plot]'
+	touch $@
+
+venv: $(VENV)/.base-installed
+
+demo: $(VENV)/.base-installed
+	$(VENV)/bin/llm-powertrace demo
+
+lint: $(VENV)/.dev-installed
+	$(VENV)/bin/ruff check .
+
+test: $(VENV)/.dev-installed
+	$(VENV)/bin/ruff check .
+	@if [ "$$CI" = "true" ]; then \
+		$(PY) -m pytest -q -m "slow or not slow" ; \
+	else \
+		$(PY) -m pytest -q ; \
+	fi
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,141 @@
+"""Paths and globs of the dataset folder, and the YAML ``configs`` it declares.
+
+::
+
+    <root>/README.md
+    <root>/data/<workload>/<platform>/<family>/<shard>.arrow      trace configs
+    <root>/data/<workload>_runs/<platform>/<shard>.arrow          runs configs
+    <root>/data/inference_requests/<platform>/<shard>.arrow       requests
+    <root>/.staging/                                              hidden from every glob
+
+``<shard>`` is ``<run_id>.arrow`` while the folder is filled and
+``<platform>-NNNNN-of-MMMMM.arrow`` after ``pack``. Temporary files start with a dot and end in
+``.tmp``, so no glob ever matches a half-written file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import schema
+
+DATA_DIR = "data"
+STAGING_DIR = ".staging"
+LOCKS_DIR = "locks"
+SHARD_SUFFIX = ".arrow"
+
+
+def data_root(root: str | Path) -> Path:
+    return Path(root) / DATA_DIR
+
+
+def staging_root(root: str | Path) -> Path:
+    return Path(root) / STAGING_DIR
+
+
+def staging_dir(root: str | Path, run_id: str) -> Path:
+    """The staging folder of one run (``.staging/<run_id>/``)."""
+    return staging_root(root) / run_id
+
+
+def lock_path(root: str | Path, name: str) -> Path:
+    """A lock file under ``.staging/locks/`` (``folder`` for the card, else a run id)."""
+    path = staging_root(root) / LOCKS_DIR / f"{name}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def trace_path(root: str | Path, workload: str, platform: str, family: str, run_id: str) -> Path:
+    return data_root(root) / workload / platform / family / f"{run_id}{SHARD_SUFFIX}"
+
+
+def runs_path(root: str | Path, workload: str, platform: str, run_id: str) -> Path:
+    return data_root(root) / f"{workload}_runs" / platform / f"{run_id}{SHARD_SUFFIX}"
+
+
+def requests_path(root: str | Path, platform: str, run_id: str) -> Path:
+    return data_root(root) / schema.REQUESTS_CONFIG / platform / f"{run_id}{SHARD_SUFFIX}"
+
+
+def _shards(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir()
+                  if p.is_file() and p.suffix == SHARD_SUFFIX and not p.name.startswith("."))
+
+
+def shard_folders(root: str | Path) -> dict[str, dict[str, list[Path]]]:
+    """Every folder holding shards, as ``{config: {split: [folders]}}``.
+
+    Trace configs also yield their per-family configs (``finetune-llama``).
+    """
+    data = data_root(root)
+    out: dict[str, dict[str, list[Path]]] = {}
+    for config in schema.ALL_CONFIGS:
+        cdir = data / config
+        if not cdir.is_dir():
+            continue
+        for pdir in sorted(p for p in cdir.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            split = pdir.name
+            if config in schema.TRACE_CONFIGS:
+                for fdir in sorted(p for p in pdir.iterdir() if p.is_dir()
+                                   and not p.name.startswith(".")):
+                    if _shards(fdir):
+                        out.setdefault(config, {}).setdefault(split, []).append(fdir)
+                        fam = f"{config}-{fdir.name}"
+                        out.setdefault(fam, {}).setdefault(split, []).append(fdir)
+            elif _shards(pdir):
+                out.setdefault(config, {}).setdefault(split, []).append(pdir)
+    return out
+
+
+def shard_files(root: str | Path, config: str, split: str | None = None) -> list[Path]:
+    """Every shard file of a config (and split), sorted."""
+    folders = shard_folders(root).get(config, {})
+    files: list[Path] = []
+    for sp, dirs in sorted(folders.items()):
+        if split is None or sp == split:
+            for d in dirs:
+                files.extend(_shards(d))
+    return files
+
+
+def config_globs(root: str | Path) -> dict[str, dict[str, list[str]]]:
+    """``{config: {split: [glob relative to root]}}`` for every (config, split) present."""
+    out: dict[str, dict[str, list[str]]] = {}
+    data = data_root(root)
+    for config, splits in shard_folders(root).items():
+        for split, dirs in splits.items():
+            if config in schema.TRACE_CONFIGS:
+                globs = [f"{DATA_DIR}/{config}/{split}/*/*{SHARD_SUFFIX}"]
+            elif "-" in config:
+                globs = [d.relative_to(data.parent).as_posix() + f"/*{SHARD_SUFFIX}" for d in dirs]
+            else:
+                globs = [f"{DATA_DIR}/{config}/{split}/*{SHARD_SUFFIX}"]
+            out.setdefault(config, {})[split] = globs
+    return dict(sorted(out.items(), key=lambda kv: _config_order(kv[0])))
+
+
+def _config_order(config: str) -> tuple[int, str]:
+    base = schema.base_config(config)
+    return (schema.ALL_CONFIGS.index(base), config)
+
+
+def configs_metadata(root: str | Path) -> list[dict]:
+    """The card's YAML ``configs:`` list: globs per split and the config's ``features``.
+
+    ``finetune`` is marked ``default: true`` when present (else the first config).
+    """
+    globs = config_globs(root)
+    entries = []
+    for config, splits in globs.items():
+        entry: dict = {"config_name": config}
+        entry["data_files"] = [{"split": split, "path": paths} for split, paths in splits.items()]
+        entry["features"] = schema.features_for(config)._to_yaml_list()
+        entries.append(entry)
+    names = [e["config_name"] for e in entries]
+    default = "finetune" if "finetune" in names else (names[0] if names else None)
+    for e in entries:
+        if e["config_name"] == default:
+            e["default"] = True
+    return entries

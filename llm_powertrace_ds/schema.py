@@ -1,0 +1,453 @@
+"""The column contract: one ``datasets.Features`` per config, every column described.
+
+This module is the single source of truth for the on-disk schema (``Features.arrow_schema``),
+for the card's data dictionary (``COLUMNS`` descriptions and units) and for the vocabularies
+(platform slugs, model families, event kinds, quality flags).
+
+Categorical values are plain strings, never ``ClassLabel``, so a new value never changes the
+schema. A value the source does not report is null, never 0.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from datasets import Features, List, Value
+
+SCHEMA_VERSION = "1.0.0"
+"""Bumped whenever a column is added, renamed or retyped; the card's changelog says why."""
+
+SCHEMA_CHANGELOG: list[tuple[str, str]] = [
+    ("1.0.0", "First column contract: trace, runs and requests configs; core run metrics."),
+]
+
+TRACE_CONFIGS = ("finetune", "inference")
+RUNS_CONFIGS = ("finetune_runs", "inference_runs")
+REQUESTS_CONFIG = "inference_requests"
+ALL_CONFIGS = TRACE_CONFIGS + RUNS_CONFIGS + (REQUESTS_CONFIG,)
+WORKLOADS = ("finetune", "inference")
+
+MODEL_FAMILIES = (
+    "llama", "qwen", "mistral", "gpt2", "gptj", "deepseek", "phi", "gemma", "other", "unknown",
+)
+MODEL_SOURCES = ("zoo", "hub", "import")
+SAMPLERS = ("nvml", "cpu_proxy", "import:nvidia-smi", "import:powertrace-csv")
+POWER_FIELDS = {
+    "instant": "NVML field 186 (NVML_FI_DEV_POWER_INSTANT) or nvidia-smi power.draw.instant",
+    "average": "NVML field 185 (1 s average) or nvidia-smi power.draw.average",
+    "power_usage": "nvmlDeviceGetPowerUsage or nvidia-smi power.draw: a 1 s average on "
+    "Ampere (except GA100) and newer, instantaneous before",
+    "cpu_proxy_model": "not a GPU measurement: a documented linear model of the workload "
+    "process tree's real CPU utilisation (idle_w + (max_w - idle_w) * u)",
+}
+EVENT_KINDS = (
+    "idle_begin", "idle_end", "warmup_begin", "warmup_end", "step_begin", "step_end",
+    "checkpoint_begin", "checkpoint_end", "eval_begin", "eval_end", "prefill_begin",
+    "prefill_end", "decode_begin", "decode_end", "steady_begin", "steady_end",
+    "request_arrival", "request_finish", "stage",
+)
+ERROR_FLAGS = ("empty", "nonmonotonic_time", "unequal_lengths", "negative_power")
+WARNING_FLAGS = (
+    "gap", "stall", "irregular_sampling", "implausible_power", "stuck_sensor", "missing_gpu",
+    "energy_mismatch", "incomplete", "power_is_1s_average", "platform_unknown",
+    "form_factor_unknown", "cpu_proxy",
+)
+QUALITY_FLAGS = ERROR_FLAGS + WARNING_FLAGS
+
+FLAG_DESCRIPTIONS = {
+    "empty": "error: a device has no samples",
+    "nonmonotonic_time": "error: t_ms does not increase strictly",
+    "unequal_lengths": "error: signal lists of one device differ in length",
+    "negative_power": "error: a power reading below 0 W",
+    "gap": "an interval longer than 3 sample periods",
+    "stall": "an interval longer than 1 s",
+    "irregular_sampling": "the interval's coefficient of variation exceeds 0.25",
+    "implausible_power": "a power reading above 2x the power limit",
+    "stuck_sensor": "power identical for more than 10 s of consecutive samples",
+    "missing_gpu": "fewer device series than num_gpus",
+    "energy_mismatch": "energy counter and integrated power disagree by more than 5 %",
+    "incomplete": "the run was killed; what was measured up to then is published",
+    "power_is_1s_average": "power_w is a 1 s moving average (power.draw on Ampere-non-GA100 "
+    "and newer), so fast transients are smoothed",
+    "platform_unknown": "the source names no GPU; the split is `unknown`",
+    "form_factor_unknown": "the source names a GPU family only (e.g. `A100`), not its form factor",
+    "cpu_proxy": "not a GPU measurement: modelled from real CPU activity",
+}
+
+SPLIT_NAME_RE = re.compile(r"^\w+(\.\w+)*$")
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of the contract.
+
+    Attributes:
+        name: column name (units in the name).
+        feature: the ``datasets`` feature type.
+        description: one line for the card's data dictionary.
+        unit: physical unit, or ``""``.
+    """
+
+    name: str
+    feature: Any
+    description: str
+    unit: str = ""
+
+
+def _v(dtype: str) -> Value:
+    return Value(dtype)
+
+
+def _c(name: str, dtype: str, description: str, unit: str = "") -> Column:
+    return Column(name, Value(dtype), description, unit)
+
+
+IDENTITY = [
+    _c("run_id", "string", "Run identifier: readable slug + hash of the resolved settings, "
+       "or the source's own id for imports"),
+    _c("sweep", "string", "Sweep name, or `import:<format>` for imported traces"),
+    _c("repeat", "int16", "Repeat index within the sweep (0-based)"),
+    _c("workload", "string", "`finetune` or `inference`"),
+    _c("platform", "string", "Platform slug (the split), e.g. `h100_sxm_80gb`, `cpu_proxy`"),
+]
+DEVICE_IDENTITY = [
+    _c("node_index", "int16", "Index of the node (machine) in a multi-node run"),
+    _c("gpu_index", "int16", "NVML device index on its node; the rank for `cpu_proxy`"),
+]
+NUM_GPUS = [_c("num_gpus", "int16", "Devices in the run, all nodes")]
+DEVICE = [
+    _c("gpu_name", "string", "Device name as reported (`cpu_proxy` for the CPU proxy)"),
+    _c("gpu_uuid_hash", "string", "Salted SHA-256 of the device UUID (never the UUID)"),
+    _c("power_limit_w", "float32", "Enforced power limit during the run "
+       "(for `cpu_proxy`, the model's max_w)", "W"),
+    _c("default_power_limit_w", "float32", "Default power limit of the device", "W"),
+]
+MODEL = [
+    _c("model_family", "string", "Model family (fixed vocabulary: " + ", ".join(MODEL_FAMILIES) + ")"),
+    _c("model_name", "string", "Model name, e.g. `Llama-3.2-1B`"),
+    _c("model_label", "string", "The source's own model label, e.g. `ds7bbase`"),
+    _c("model_source", "string", "`zoo` (random-init architecture), `hub` (cached weights) or `import`"),
+    _c("model_params", "int64", "Parameter count of the instantiated model", "parameters"),
+]
+PROVENANCE = [
+    Column("start_time", Value("timestamp[ms, tz=UTC]"), "UTC wall-clock time of the run's first tick"),
+    _c("target_duration_s", "float32", "Requested duration of the workload", "s"),
+    _c("sampler", "string", "How power was read: " + ", ".join(f"`{s}`" for s in SAMPLERS)),
+    _c("power_field", "string", "Which power reading `power_w` holds: "
+       + "; ".join(f"`{k}` = {v}" for k, v in POWER_FIELDS.items())),
+    _c("sample_period_ms", "float32", "Configured (or declared) sampling period", "ms"),
+    _c("driver_version", "string", "GPU driver version"),
+    _c("nvml_version", "string", "NVML library version"),
+    _c("cuda_version", "string", "CUDA driver version"),
+    _c("package_version", "string", "llm-powertrace version that wrote the row"),
+    _c("torch_version", "string", "torch version of the workload"),
+    _c("transformers_version", "string", "transformers version of the workload"),
+    _c("peft_version", "string", "peft version of the workload"),
+    _c("trl_version", "string", "trl version of the workload"),
+    _c("host_hash", "string", "Salted hash of the host (never the host name)"),
+    _c("seed", "int64", "Random seed of the workload"),
+    _c("grid_region", "string", "Optional user-given electricity-grid zone (no carbon figure baked in)"),
+    Column("quality_flags", List(Value("string")), "Quality flags of the run: "
+           + ", ".join(f"`{f}`" for f in QUALITY_FLAGS)),
+    _c("schema_version", "string", "SCHEMA_VERSION of the writer"),
+]
+SIGNALS = [
+    Column("t_ms", List(Value("int64")), "Per tick: ms since the run's first tick on CLOCK_MONOTONIC "
+           "(end of the interval for averaged readings)", "ms"),
+    Column("power_w", List(Value("float32")), "Per tick: power reading (`power_field` says which)", "W"),
+    Column("power_avg_w", List(Value("float32")), "Per tick: NVML 1 s-average power", "W"),
+    Column("energy_mj", List(Value("int64")), "Per tick: energy counter since t0", "mJ"),
+    Column("gpu_util_pct", List(Value("int16")), "Per tick: GPU utilisation", "%"),
+    Column("mem_util_pct", List(Value("int16")), "Per tick: memory-controller utilisation", "%"),
+    Column("mem_used_mib", List(Value("int32")), "Per tick: device memory used", "MiB"),
+    Column("sm_clock_mhz", List(Value("int32")), "Per tick: SM clock", "MHz"),
+    Column("mem_clock_mhz", List(Value("int32")), "Per tick: memory clock", "MHz"),
+    Column("temp_c", List(Value("int16")), "Per tick: GPU temperature", "degC"),
+    Column("clock_event_reasons", List(Value("int64")), "Per tick: NVML clock-event reasons bitmask"),
+]
+SIGNAL_NAMES = tuple(c.name for c in SIGNALS)
+EVENT_FEATURE = {
+    "t_ms": Value("int64"),
+    "kind": Value("string"),
+    "step": Value("int64"),
+    "rank": Value("int16"),
+    "request_id": Value("string"),
+    "label": Value("string"),
+}
+EVENTS = [
+    Column("events", List(EVENT_FEATURE), "Workload events on the run clock: "
+           "struct{t_ms, kind, step, rank, request_id, label}; kinds: "
+           + ", ".join(f"`{k}`" for k in EVENT_KINDS), "ms"),
+]
+
+FINETUNE_AXES = [
+    _c("method", "string", "Fine-tuning method: `full`, `lora` or `qlora`"),
+    _c("lora_rank", "int16", "LoRA rank r"),
+    _c("lora_alpha", "float32", "LoRA alpha"),
+    _c("lora_targets", "string", "LoRA target modules, comma-separated"),
+    _c("batch_size", "int32", "Micro-batch size per device", "sequences"),
+    _c("grad_accum", "int32", "Gradient-accumulation steps"),
+    _c("global_batch_size", "int32", "batch_size x grad_accum x dp_size", "sequences"),
+    _c("seq_len", "int32", "Sequence length", "tokens"),
+    _c("precision", "string", "Compute precision: `fp32`, `bf16` or `fp16`"),
+    _c("gradient_checkpointing", "bool", "Activation (gradient) checkpointing on"),
+    _c("parallelism", "string", "`single`, `ddp`, `fsdp` or `tp`"),
+    _c("dp_size", "int16", "Data-parallel degree"),
+    _c("tp_size", "int16", "Tensor-parallel degree"),
+    _c("pp_size", "int16", "Pipeline-parallel degree"),
+    _c("checkpoint_every_steps", "int32", "Checkpoint (save) interval", "steps"),
+    _c("max_steps", "int32", "Requested optimiser steps", "steps"),
+    _c("optimizer", "string", "Optimiser name"),
+    _c("learning_rate", "float32", "Learning rate"),
+    _c("dataset_name", "string", "Training data: `synthetic` or a local dataset name"),
+    _c("power_limit_setting_w", "float32", "Requested power cap (null = default)", "W"),
+]
+FINETUNE_RESULTS = [
+    _c("steps", "int32", "Optimiser steps completed", "steps"),
+    _c("tokens", "int64", "Training tokens processed (all ranks)", "tokens"),
+    _c("tokens_per_s", "float32", "Training throughput", "tokens/s"),
+    _c("final_loss", "float32", "Training loss at the last step"),
+]
+INFERENCE_AXES = [
+    _c("serving_engine", "string", "`transformers`, or the source's engine (e.g. `vllm`)"),
+    _c("concurrency", "int32", "Maximum requests in flight", "requests"),
+    _c("batching", "string", "`static` or `continuous`"),
+    _c("arrival_pattern", "string", "`closed`, `poisson`, `gamma` or `replay`"),
+    _c("arrival_rate_rps", "float32", "Mean arrival rate", "requests/s"),
+    _c("arrival_cv", "float32", "Coefficient of variation of inter-arrival times (gamma)"),
+    _c("prompt_len", "int32", "Prompt length when fixed (else null)", "tokens"),
+    _c("output_len", "int32", "Forced output length when fixed (else null)", "tokens"),
+    _c("length_distribution", "string", "`fixed`, `uniform`, `list` or `replay`"),
+    _c("length_params", "string", "JSON: the range, the list, or the replay file's name and hash"),
+    _c("num_requests", "int32", "Requests in the stream", "requests"),
+    _c("precision", "string", "Compute precision: `fp32`, `bf16` or `fp16`"),
+    _c("weight_quant", "string", "Weight quantisation: `none`, `int8`, `int4`, `fp8`"),
+    _c("weight_quant_backend", "string", "Library used for weight quantisation"),
+    _c("kv_cache_quant", "string", "KV-cache quantisation: `none`, `int4`, `int2`"),
+    _c("kv_cache_backend", "string", "KV-cache quantisation backend"),
+    _c("gpu_clock_mhz", "int32", "Requested locked GPU clock (null = default)", "MHz"),
+    _c("power_limit_setting_w", "float32", "Requested power cap (null = default)", "W"),
+    _c("tp_size", "int16", "Tensor-parallel degree"),
+]
+INFERENCE_RESULTS = [
+    _c("requests_completed", "int32", "Requests completed", "requests"),
+    _c("tokens_in", "int64", "Prompt tokens processed", "tokens"),
+    _c("tokens_out", "int64", "Tokens generated", "tokens"),
+    _c("tokens_per_s", "float32", "Generated tokens per second", "tokens/s"),
+    _c("ttft_p50_ms", "float32", "Median time to first token", "ms"),
+    _c("ttft_p99_ms", "float32", "99th percentile time to first token", "ms"),
+    _c("latency_p50_ms", "float32", "Median request latency", "ms"),
+    _c("latency_p99_ms", "float32", "99th percentile request latency", "ms"),
+]
+
+# Node-total run metrics (filled by ``metrics.compute_run_metrics``). The grid-metrics issue
+# appends the rest of its metric set here and bumps SCHEMA_VERSION.
+RUN_METRICS = [
+    _c("duration_s", "float64", "Span of the node-total trace", "s"),
+    _c("energy_j", "float64", "Sum over devices of each device's trapezoid integral of power_w "
+       "on its own timestamps (bridges gaps)", "J"),
+    _c("energy_counter_j", "float64", "Sum over devices of the energy-counter difference "
+       "(null when no counter)", "J"),
+    _c("energy_mismatch_pct", "float64", "100 * (energy_j - energy_counter_j) / energy_counter_j", "%"),
+    _c("energy_per_token_j", "float64", "energy_j / tokens (training tokens; for inference "
+       "generated tokens)", "J/token"),
+    _c("mean_power_w", "float64", "Time-weighted mean of the node total", "W"),
+    _c("peak_power_w", "float64", "Maximum of the node total on the 0.1 s grid", "W"),
+    _c("p99_power_w", "float64", "99th percentile of the node total on the 0.1 s grid", "W"),
+    _c("gap_count", "int32", "Intervals longer than 3 sample periods (all devices)"),
+    _c("gap_s", "float64", "Summed length of those gaps", "s"),
+]
+PER_DEVICE_METRICS = [
+    Column("gpu_energy_j", List(Value("float64")), "Per device: trapezoid energy", "J"),
+    Column("gpu_mean_power_w", List(Value("float64")), "Per device: time-weighted mean power", "W"),
+    Column("gpu_peak_power_w", List(Value("float64")), "Per device: peak power", "W"),
+]
+METRIC_NOTES = [
+    Column("metric_notes", List(Value("string")),
+           "Why a metric is null, as `metric: reason`"),
+]
+RUNS_DEVICE = [
+    _c("gpu_name", "string", "Device name as reported (`cpu_proxy` for the CPU proxy)"),
+    _c("power_limit_w", "float32", "Enforced per-device power limit (null if devices differ)", "W"),
+    _c("default_power_limit_w", "float32", "Default per-device power limit", "W"),
+]
+
+REQUEST_COLUMNS = [
+    _c("run_id", "string", "Run identifier"),
+    _c("platform", "string", "Platform slug (the split)"),
+    _c("request_id", "string", "Request identifier within the run"),
+    _c("arrival_ms", "int64", "Arrival time on the run clock", "ms"),
+    _c("start_ms", "int64", "Admission time on the run clock", "ms"),
+    _c("first_token_ms", "int64", "First-token time on the run clock", "ms"),
+    _c("finish_ms", "int64", "Finish time on the run clock", "ms"),
+    _c("prompt_tokens", "int32", "Prompt length", "tokens"),
+    _c("requested_output_tokens", "int32", "Requested (forced) output length", "tokens"),
+    _c("output_tokens", "int32", "Tokens generated", "tokens"),
+    _c("status", "string", "`ok`, `error` or `cancelled`"),
+]
+
+
+def _dedupe(columns: list[Column]) -> list[Column]:
+    seen: dict[str, Column] = {}
+    for col in columns:
+        seen.setdefault(col.name, col)
+    return list(seen.values())
+
+
+def _workload_columns(workload: str) -> list[Column]:
+    if workload == "finetune":
+        return FINETUNE_AXES + FINETUNE_RESULTS
+    return INFERENCE_AXES + INFERENCE_RESULTS
+
+
+def trace_columns(workload: str) -> list[Column]:
+    """Columns of the trace config of ``workload`` (one row per run and device)."""
+    return _dedupe(IDENTITY + DEVICE_IDENTITY + NUM_GPUS + DEVICE + MODEL + PROVENANCE
+                   + _workload_columns(workload) + SIGNALS + EVENTS)
+
+
+def runs_columns(workload: str) -> list[Column]:
+    """Columns of the runs config of ``workload`` (one row per run)."""
+    return _dedupe(IDENTITY + NUM_GPUS + RUNS_DEVICE + MODEL + PROVENANCE
+                   + _workload_columns(workload) + RUN_METRICS + PER_DEVICE_METRICS + METRIC_NOTES)
+
+
+COLUMNS: dict[str, list[Column]] = {
+    "finetune": trace_columns("finetune"),
+    "inference": trace_columns("inference"),
+    "finetune_runs": runs_columns("finetune"),
+    "inference_runs": runs_columns("inference"),
+    "inference_requests": REQUEST_COLUMNS,
+}
+FEATURES: dict[str, Features] = {
+    name: Features({c.name: c.feature for c in cols}) for name, cols in COLUMNS.items()
+}
+
+RUN_LEVEL_FIELDS: dict[str, frozenset[str]] = {
+    wl: frozenset(
+        c.name for c in COLUMNS[wl]
+        if c.name not in SIGNAL_NAMES and c.name not in ("events", "node_index", "gpu_index",
+                                                         "gpu_uuid_hash")
+    )
+    for wl in WORKLOADS
+}
+"""Scalar fields a ``Run``'s metadata may carry, per workload."""
+
+
+def base_config(config_name: str) -> str:
+    """Map any config name (``finetune-llama``) to the schema config it uses (``finetune``)."""
+    if config_name in FEATURES:
+        return config_name
+    workload, sep, family = config_name.partition("-")
+    if sep and workload in TRACE_CONFIGS and family in MODEL_FAMILIES:
+        return workload
+    raise KeyError(f"unknown config {config_name!r}; known: {', '.join(ALL_CONFIGS)} "
+                   "and <finetune|inference>-<family>")
+
+
+def features_for(config_name: str) -> Features:
+    """Return the ``Features`` of a config (family trace configs share their workload's)."""
+    return FEATURES[base_config(config_name)]
+
+
+def column_doc(config_name: str) -> list[Column]:
+    """Columns (with descriptions) of a config, for the card's data dictionary."""
+    return COLUMNS[base_config(config_name)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Platform slugs
+# ---------------------------------------------------------------------------------------------
+
+_MEMORY_RE = re.compile(r"(\d+)\s*GB", re.IGNORECASE)
+_KNOWN_PLATFORMS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"\bH200\b.*\bNVL\b", re.I), "h200_nvl_141gb"),
+    (re.compile(r"\bH200\b", re.I), "h200_sxm_141gb"),
+    (re.compile(r"\bH100\b.*\bPCIe\b", re.I), "h100_pcie_80gb"),
+    (re.compile(r"\bH100\b.*\bNVL\b", re.I), "h100_nvl_94gb"),
+    (re.compile(r"\bH100\b.*HBM3", re.I), "h100_sxm_80gb"),
+    (re.compile(r"\bH100\b.*SXM", re.I), "h100_sxm_80gb"),
+    (re.compile(r"\bB200\b", re.I), "b200_180gb"),
+    (re.compile(r"\bGH200\b", re.I), "gh200_96gb"),
+    (re.compile(r"\bA100\b.*SXM4.*80", re.I), "a100_sxm4_80gb"),
+    (re.compile(r"\bA100\b.*SXM4.*40", re.I), "a100_sxm4_40gb"),
+    (re.compile(r"\bA100\b.*PCIE.*80", re.I), "a100_pcie_80gb"),
+    (re.compile(r"\bA100\b.*PCIE.*40", re.I), "a100_pcie_40gb"),
+    (re.compile(r"\bA100\b.*80\s*GB\s*PCIe", re.I), "a100_pcie_80gb"),
+    (re.compile(r"\bL40S\b", re.I), "l40s"),
+    (re.compile(r"\bL40\b", re.I), "l40"),
+    (re.compile(r"\bL4\b", re.I), "l4"),
+    (re.compile(r"\bA10G\b", re.I), "a10g"),
+    (re.compile(r"\bA10\b", re.I), "a10"),
+    (re.compile(r"\bT4\b", re.I), "t4"),
+    (re.compile(r"\bV100\b.*SXM2.*32", re.I), "v100_sxm2_32gb"),
+    (re.compile(r"\bV100\b.*SXM2.*16", re.I), "v100_sxm2_16gb"),
+]
+# Bare family labels from other tools: the form factor is unknown.
+_BARE_FAMILIES = {"a100", "h100", "h200", "l40s", "l40", "l4", "a10", "a10g", "v100", "t4",
+                  "b200", "a6000", "rtx4090"}
+# GPU families whose nvidia-smi ``power.draw`` / nvmlDeviceGetPowerUsage is a 1 s average
+# (Ampere except GA100, Ada, Hopper, Blackwell), per NVML's documentation.
+_ONE_SECOND_AVERAGE_RE = re.compile(
+    r"\b(H100|H200|GH200|H20|H800|B100|B200|GB200|L40S?|L4|L20|A10G?|A16|A2|A30|A40|"
+    r"RTX\s?(A\d000|[3-5]0\d0)|RTX 6000 Ada)\b", re.I)
+
+
+@dataclass(frozen=True)
+class PlatformInfo:
+    """Result of :func:`platform_from_name`.
+
+    Attributes:
+        slug: split-safe platform slug.
+        flags: quality flags implied by the name (``form_factor_unknown``, ``platform_unknown``).
+    """
+
+    slug: str
+    flags: tuple[str, ...] = ()
+
+
+def platform_from_name(gpu_name: str | None) -> PlatformInfo:
+    """Turn an NVML / nvidia-smi GPU name into a split-safe platform slug.
+
+    Known names map to their form-factor slug (``NVIDIA H100 80GB HBM3`` -> ``h100_sxm_80gb``);
+    bare family labels from other tools (``A100``, ``L40s``) map to the bare family slug with the
+    flag ``form_factor_unknown``; no name gives ``unknown`` with ``platform_unknown``; any other
+    name gives a deterministic slug of its lower-cased words.
+
+    Example:
+        >>> platform_from_name("NVIDIA A100-SXM4-80GB").slug
+        'a100_sxm4_80gb'
+    """
+    if gpu_name is None or not str(gpu_name).strip():
+        return PlatformInfo("unknown", ("platform_unknown",))
+    name = str(gpu_name).strip()
+    if name == "cpu_proxy":
+        return PlatformInfo("cpu_proxy", ("cpu_proxy",))
+    bare = re.sub(r"^(nvidia\s+)", "", name, flags=re.I).strip().lower().replace(" ", "")
+    if bare in _BARE_FAMILIES:
+        return PlatformInfo(bare, ("form_factor_unknown",))
+    for pattern, slug in _KNOWN_PLATFORMS:
+        if pattern.search(name):
+            return PlatformInfo(slug)
+    words = re.sub(r"^nvidia[\s_-]+", "", name, flags=re.I).lower()
+    slug = re.sub(r"[^a-z0-9]+", "_", words).strip("_") or "unknown"
+    if slug[0].isdigit():
+        slug = "gpu_" + slug
+    return PlatformInfo(slug)
+
+
+def power_usage_is_1s_average(gpu_name: str | None) -> bool:
+    """Whether ``power.draw``/``nvmlDeviceGetPowerUsage`` is a 1 s average on this GPU."""
+    if not gpu_name:
+        return False
+    return bool(_ONE_SECOND_AVERAGE_RE.search(str(gpu_name)))
+
+
+def check_split_name(split: str) -> str:
+    """Raise ``ValueError`` unless ``split`` is a valid ``datasets`` split name."""
+    if not SPLIT_NAME_RE.match(split):
+        raise ValueError(f"platform {split!r} is not a valid split name (must match "
+                         f"{SPLIT_NAME_RE.pattern})")
+    return split

@@ -1,0 +1,129 @@
+"""Quality checks of a run, in DESIGN.md's flag vocabulary.
+
+Error-level flags (``empty``, ``nonmonotonic_time``, ``unequal_lengths``, ``negative_power``)
+stop a run from being published; warnings are recorded in ``quality_flags`` and counted by the
+card.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import schema
+from .run import Run
+
+GAP_PERIODS = 3.0
+STALL_S = 1.0
+IRREGULAR_CV = 0.25
+STUCK_S = 10.0
+IMPLAUSIBLE_FACTOR = 2.0
+ENERGY_MISMATCH_PCT = 5.0
+
+
+@dataclass
+class ValidationReport:
+    """Flags found in one run, with a message per problem.
+
+    Attributes:
+        run_id: the run.
+        flags: quality flags (errors and warnings).
+        messages: one human-readable line per problem.
+    """
+
+    run_id: str
+    flags: list[str] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[str]:
+        return [f for f in self.flags if f in schema.ERROR_FLAGS]
+
+    def add(self, flag: str, message: str) -> None:
+        if flag not in self.flags:
+            self.flags.append(flag)
+        self.messages.append(message)
+
+
+def nominal_period_ms(run: Run, t_ms: np.ndarray) -> float:
+    """The sampling period: the configured one, else the median interval."""
+    period = run.meta.get("sample_period_ms")
+    if period:
+        return float(period)
+    if len(t_ms) > 1:
+        return float(np.median(np.diff(t_ms)))
+    return float("nan")
+
+
+def _longest_constant_run_ms(t_ms: np.ndarray, power: np.ndarray) -> float:
+    if len(power) < 2:
+        return 0.0
+    change = np.flatnonzero(np.diff(power) != 0) + 1
+    bounds = np.concatenate(([0], change, [len(power)]))
+    starts, ends = bounds[:-1], bounds[1:] - 1
+    spans = t_ms[ends] - t_ms[starts]
+    valid = ~np.isnan(power[starts])
+    return float(spans[valid].max()) if valid.any() else 0.0
+
+
+def validate_run(run: Run) -> ValidationReport:
+    """Check a run and return its flags (the run itself is not changed).
+
+    Checks: samples present, strictly increasing ``t_ms``, equal list lengths, negative power,
+    gaps (> 3 periods), stalls (> 1 s), irregular sampling (interval CV > 0.25), implausible
+    power (> 2x the limit), stuck sensor (power unchanged over > 10 s), missing GPUs (fewer
+    series than ``num_gpus``), counter-vs-integral energy mismatch (> 5 %).
+    """
+    rep = ValidationReport(run.run_id)
+    if not run.devices:
+        rep.add("empty", "the run has no device series")
+        return rep
+    num_gpus = run.meta.get("num_gpus")
+    if num_gpus is not None and len(run.devices) < int(num_gpus):
+        rep.add("missing_gpu", f"{len(run.devices)} device series for num_gpus={num_gpus}")
+    for dev in run.devices:
+        name = f"gpu {dev.node_index}:{dev.gpu_index}"
+        t = dev.t_ms
+        if len(t) == 0:
+            rep.add("empty", f"{name}: no samples")
+            continue
+        bad_len = [k for k, v in dev.signals.items() if len(v) != len(t)]
+        if bad_len:
+            rep.add("unequal_lengths", f"{name}: {', '.join(bad_len)} length differs from t_ms")
+            continue
+        dt = np.diff(t)
+        if (dt <= 0).any():
+            i = int(np.flatnonzero(dt <= 0)[0])
+            rep.add("nonmonotonic_time", f"{name}: t_ms goes from {t[i]} to {t[i + 1]} at sample {i + 1}")
+            continue
+        power = dev.power_w
+        if np.nanmin(power, initial=np.inf) < 0:
+            rep.add("negative_power", f"{name}: power {np.nanmin(power):.1f} W < 0")
+        period = nominal_period_ms(run, t)
+        if len(dt) and np.isfinite(period):
+            if (dt > GAP_PERIODS * period).any():
+                rep.add("gap", f"{name}: {(dt > GAP_PERIODS * period).sum()} gaps > 3 periods")
+            if (dt > STALL_S * 1000).any():
+                rep.add("stall", f"{name}: longest interval {dt.max() / 1000:.1f} s")
+            regular = dt[dt <= GAP_PERIODS * period]
+            if len(regular) > 2 and regular.std() / regular.mean() > IRREGULAR_CV:
+                rep.add("irregular_sampling", f"{name}: interval CV "
+                        f"{regular.std() / regular.mean():.2f}")
+        if dev.power_limit_w and np.nanmax(power, initial=-np.inf) > IMPLAUSIBLE_FACTOR * dev.power_limit_w:
+            rep.add("implausible_power", f"{name}: power {np.nanmax(power):.0f} W > 2x limit")
+        if _longest_constant_run_ms(t, power) > STUCK_S * 1000:
+            rep.add("stuck_sensor", f"{name}: power unchanged for more than {STUCK_S:.0f} s")
+        energy = dev.signals.get("energy_mj")
+        if energy is not None and np.isfinite(power).sum() > 1:
+            ok = np.isfinite(energy)
+            if ok.sum() > 1:
+                counter_j = (energy[ok][-1] - energy[ok][0]) / 1000.0
+                fin = np.isfinite(power)
+                integral_j = float(np.trapezoid(power[fin], t[fin] / 1000.0))
+                if counter_j > 0 and abs(integral_j - counter_j) / counter_j * 100 > ENERGY_MISMATCH_PCT:
+                    rep.add("energy_mismatch", f"{name}: integral {integral_j:.0f} J vs counter "
+                            f"{counter_j:.0f} J")
+    if run.meta.get("sampler") == "cpu_proxy" or run.platform == "cpu_proxy":
+        rep.add("cpu_proxy", "cpu_proxy: modelled from CPU activity, not a GPU measurement")
+    return rep
