@@ -1,0 +1,89 @@
+"""The ``llm-powertrace`` command line (thin: argument parsing, then library calls).
+
+Subcommands live in their own modules, each exposing ``register(subparsers)`` which adds its
+parser and sets ``func`` (a callable taking the parsed ``argparse.Namespace`` and returning an
+exit code). Commands that need the ``generate`` extra import ``generation`` lazily, inside the
+command, with a one-line error naming the extra when it is missing.
+
+Exit codes: 0 ok, 1 failure (including a run with error-level quality flags), 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from .errors import PowerTraceError
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+
+# One module per group of subcommands; each has ``register(subparsers)``.
+COMMAND_MODULES = [
+    "llm_powertrace_ds.cli_core",
+]
+
+EPILOG = """exit codes: 0 ok, 1 failure, 2 bad usage.
+examples:
+  llm-powertrace demo
+  llm-powertrace import nvidia-smi gpu.csv --out llm-powertrace --workload inference
+  llm-powertrace validate llm-powertrace
+"""
+
+
+class UsageError(PowerTraceError):
+    """Bad command-line usage (exit code 2)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with every registered subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="llm-powertrace",
+        description="Make, load, analyse and publish time-resolved GPU power traces of LLM "
+        "fine-tuning and inference.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks (default: off)")
+    parser.add_argument("--quiet", "-q", action="store_true",
+                        help="print only results and errors (default: off)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
+                        format="%(message)s")
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args.func(args) or 0)
+    except UsageError as exc:
+        if args.debug:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (PowerTraceError, OSError, ValueError) as exc:
+        if args.debug:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        print("hint: run with --debug for the traceback", file=sys.stderr)
+        return EXIT_FAILURE
+    except ModuleNotFoundError as exc:
+        if args.debug:
+            raise
+        print(f"error: {exc.name} is not installed: pip install 'llm-powertrace[generate]'",
+              file=sys.stderr)
+        return EXIT_FAILURE
+
+
+if __name__ == "__main__":
+    sys.exit(main())
