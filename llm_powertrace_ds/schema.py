@@ -425,7 +425,9 @@ def platform_from_name(gpu_name: str | None) -> PlatformInfo:
     name = str(gpu_name).strip()
     if name == "cpu_proxy":
         return PlatformInfo("cpu_proxy", ("cpu_proxy",))
-    bare = re.sub(r"^(nvidia\s+)", "", name, flags=re.I).strip().lower().replace(" ", "")
+    bare = name.lower().replace(" ", "")
+    # NVML / nvidia-smi names start with the vendor ("NVIDIA L40S"); other tools' bare labels
+    # ("L40s", "A100") name only the family.
     if bare in _BARE_FAMILIES:
         return PlatformInfo(bare, ("form_factor_unknown",))
     for pattern, slug in _KNOWN_PLATFORMS:
