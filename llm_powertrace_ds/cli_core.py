@@ -99,6 +99,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("dir", type=Path, help="dataset folder")
     p.set_defaults(func=cmd_card)
 
+    register_demo(sub)
+
 
 def cmd_import(args: argparse.Namespace) -> int:
     from .importers import import_file
@@ -161,3 +163,21 @@ def cmd_card(args: argparse.Namespace) -> int:
     refresh_readme(args.dir)
     print(args.dir / "README.md")
     return 0
+
+
+def register_demo(sub: argparse._SubParsersAction) -> None:
+    """Add the ``demo`` subcommand (the embedded default job)."""
+    p = sub.add_parser(
+        "demo", help="run the embedded demo (tiny models, best available sampler)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  llm-powertrace demo --out llm-powertrace --quick")
+    p.add_argument("--out", type=Path, default=Path("llm-powertrace"),
+                   help="dataset folder (default: llm-powertrace)")
+    p.add_argument("--quick", action="store_true", help="the shortest demo (default: off)")
+    p.set_defaults(func=cmd_demo)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(args.out, quick=args.quick, quiet=args.quiet)
