@@ -101,6 +101,21 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     register_demo(sub)
 
+    p = sub.add_parser(
+        "export", help="write a config as long-format Parquet/CSV (one row per tick per device)",
+        formatter_class=fmt,
+        epilog="example:\n  llm-powertrace export llm-powertrace --config finetune --long "
+        "--file-format parquet --out finetune.parquet")
+    p.add_argument("dataset", help="DIR_OR_REPO: dataset folder or Hub repo id")
+    p.add_argument("--config", required=True, help="config name, e.g. finetune, inference_runs")
+    p.add_argument("--split", default=None, help="platform (default: all)")
+    p.add_argument("--long", action="store_true",
+                   help="one row per tick per device, metadata alongside (default: off)")
+    p.add_argument("--file-format", choices=["parquet", "csv"], default="parquet",
+                   help="output file type (default: parquet)")
+    p.add_argument("--out", type=Path, required=True, help="output file")
+    p.set_defaults(func=cmd_export)
+
 
 def cmd_import(args: argparse.Namespace) -> int:
     from .importers import import_file
@@ -181,3 +196,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
     return run_demo(args.out, quick=args.quick, quiet=args.quiet)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from .export import export
+    from .hub import resolve_dataset
+
+    rows = export(resolve_dataset(args.dataset), args.config, args.out, split=args.split,
+                  long=args.long, file_format=args.file_format)
+    if not args.quiet:
+        print(f"{rows} rows -> {args.out}")
+    return 0

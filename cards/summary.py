@@ -1,0 +1,129 @@
+"""What the card says about the data: one pass over a dataset folder's shards.
+
+Only the small tables are read in full (the runs configs, one row per run); the trace and
+request shards are memory-mapped and only a few scalar columns are looked at (row counts, the
+per-device GPU name, node and power limit), so building the card stays fast on large folders.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from llm_powertrace_ds import layout, schema
+from llm_powertrace_ds.errors import ShardError
+from llm_powertrace_ds.shards import iter_rows
+
+DEVICE_COLUMNS = ("run_id", "platform", "node_index", "gpu_index", "gpu_name", "power_limit_w",
+                  "default_power_limit_w")
+
+
+@dataclass
+class FolderSummary:
+    """The facts the card is built from.
+
+    Attributes:
+        root: the dataset folder.
+        globs: ``{config: {split: [glob]}}`` as ``layout.config_globs`` returns it.
+        rows: ``{config: {split: row count}}``.
+        runs: ``{workload: [runs-config rows, sorted by run_id]}``.
+        devices: ``{run_id: [per-device dicts of DEVICE_COLUMNS]}`` from the trace configs.
+    """
+
+    root: Path
+    globs: dict[str, dict[str, list[str]]]
+    rows: dict[str, dict[str, int]]
+    runs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    devices: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    @property
+    def all_runs(self) -> list[dict[str, Any]]:
+        """Every run of every workload, sorted by (workload, run_id)."""
+        return [r for wl in schema.WORKLOADS for r in self.runs.get(wl, [])]
+
+    @property
+    def platforms(self) -> list[str]:
+        """Every platform (split) with at least one run, sorted."""
+        return sorted({r["platform"] for r in self.all_runs} | {
+            s for splits in self.globs.values() for s in splits})
+
+    @property
+    def has_cpu_proxy(self) -> bool:
+        return any(is_cpu_proxy(r) for r in self.all_runs) or "cpu_proxy" in self.platforms
+
+    def platform_runs(self, workload: str | None = None) -> Counter:
+        """Run counts per platform (of one workload, or all)."""
+        runs = self.runs.get(workload, []) if workload else self.all_runs
+        return Counter(r["platform"] for r in runs)
+
+    def base_row_total(self) -> int:
+        """Rows over the base configs (family configs repeat their workload's rows)."""
+        return sum(sum(splits.values()) for config, splits in self.rows.items()
+                   if config in schema.ALL_CONFIGS)
+
+
+def is_cpu_proxy(run: dict[str, Any]) -> bool:
+    """Whether a runs row (or run metadata) is ``cpu_proxy`` data, not a GPU measurement."""
+    return (run.get("platform") == "cpu_proxy" or run.get("sampler") == "cpu_proxy"
+            or run.get("power_field") == "cpu_proxy_model"
+            or "cpu_proxy" in (run.get("quality_flags") or []))
+
+
+def _read_file(path: Path, columns: tuple[str, ...]) -> tuple[int, list[dict[str, Any]]]:
+    """Row count and the given columns of one shard (memory-mapped; other columns untouched)."""
+    try:
+        with pa.memory_map(str(path), "r") as source:
+            reader = ipc.open_stream(source)
+            names = [c for c in columns if c in reader.schema.names]
+            n, rows = 0, []
+            for batch in reader:
+                n += batch.num_rows
+                if names:
+                    rows.extend(batch.select(names).to_pylist())
+            return n, rows
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise ShardError(f"Failed to read '{path}': {type(exc).__name__}: {exc}") from None
+
+
+def summarize(root: str | Path) -> FolderSummary:
+    """Read a dataset folder once and return the facts the card needs.
+
+    Args:
+        root: the dataset folder.
+
+    Returns:
+        A ``FolderSummary``.
+
+    Raises:
+        ShardError: a shard cannot be read (the message names the file).
+    """
+    root = Path(root)
+    globs = layout.config_globs(root)
+    cache: dict[Path, tuple[int, list[dict[str, Any]]]] = {}
+    rows: dict[str, dict[str, int]] = {}
+    for config, splits in globs.items():
+        wanted = DEVICE_COLUMNS if schema.base_config(config) in schema.TRACE_CONFIGS else ()
+        for split in splits:
+            total = 0
+            for path in layout.shard_files(root, config, split):
+                if path not in cache:
+                    cache[path] = _read_file(path, wanted)
+                total += cache[path][0]
+            rows.setdefault(config, {})[split] = total
+    devices: dict[str, list[dict[str, Any]]] = {}
+    for path in sorted(cache):
+        for dev in cache[path][1]:
+            devices.setdefault(dev["run_id"], []).append(dev)
+    for devs in devices.values():
+        devs.sort(key=lambda d: (d.get("node_index") or 0, d.get("gpu_index") or 0))
+    runs = {}
+    for workload in schema.WORKLOADS:
+        config = f"{workload}_runs"
+        if config in globs:
+            runs[workload] = sorted(iter_rows(root, config), key=lambda r: r["run_id"])
+    return FolderSummary(root=root, globs=globs, rows=rows, runs=runs, devices=devices)

@@ -1,0 +1,361 @@
+"""The offline model zoo: published architecture shapes of open LLMs, instantiated with random weights.
+
+Compute, memory traffic and therefore power depend on a model's *shape* (layers, widths, heads,
+vocabulary), not on its weight values, so every zoo entry is a ``transformers`` config that is
+instantiated with random weights: nothing is downloaded. A real Hub checkpoint is used instead
+when it is already in the local cache and the sweep asks for it (``model_source: hub`` or
+``auto``); ``model_source`` in the rows says which one ran.
+
+The shapes are those of the published ``config.json`` files (hidden size, intermediate size,
+layers, attention and key-value heads, head dimension, vocabulary, positions, tied embeddings,
+RoPE base). ``*-tiny`` entries keep each family's architecture at a size that trains on a CPU in
+seconds.
+
+This module imports neither torch nor transformers at import time: specs, names and the
+Hub-cache check are available to sweep validation without the ``generate`` extra.
+
+Example:
+    >>> spec = get_spec("Llama-3.2-1B")
+    >>> spec.family, spec.max_positions
+    ('llama', 131072)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from llm_powertrace_ds.errors import InputError
+
+# Token ids 0..2 are reserved for the offline tokenizer's special tokens.
+PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
+NUM_SPECIAL = 3
+BYTE_OFFSET = NUM_SPECIAL  # byte b is token id b + BYTE_OFFSET
+
+_CONFIG_CLASSES = {
+    "llama": "LlamaConfig",
+    "qwen2": "Qwen2Config",
+    "qwen3": "Qwen3Config",
+    "mistral": "MistralConfig",
+    "gpt2": "GPT2Config",
+}
+_LORA_TARGETS = {
+    "llama": "q_proj,k_proj,v_proj,o_proj",
+    "qwen2": "q_proj,k_proj,v_proj,o_proj",
+    "qwen3": "q_proj,k_proj,v_proj,o_proj",
+    "mistral": "q_proj,k_proj,v_proj,o_proj",
+    "gpt2": "c_attn,c_proj",
+}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One zoo entry.
+
+    Attributes:
+        name: the published model name (``Llama-3.2-1B``), or ``<family>-tiny``.
+        family: the schema's model family (``llama``, ``qwen``, ``mistral``, ``gpt2``).
+        arch: the ``transformers`` architecture key (``llama``, ``qwen2``, ``qwen3``, ...).
+        shape: keyword arguments of the architecture's config class (the published shape).
+        hub_id: the Hub repository of the real checkpoint, if any.
+    """
+
+    name: str
+    family: str
+    arch: str
+    shape: dict[str, Any] = field(hash=False)
+    hub_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.arch not in _CONFIG_CLASSES:
+            raise ValueError(f"unknown architecture {self.arch!r}")
+
+    @property
+    def max_positions(self) -> int:
+        """The longest sequence the architecture supports (its position embeddings)."""
+        return int(self.shape.get("max_position_embeddings", self.shape.get("n_positions", 0)))
+
+    @property
+    def vocab_size(self) -> int:
+        """Vocabulary size of the architecture."""
+        return int(self.shape["vocab_size"])
+
+    @property
+    def default_lora_targets(self) -> str:
+        """Comma-separated LoRA target modules used when a sweep names none."""
+        return _LORA_TARGETS[self.arch]
+
+    @property
+    def target_modules(self) -> frozenset[str]:
+        """Linear-module names a LoRA adapter can target in this architecture."""
+        if self.arch == "gpt2":
+            return frozenset({"c_attn", "c_proj", "c_fc"})
+        return frozenset({"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                          "down_proj"})
+
+    def estimated_params(self) -> int:
+        """Analytic parameter count (no torch); the published rows use the instantiated count."""
+        s = self.shape
+        if self.arch == "gpt2":
+            h, n, v, p = s["n_embd"], s["n_layer"], s["vocab_size"], s["n_positions"]
+            per_layer = 12 * h * h + 13 * h
+            return v * h + p * h + n * per_layer + 2 * h
+        h, n, v = s["hidden_size"], s["num_hidden_layers"], s["vocab_size"]
+        inter, heads = s["intermediate_size"], s["num_attention_heads"]
+        kv = s.get("num_key_value_heads", heads)
+        hd = s.get("head_dim") or h // heads
+        attn = h * heads * hd * 2 + h * kv * hd * 2
+        if self.arch == "qwen2":
+            attn += heads * hd + 2 * kv * hd  # q/k/v biases
+        per_layer = attn + 3 * h * inter + 2 * h
+        emb = v * h * (1 if s.get("tie_word_embeddings") else 2)
+        return emb + n * per_layer + h
+
+
+def _llama(name: str, hidden: int, inter: int, layers: int, heads: int, kv: int, *, vocab: int,
+           positions: int, tie: bool, theta: float, head_dim: int | None = None,
+           hub_id: str | None = None) -> ModelSpec:
+    shape = dict(hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
+                 num_attention_heads=heads, num_key_value_heads=kv, vocab_size=vocab,
+                 max_position_embeddings=positions, tie_word_embeddings=tie, rope_theta=theta,
+                 rms_norm_eps=1e-5, hidden_act="silu")
+    if head_dim is not None:
+        shape["head_dim"] = head_dim
+    return ModelSpec(name, "llama", "llama", shape, hub_id)
+
+
+def _qwen(name: str, arch: str, hidden: int, inter: int, layers: int, heads: int, kv: int, *,
+          vocab: int, positions: int, tie: bool, theta: float, head_dim: int | None = None,
+          hub_id: str | None = None) -> ModelSpec:
+    shape = dict(hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
+                 num_attention_heads=heads, num_key_value_heads=kv, vocab_size=vocab,
+                 max_position_embeddings=positions, tie_word_embeddings=tie, rope_theta=theta,
+                 rms_norm_eps=1e-6, hidden_act="silu")
+    if head_dim is not None:
+        shape["head_dim"] = head_dim
+    return ModelSpec(name, "qwen", arch, shape, hub_id)
+
+
+def _gpt2(name: str, embd: int, layers: int, heads: int, *, vocab: int = 50257,
+          positions: int = 1024, hub_id: str | None = None) -> ModelSpec:
+    shape = dict(n_embd=embd, n_layer=layers, n_head=heads, vocab_size=vocab,
+                 n_positions=positions, tie_word_embeddings=True)
+    return ModelSpec(name, "gpt2", "gpt2", shape, hub_id)
+
+
+_ENTRIES = [
+    # Llama (meta-llama config.json files)
+    _llama("Llama-3.2-1B", 2048, 8192, 16, 32, 8, vocab=128256, positions=131072, tie=True,
+           theta=500000.0, head_dim=64, hub_id="meta-llama/Llama-3.2-1B"),
+    _llama("Llama-3.2-3B", 3072, 8192, 28, 24, 8, vocab=128256, positions=131072, tie=True,
+           theta=500000.0, head_dim=128, hub_id="meta-llama/Llama-3.2-3B"),
+    _llama("Llama-3.1-8B", 4096, 14336, 32, 32, 8, vocab=128256, positions=131072, tie=False,
+           theta=500000.0, hub_id="meta-llama/Llama-3.1-8B"),
+    _llama("llama-tiny", 128, 352, 2, 4, 2, vocab=2048, positions=1024, tie=True, theta=500000.0),
+    # Qwen2.5 and Qwen3 (Qwen config.json files)
+    _qwen("Qwen2.5-0.5B", "qwen2", 896, 4864, 24, 14, 2, vocab=151936, positions=32768,
+          tie=True, theta=1000000.0, hub_id="Qwen/Qwen2.5-0.5B"),
+    _qwen("Qwen2.5-1.5B", "qwen2", 1536, 8960, 28, 12, 2, vocab=151936, positions=131072,
+          tie=True, theta=1000000.0, hub_id="Qwen/Qwen2.5-1.5B"),
+    _qwen("Qwen2.5-3B", "qwen2", 2048, 11008, 36, 16, 2, vocab=151936, positions=32768,
+          tie=True, theta=1000000.0, hub_id="Qwen/Qwen2.5-3B"),
+    _qwen("Qwen2.5-7B", "qwen2", 3584, 18944, 28, 28, 4, vocab=152064, positions=131072,
+          tie=False, theta=1000000.0, hub_id="Qwen/Qwen2.5-7B"),
+    _qwen("Qwen3-0.6B", "qwen3", 1024, 3072, 28, 16, 8, vocab=151936, positions=40960,
+          tie=True, theta=1000000.0, head_dim=128, hub_id="Qwen/Qwen3-0.6B"),
+    _qwen("Qwen3-1.7B", "qwen3", 2048, 6144, 28, 16, 8, vocab=151936, positions=40960,
+          tie=True, theta=1000000.0, head_dim=128, hub_id="Qwen/Qwen3-1.7B"),
+    _qwen("Qwen3-4B", "qwen3", 2560, 9728, 36, 32, 8, vocab=151936, positions=40960,
+          tie=True, theta=1000000.0, head_dim=128, hub_id="Qwen/Qwen3-4B"),
+    _qwen("Qwen3-8B", "qwen3", 4096, 12288, 36, 32, 8, vocab=151936, positions=40960,
+          tie=False, theta=1000000.0, head_dim=128, hub_id="Qwen/Qwen3-8B"),
+    _qwen("qwen-tiny", "qwen2", 128, 352, 2, 4, 2, vocab=2048, positions=1024, tie=True,
+          theta=1000000.0),
+    # Mistral
+    ModelSpec("Mistral-7B-v0.3", "mistral", "mistral", dict(
+        hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+        num_key_value_heads=8, vocab_size=32768, max_position_embeddings=32768,
+        tie_word_embeddings=False, rope_theta=1000000.0, sliding_window=None, rms_norm_eps=1e-5,
+        hidden_act="silu"), "mistralai/Mistral-7B-v0.3"),
+    ModelSpec("mistral-tiny", "mistral", "mistral", dict(
+        hidden_size=128, intermediate_size=352, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=2048, max_position_embeddings=1024,
+        tie_word_embeddings=False, rope_theta=1000000.0, sliding_window=None, rms_norm_eps=1e-5,
+        hidden_act="silu")),
+    # GPT-2 (openai-community)
+    _gpt2("gpt2", 768, 12, 12, hub_id="openai-community/gpt2"),
+    _gpt2("gpt2-medium", 1024, 24, 16, hub_id="openai-community/gpt2-medium"),
+    _gpt2("gpt2-large", 1280, 36, 20, hub_id="openai-community/gpt2-large"),
+    _gpt2("gpt2-xl", 1600, 48, 25, hub_id="openai-community/gpt2-xl"),
+    _gpt2("gpt2-tiny", 128, 2, 4, vocab=2048, positions=1024),
+]
+
+ZOO: dict[str, ModelSpec] = {s.name: s for s in _ENTRIES}
+"""Every zoo entry by name."""
+
+MODEL_SOURCES = ("zoo", "hub", "auto")
+"""What a sweep may ask for: the zoo shape, the cached Hub checkpoint, or the Hub one if cached."""
+
+
+def get_spec(name: str) -> ModelSpec:
+    """Return the zoo entry ``name`` (case-insensitive).
+
+    Raises:
+        InputError: unknown name; the message lists the zoo.
+    """
+    if name in ZOO:
+        return ZOO[name]
+    lowered = {k.lower(): v for k, v in ZOO.items()}
+    if str(name).lower() in lowered:
+        return lowered[str(name).lower()]
+    raise InputError(f"unknown model {name!r}; the zoo has: {', '.join(ZOO)}", field="model")
+
+
+def hub_cached(hub_id: str | None) -> bool:
+    """Whether a Hub checkpoint's config and weights are in the local cache (never downloads)."""
+    if not hub_id:
+        return False
+    from huggingface_hub import try_to_load_from_cache
+
+    config = try_to_load_from_cache(hub_id, "config.json")
+    if not isinstance(config, str):
+        return False
+    folder = os.path.dirname(config)
+    return any(f.endswith((".safetensors", ".bin")) for f in os.listdir(folder))
+
+
+def resolve_source(spec: ModelSpec, requested: str = "zoo") -> str:
+    """Resolve a requested model source to ``zoo`` or ``hub``.
+
+    ``auto`` is ``hub`` when the checkpoint is cached, else ``zoo``.
+
+    Raises:
+        InputError: ``hub`` asked for a model whose checkpoint is not cached.
+    """
+    if requested not in MODEL_SOURCES:
+        raise InputError(f"model_source {requested!r} is not one of {', '.join(MODEL_SOURCES)}",
+                         field="model_source")
+    if requested == "zoo":
+        return "zoo"
+    cached = hub_cached(spec.hub_id)
+    if requested == "hub" and not cached:
+        raise InputError(f"model_source 'hub' for {spec.name}: {spec.hub_id or 'no Hub id'} is not "
+                         "in the local Hugging Face cache (nothing is downloaded)",
+                         field="model_source")
+    return "hub" if cached else "zoo"
+
+
+def make_config(spec: ModelSpec) -> Any:
+    """The ``transformers`` config object of a spec (imports transformers)."""
+    import transformers
+
+    cls = getattr(transformers, _CONFIG_CLASSES[spec.arch])
+    shape = dict(spec.shape)
+    shape.update(pad_token_id=PAD_ID, bos_token_id=BOS_ID, eos_token_id=EOS_ID)
+    return cls(**shape)
+
+
+def build_model(spec: ModelSpec, source: str = "zoo", *, seed: int = 0,
+                quantization_config: Any = None, device_map: Any = None) -> Any:
+    """Instantiate a causal-LM: random weights of the zoo shape, or the cached Hub checkpoint.
+
+    Weights are created in float32 (master weights); mixed precision is the trainer's job.
+
+    Args:
+        spec: the zoo entry.
+        source: ``zoo`` or ``hub`` (see :func:`resolve_source`).
+        seed: seed of the random initialisation.
+        quantization_config: a ``BitsAndBytesConfig`` for QLoRA. A Hub checkpoint is loaded
+            quantized; a zoo model is written once as a random checkpoint to a temporary folder
+            and reloaded quantized (bitsandbytes quantizes on load only).
+        device_map: passed to ``from_pretrained`` (QLoRA needs the GPU map).
+
+    Returns:
+        A ``transformers`` ``PreTrainedModel``.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    if source == "hub":
+        kwargs: dict[str, Any] = {"local_files_only": True}
+        if quantization_config is not None:
+            kwargs["quantization_config"] = quantization_config
+        if device_map is not None:
+            kwargs["device_map"] = device_map
+        return AutoModelForCausalLM.from_pretrained(spec.hub_id, **kwargs)
+    config = make_config(spec)
+    if quantization_config is None:
+        return AutoModelForCausalLM.from_config(config)
+    return _quantized_random_model(config, quantization_config, device_map)
+
+
+def _quantized_random_model(config: Any, quantization_config: Any, device_map: Any) -> Any:
+    """A random-weight model loaded 4-bit: save a random checkpoint to a temp dir, reload quantized."""
+    import tempfile
+
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_config(config)
+    with tempfile.TemporaryDirectory(prefix="powertrace-zoo-") as tmp:
+        model.save_pretrained(tmp)
+        del model
+        return AutoModelForCausalLM.from_pretrained(
+            tmp, quantization_config=quantization_config, device_map=device_map or "auto")
+
+
+def count_params(model: Any) -> int:
+    """Parameters of an instantiated model (shared tensors counted once; 4-bit packed weights
+    counted by their logical size)."""
+    seen: set[int] = set()
+    total = 0
+    for p in model.parameters():
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        n = p.numel()
+        quant_state = getattr(p, "quant_state", None)
+        if quant_state is not None and getattr(quant_state, "shape", None) is not None:
+            n = 1
+            for d in quant_state.shape:
+                n *= int(d)
+        total += n
+    return total
+
+
+def build_tokenizer() -> Any:
+    """An offline byte-level tokenizer: ``<|pad|>``, ``<|bos|>``, ``<|eos|>`` then the 256 bytes.
+
+    Training feeds token ids directly (any id below the architecture's ``vocab_size``); the
+    tokenizer supplies the special ids to the trainer and encodes local text datasets byte by
+    byte (token id = byte + 3). Built with the ``tokenizers`` library, nothing downloaded.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    byte_chars = _bytes_to_unicode()
+    vocab = {"<|pad|>": PAD_ID, "<|bos|>": BOS_ID, "<|eos|>": EOS_ID}
+    for b in range(256):
+        vocab[byte_chars[b]] = b + BYTE_OFFSET
+    assert set(byte_chars.values()) == set(alphabet)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<|pad|>",
+                                   bos_token="<|bos|>", eos_token="<|eos|>")
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable character map (what ``ByteLevel`` uses)."""
+    bs = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+          + list(range(ord("®"), ord("ÿ") + 1)))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs, strict=True)}

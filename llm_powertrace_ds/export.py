@@ -1,0 +1,106 @@
+"""Export a config to the long format (one row per tick per device) or as a flat file.
+
+The long format is what pandas, polars and DuckDB users expect: the per-tick signal lists are
+flattened and each run's scalar metadata is repeated alongside (``pyarrow.compute.list_flatten``
+and ``list_parent_indices``, one record batch at a time, so memory stays bounded).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from . import schema, shards
+from .errors import InputError
+
+FileFormat = Literal["parquet", "csv"]
+
+
+def long_batch(batch: pa.RecordBatch) -> pa.Table:
+    """Flatten one trace-config batch: one row per (run, device, tick).
+
+    Scalar columns are repeated; the signal lists become columns; ``events`` and other list
+    columns (``quality_flags``) are dropped or joined as text.
+    """
+    t_ms = batch.column("t_ms")
+    parents = pc.list_parent_indices(t_ms)
+    cols: dict[str, pa.Array] = {}
+    for name in batch.schema.names:
+        col = batch.column(name)
+        if name in schema.SIGNAL_NAMES:
+            cols[name] = pc.list_flatten(col)
+        elif name == "events":
+            continue
+        elif pa.types.is_list(col.type):
+            joined = pc.binary_join(col, ";") if pa.types.is_string(col.type.value_type) else None
+            if joined is not None:
+                cols[name] = pc.take(joined, parents)
+        else:
+            cols[name] = pc.take(col, parents)
+    return pa.table(cols)
+
+
+def export(dir_or_root: str | Path, config: str, out: str | Path, *, split: str | None = None,
+           long: bool = True, file_format: FileFormat = "parquet") -> int:
+    """Write a config (and split) to ``out``; returns the number of rows written.
+
+    Args:
+        dir_or_root: dataset folder.
+        config: a config name (``finetune``, ``inference-llama``, ``finetune_runs``, ...).
+        out: output file (written under a temporary name, then renamed).
+        split: one platform, or all when ``None``.
+        long: flatten trace configs to one row per tick per device.
+        file_format: ``parquet`` or ``csv``.
+
+    Raises:
+        InputError: unknown config, no data, or CSV of list columns without ``long``.
+    """
+    try:
+        base = schema.base_config(config)
+    except KeyError as exc:
+        raise InputError(str(exc.args[0]), field="--config") from None
+    is_trace = base in schema.TRACE_CONFIGS
+    out = Path(out)
+    if out.is_dir():
+        raise InputError(f"'{out}' is a folder; --out takes a file path", field="--out")
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    writer = None
+    rows = 0
+    try:
+        for batch in shards.iter_batches(dir_or_root, config, split):
+            if is_trace and long:
+                table = long_batch(batch)
+            else:
+                table = pa.Table.from_batches([batch])
+                if file_format == "csv":
+                    lists = [f.name for f in table.schema if pa.types.is_list(f.type)]
+                    if lists and is_trace:
+                        raise InputError("CSV cannot hold per-tick lists: add --long",
+                                         field="--file-format")
+                    table = table.drop_columns(lists)
+            if writer is None:
+                out.parent.mkdir(parents=True, exist_ok=True)
+                if file_format == "parquet":
+                    writer = pq.ParquetWriter(str(tmp), table.schema)
+                else:
+                    writer = pacsv.CSVWriter(str(tmp), table.schema)
+            writer.write_table(table)
+            rows += table.num_rows
+        if writer is None:
+            raise InputError(f"no rows for config {config!r}"
+                             + (f" split {split!r}" if split else ""), field="--config")
+        writer.close()
+        writer = None
+        os.replace(tmp, out)
+    finally:
+        if writer is not None:
+            writer.close()
+        if tmp.exists():
+            tmp.unlink()
+    return rows
