@@ -65,7 +65,7 @@ VALUE_MEANINGS: dict[str, dict[str, str]] = {
         "import": "imported trace: the model as the source names it",
     },
     "sampler": {
-        "nvml": "our 100 ms NVML sampler in its own process",
+        "nvml": "our NVML sampler, in its own process",
         "cpu_proxy": "NOT a GPU measurement: a virtual device modelled from real CPU activity",
         "import:nvidia-smi": "imported from an `nvidia-smi --query-gpu` CSV log",
         "import:powertrace-csv": "imported from the LLM-PowerTrace authors' canonical CSV",

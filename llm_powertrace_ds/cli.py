@@ -23,6 +23,8 @@ EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 # One module per group of subcommands; each has ``register(subparsers)``.
 COMMAND_MODULES = [
     "llm_powertrace_ds.cli_core",
+    "llm_powertrace_ds.cli_analysis",
+    "llm_powertrace_ds.cli_generate",
 ]
 
 EPILOG = """exit codes: 0 ok, 1 failure, 2 bad usage.

@@ -54,7 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Import power logs measured by other tools into a dataset folder.",
         epilog="example:\n  llm-powertrace import nvidia-smi gpu.csv --out llm-powertrace "
         "--workload inference --platform a100_sxm4_80gb --tz America/Phoenix")
-    p.add_argument("format", choices=["nvidia-smi", "powertrace-csv"], help="log format")
+    p.add_argument("log_format", metavar="FORMAT", choices=["nvidia-smi", "powertrace-csv"],
+                   help="log format: nvidia-smi or powertrace-csv")
     p.add_argument("files", nargs="+", type=Path, metavar="FILE", help="log files")
     p.add_argument("--out", type=Path, default=Path("llm-powertrace"),
                    help="dataset folder (default: llm-powertrace)")
@@ -123,7 +124,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
     results = []
     for path in args.files:
-        run = import_file(args.format, path, workload=args.workload, meta_path=args.meta,
+        run = import_file(args.log_format, path, workload=args.workload, meta_path=args.meta,
                           platform=args.platform, num_gpus=args.num_gpus, tz=args.tz)
         res = publish_run(args.out, run, refresh_card=False)
         results.append({"run_id": res.run_id, "platform": run.platform,

@@ -1,23 +1,976 @@
-"""Per-run power metrics (core set; the grid-metrics issue extends it).
+"""Power-grid-facing per-run metrics: energy, levels, ramps, oscillations, synchrony, states.
 
-Every metric has its formula in its docstring. A metric that cannot be computed is null and the
-reason goes into ``metric_notes`` as ``"<metric>: <reason>"``.
+How the node total is formed (alignment)
+    Every device keeps its own timestamps. The node total is formed by linear interpolation of
+    every device onto one common grid (default 0.1 s, :data:`GRID_MS`) over the span where all
+    devices are present (from the latest first sample to the earliest last sample) and summing
+    — never by grouping equal timestamps, so two samples of one device can never be added into
+    one bucket. A *gap* is an interval between two valid readings of a device longer than
+    :data:`GAP_PERIODS` sample periods; grid points strictly inside a gap of any device are
+    invalid, so the total splits into gap-free *segments*. Shape metrics (percentiles, peaks,
+    ramps, spectra, coincidence, states) use gap-free segments only. Energy integrates across
+    gaps (the device drew power while the logger stalled); ``gap_s`` says how much of the run
+    rests on that bridging.
+
+Conventions
+    P(t) is the node total on the grid (W), Δ = 0.1 s the grid step, C = Σ_d limit_d the sum of
+    the devices' power limits (N × limit for identical devices), D the run's duration.
+    Percentiles are linear-interpolated (``numpy.percentile``). A metric that cannot be computed
+    is ``None`` and ``metric_notes`` gets ``"<metric>: <reason>"`` — never a crash, never a
+    made-up number.
+
+The formulas are in the docstrings of the ``_group`` functions below, one ``- ``name`` =``
+line per metric; :func:`metric_formulas` returns them (the dataset card prints the same text).
+Everything is vectorised (interpolation, lagged differences, cumulative sums, filters, FFTs);
+there is no per-sample Python loop.
 """
 
 from __future__ import annotations
 
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from .run import DeviceSeries, Run
+from .run import DeviceSeries, Event, Run
 
 GRID_MS = 100
+"""Step of the common grid of the node total (ms)."""
 GAP_PERIODS = 3.0
+"""An interval longer than this many sample periods is a gap."""
+RAMP_WINDOWS: tuple[tuple[str, float], ...] = (("100ms", 0.1), ("1s", 1.0), ("5s", 5.0),
+                                               ("10s", 10.0))
+"""Ramp horizons δ (name as written in the metric, seconds)."""
+SPECTRUM_BAND_HZ = (0.05, 5.0)
+"""Band of the dominant-frequency search (5 Hz is the Nyquist frequency of the 0.1 s grid)."""
+BANDS_HZ = {"low": (0.1, 1.0), "mid": (1.0, 2.5), "high": (2.5, 5.0)}
+"""Oscillation bands: [lo, hi) Hz, the last one closed at the Nyquist frequency."""
+WELCH_SEGMENT_S = 102.4
+"""Length of one Welch window (1024 points at 0.1 s, resolution ≈ 0.01 Hz)."""
+MIN_SPECTRUM_S = 20.0
+"""Shortest gap-free stretch a spectrum is computed on (resolves 0.05 Hz)."""
+SYNC_HIGHPASS_HZ = 0.05
+"""Corner of the 2nd-order Butterworth high-pass applied before the synchrony correlation."""
+IDLE_FRACTION_OF_LIMIT = 0.2
+NEAR_LIMIT_FRACTION = 0.9
+STEP_FRACTION_OF_LIMIT = 0.1
+STEP_WINDOW_S = 1.0
+CHECKPOINT_BASELINE_S = 10.0
+PROJECTED_DEVICES = 1000
+
+PER_DEVICE_NAMES = ("gpu_energy_j", "gpu_energy_counter_j", "gpu_mean_power_w",
+                    "gpu_peak_power_w")
+
+
+def _ramp_names() -> list[str]:
+    names = []
+    for unit in ("w_per_s", "pct_per_s"):
+        for tag, _ in RAMP_WINDOWS:
+            names += [f"ramp_up_max_{tag}_{unit}", f"ramp_down_max_{tag}_{unit}",
+                      f"ramp_abs_p95_{tag}_{unit}", f"ramp_abs_p99_{tag}_{unit}"]
+    return names
+
+
+ENERGY_NAMES = ("energy_j", "energy_counter_j", "energy_mismatch_pct", "energy_per_token_j",
+                "steady_energy_j", "steady_energy_per_token_j")
+LEVEL_NAMES = ("duration_s", "mean_power_w", "p5_power_w", "p50_power_w", "p95_power_w",
+               "p99_power_w", "peak_power_w", "peak_power_1s_w", "peak_power_60s_w", "par",
+               "par_1s", "par_60s", "load_factor", "limit_utilisation")
+RAMP_NAMES = tuple(_ramp_names())
+SEED_RAMP_NAMES = ("ramp_up_p95_1s_w_per_s", "ramp_up_p99_1s_w_per_s",
+                   "ramp_down_p99_1s_w_per_s", "ramp_event_frequency_1s")
+OSCILLATION_NAMES = ("swing_w", "dynamic_range_1s_w", "dynamic_range_10s_w", "dominant_freq_hz",
+                     "dominant_amplitude_w", "band_rms_low_w", "band_rms_mid_w",
+                     "band_rms_high_w", "band_fraction_low", "band_fraction_mid",
+                     "band_fraction_high", "step_freq_hz")
+ACROSS_NAMES = ("coincidence_factor", "diversity_factor", "synchrony_index",
+                "projected_swing_1000_w")
+STATE_NAMES = ("idle_fraction", "near_limit_fraction", "step_count", "checkpoint_dip_pct",
+               "checkpoint_dip_s")
+GAP_NAMES = ("gap_count", "gap_s")
+METRIC_NAMES: tuple[str, ...] = (ENERGY_NAMES + LEVEL_NAMES + RAMP_NAMES + SEED_RAMP_NAMES
+                                 + OSCILLATION_NAMES + ACROSS_NAMES + STATE_NAMES + GAP_NAMES)
+"""Every node-total metric, in column order (the runs configs declare the same names)."""
+INT_METRICS = frozenset({"gap_count", "step_count"})
+
+
+# ---------------------------------------------------------------------------------------------
+# Preparation: valid samples per device, the common grid, gap-free segments
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class _Dev:
+    index: int
+    t_ms: np.ndarray  # int64, strictly increasing, valid readings only
+    p: np.ndarray  # float64 W
+    period_ms: float
+    gap_idx: np.ndarray  # i such that t[i] -> t[i+1] is a gap
+    energy_j: float | None = None  # trapezoid on the device's own timestamps
+
+
+@dataclass
+class Aligned:
+    """The node total on the common grid (see the module docstring).
+
+    Attributes:
+        grid_ms: int64 grid times (ms on the run clock).
+        devices: float64 array (devices × grid) of interpolated per-device power.
+        total: float64 node total, NaN where a device is inside a gap.
+        valid: bool mask of gap-free grid points.
+        step_s: grid step in seconds.
+    """
+
+    grid_ms: np.ndarray
+    devices: np.ndarray
+    total: np.ndarray
+    valid: np.ndarray
+    step_s: float
+    _segid: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def segid(self) -> np.ndarray:
+        """Segment id per grid point: the number of invalid points up to and including it."""
+        if self._segid is None:
+            self._segid = np.cumsum(~self.valid)
+        return self._segid
+
+    def segments(self) -> tuple[np.ndarray, np.ndarray]:
+        """(starts, stops) index arrays of the gap-free segments."""
+        edges = np.diff(np.concatenate(([0], self.valid.astype(np.int8), [0])))
+        return np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+
+    def lag_pairs(self, k: int) -> np.ndarray:
+        """Bool mask over j in [0, n-k): points j and j+k lie in one gap-free segment."""
+        n = len(self.total)
+        if k >= n:
+            return np.zeros(0, dtype=bool)
+        seg = self.segid
+        return self.valid[:n - k] & (seg[k:] == seg[:n - k])
+
+    def lag_diff(self, k: int) -> np.ndarray:
+        """P(t + kΔ) − P(t) for every pair inside one gap-free segment."""
+        ok = self.lag_pairs(k)
+        if not ok.size:
+            return np.zeros(0)
+        return (self.total[k:] - self.total[:-k])[ok]
+
+
+def _prepare_device(run: Run, dev: DeviceSeries, index: int,
+                    notes: list[str]) -> _Dev | None:
+    p = dev.power_w
+    t = dev.t_ms
+    if len(p) != len(t):
+        notes.append(f"gpu {index}: power_w and t_ms differ in length; device ignored")
+        return None
+    ok = np.isfinite(p)
+    if not ok.all():
+        t, p = t[ok], p[ok]
+    dt = np.diff(t)
+    if len(t) > 1 and not (dt > 0).all():
+        order = np.argsort(t, kind="stable")
+        t, p = t[order], p[order]
+        keep = np.concatenate(([True], t[1:] > t[:-1]))
+        t, p = t[keep], p[keep]
+        dt = np.diff(t)
+        notes.append(f"gpu {index}: timestamps not increasing; sorted, duplicates dropped")
+    if len(t) < 2:
+        return _Dev(index, t, p, float("nan"), np.zeros(0, dtype=np.int64))
+    stride = max(1, len(dt) // 200_000)  # the period needs no exact median of millions
+    median = float(np.median(dt[::stride]))
+    declared = run.meta.get("sample_period_ms")
+    period = max(float(declared), median) if declared else median
+    gap_idx = np.flatnonzero(dt > GAP_PERIODS * period)
+    energy = 0.5 * float(np.dot(dt, p[:-1] + p[1:])) / 1000.0  # Σ (P_i + P_i+1)/2 · Δt_i
+    return _Dev(index, t, p, period, gap_idx, energy)
+
+
+def align(devs: list[_Dev], grid_ms: int = GRID_MS) -> Aligned | None:
+    """Interpolate devices onto the common grid over the span where all are present.
+
+    Returns ``None`` when the devices share no span of at least one grid step.
+    """
+    start = max(int(d.t_ms[0]) for d in devs)
+    end = min(int(d.t_ms[-1]) for d in devs)
+    if end - start < grid_ms:
+        return None
+    grid = np.arange(start, end + 1, grid_ms, dtype=np.int64)
+    n = len(grid)
+    mat = np.empty((len(devs), n))
+    invalid = np.zeros(n, dtype=bool)
+    for row, d in enumerate(devs):
+        mat[row] = np.interp(grid, d.t_ms, d.p)
+        if d.gap_idx.size:
+            lo = np.searchsorted(grid, d.t_ms[d.gap_idx], side="right")
+            hi = np.searchsorted(grid, d.t_ms[d.gap_idx + 1], side="left")
+            mark = np.bincount(lo, minlength=n + 1)[:n + 1] - np.bincount(hi, minlength=n + 1)[:n + 1]
+            invalid |= np.cumsum(mark)[:n] > 0
+    total = mat.sum(axis=0)
+    total[invalid] = np.nan
+    return Aligned(grid, mat, total, ~invalid, grid_ms / 1000.0)
+
+
+def node_total(run: Run, grid_ms: int = GRID_MS) -> Aligned | None:
+    """The run's node total on the common grid, or ``None`` when it cannot be formed."""
+    devs = [_prepare_device(run, d, i, []) for i, d in enumerate(run.devices)]
+    if not devs or any(d is None or len(d.t_ms) < 2 for d in devs):
+        return None
+    return align([d for d in devs if d is not None], grid_ms)
+
+
+# ---------------------------------------------------------------------------------------------
+# Small helpers
+# ---------------------------------------------------------------------------------------------
+
+class _Out:
+    """Collects metrics and the reasons for nulls."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+        self.notes: list[str] = []
+
+    def set(self, name: str, value: Any) -> None:
+        if value is not None and not isinstance(value, (int, list)):
+            value = float(value)
+            if not math.isfinite(value):
+                self.null(name, "not finite")
+                return
+        self.values[name] = value
+
+    def null(self, names: str | tuple[str, ...] | list[str], reason: str) -> None:
+        for name in (names,) if isinstance(names, str) else names:
+            if name in self.values:
+                continue
+            self.values[name] = None
+            self.notes.append(f"{name}: {reason}")
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def _window_means(total: np.ndarray, starts: np.ndarray, stops: np.ndarray, w: int) -> np.ndarray:
+    """Means of non-overlapping w-point windows anchored at each segment's start."""
+    counts = (stops - starts) // w
+    if counts.sum() == 0:
+        return np.zeros(0)
+    cs = np.concatenate(([0.0], np.cumsum(np.where(np.isfinite(total), total, 0.0))))
+    first = np.repeat(starts, counts)
+    offset = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    wstart = first + w * offset
+    return (cs[wstart + w] - cs[wstart]) / w
+
+
+def _sliding_range(al: Aligned, k: int) -> float | None:
+    """Largest max − min over windows of k+1 grid points inside one gap-free segment."""
+    from scipy.ndimage import maximum_filter1d, minimum_filter1d
+
+    ok = al.lag_pairs(k)
+    if not ok.any():
+        return None
+    x = np.where(al.valid, al.total, 0.0)
+    size = k + 1
+    half = size // 2
+    mx = maximum_filter1d(x, size=size, mode="nearest")
+    mn = minimum_filter1d(x, size=size, mode="nearest")
+    j = np.flatnonzero(ok)
+    # the centred filter's output at i covers [i - half, i - half + k]: window start j is i = j + half
+    return float(np.max(mx[j + half] - mn[j + half]))
+
+
+def _capacity_w(run: Run) -> float | None:
+    """C = Σ_d limit_d: each device's enforced limit, else its default when no cap was set."""
+    capped = run.meta.get("power_limit_setting_w") is not None
+    limits = []
+    for d in run.devices:
+        lim = d.power_limit_w
+        if lim is None and not capped:
+            lim = d.default_power_limit_w
+        if lim is None:
+            lim = run.meta.get("power_limit_w")
+        if lim is None or not lim > 0:
+            return None
+        limits.append(float(lim))
+    return float(sum(limits)) if limits else None
+
+
+class _EventIndex:
+    """A run's events grouped by kind (one pass over the events)."""
+
+    def __init__(self, events: list[Event]) -> None:
+        self.by_kind: dict[str, list[Event]] = {}
+        for e in events:
+            self.by_kind.setdefault(e.kind, []).append(e)
+
+
+def _events(run: Run | _EventIndex, kind: str) -> list[Event]:
+    """Events of one kind from one source: run-level if any, else the lowest rank's."""
+    index = run if isinstance(run, _EventIndex) else _EventIndex(run.events)
+    evs = index.by_kind.get(kind, [])
+    if not evs:
+        return []
+    ranks = {e.rank for e in evs}
+    pick = None if None in ranks else min(r for r in ranks if r is not None)
+    seen: dict[int, Event] = {}
+    for e in evs:
+        if e.rank == pick:
+            seen.setdefault(int(e.t_ms), e)
+    return [seen[t] for t in sorted(seen)]
+
+
+def event_windows(run: Run | _EventIndex, begin: str, end: str) -> list[tuple[int, int]]:
+    """(begin, end) pairs of events: each begin with the first end after it."""
+    begins = np.array([e.t_ms for e in _events(run, begin)], dtype=np.int64)
+    ends = np.array([e.t_ms for e in _events(run, end)], dtype=np.int64)
+    nxt = np.searchsorted(ends, begins, side="right")
+    has = nxt < len(ends)
+    return [(int(b), int(ends[i])) for b, i in zip(begins[has], nxt[has], strict=True)]
+
+
+def _device_integral(d: _Dev, t0_ms: float, t1_ms: float) -> float:
+    """Trapezoid integral (J) of one device between two times, clipped to its span."""
+    a, b = max(t0_ms, float(d.t_ms[0])), min(t1_ms, float(d.t_ms[-1]))
+    if b <= a:
+        return 0.0
+    inner = d.t_ms[(d.t_ms > a) & (d.t_ms < b)].astype(np.float64)
+    t = np.concatenate(([a], inner, [b]))
+    return float(np.trapezoid(np.interp(t, d.t_ms, d.p), t / 1000.0))
+
+
+def _tokens(run: Run) -> float | None:
+    key = "tokens" if run.workload == "finetune" else "tokens_out"
+    tokens = run.meta.get(key)
+    if tokens is None and run.workload == "inference" and run.requests:
+        outs = [r.get("output_tokens") for r in run.requests]
+        if outs and all(o is not None for o in outs):
+            tokens = sum(outs)
+    return float(tokens) if tokens else None
+
+
+def _steady_tokens(run: Run, t0: int, t1: int) -> float | None:
+    if not run.requests:
+        return None
+    rows = [(r.get("first_token_ms"), r.get("finish_ms"), r.get("output_tokens"))
+            for r in run.requests]
+    rows = [r for r in rows if None not in r]
+    if not rows:
+        return None
+    first, finish, k = (np.array(c, dtype=np.float64) for c in zip(*rows, strict=True))
+    in_first = ((first >= t0) & (first <= t1)).astype(np.float64)
+    span = finish - first
+    overlap = np.clip(np.minimum(finish, t1) - np.maximum(first, t0), 0.0, None)
+    rest = np.where(span > 0, overlap / np.where(span > 0, span, 1.0),
+                    ((finish >= t0) & (finish <= t1)).astype(np.float64))
+    return float(np.sum(np.minimum(k, 1.0) * in_first + np.maximum(k - 1.0, 0.0) * rest))
+
+
+# ---------------------------------------------------------------------------------------------
+# Metric groups (each docstring states the formula of each metric it sets)
+# ---------------------------------------------------------------------------------------------
+
+def _group_energy(run: Run, devs: list[_Dev | None], out: _Out, ev: _EventIndex) -> None:
+    """Energy.
+
+    - ``gpu_energy_j`` = per device d: Σ_i (P_d,i + P_d,i+1) / 2 · (t_d,i+1 − t_d,i) on the
+      device's own timestamps, missing readings dropped, bridging gaps (trapezoid).
+    - ``gpu_energy_counter_j`` = per device: Σ_i max(0, E_d,i+1 − E_d,i) / 1000 of the energy
+      counter (mJ), null when the device reports no counter.
+    - ``gpu_mean_power_w`` = gpu_energy_j / (t_d,last − t_d,first).
+    - ``gpu_peak_power_w`` = max_i P_d,i over the device's own readings.
+    - ``energy_j`` = Σ_d gpu_energy_j (null when a device has fewer than 2 power readings).
+    - ``energy_counter_j`` = Σ_d gpu_energy_counter_j (null when any device lacks a counter).
+    - ``energy_mismatch_pct`` = 100 · (energy_j − energy_counter_j) / energy_counter_j.
+    - ``energy_per_token_j`` = energy_j / tokens; tokens = training tokens (``tokens``) for
+      fine-tuning, generated tokens (``tokens_out``, else Σ output_tokens of the request log) for
+      inference — the ML.ENERGY convention.
+    - ``steady_energy_j`` = Σ_d ∫ P_d dt between the first ``steady_begin`` event and the next
+      ``steady_end`` (trapezoid on each device's own timestamps, ends interpolated).
+    - ``steady_energy_per_token_j`` = steady_energy_j / tokens generated in the steady window;
+      per request the first token counts at ``first_token_ms`` and the other output_tokens − 1
+      are spread uniformly over (first_token_ms, finish_ms].
+    """
+    energies: list[float | None] = []
+    counters: list[float | None] = []
+    means: list[float | None] = []
+    peaks: list[float | None] = []
+    for d, dev in zip(devs, run.devices, strict=True):
+        if d is None or len(d.t_ms) < 2:
+            energies.append(None)
+            means.append(None)
+            peaks.append(float(d.p.max()) if d is not None and len(d.p) else None)
+        else:
+            e = float(d.energy_j)  # type: ignore[arg-type]
+            energies.append(e)
+            span = (d.t_ms[-1] - d.t_ms[0]) / 1000.0
+            means.append(float(e / span) if span > 0 else None)
+            peaks.append(float(d.p.max()))
+        c = dev.signals.get("energy_mj")
+        if c is None or len(c) != len(dev.t_ms) or np.isfinite(c).sum() < 2:
+            counters.append(None)
+        else:
+            ok = np.isfinite(c)
+            ct, cv = (dev.t_ms, c) if ok.all() else (dev.t_ms[ok], c[ok])
+            if not np.all(ct[1:] > ct[:-1]):
+                cv = cv[np.argsort(ct, kind="stable")]
+            steps = np.diff(cv)
+            resets = steps[steps < 0]  # a counter reset loses its interval, never adds
+            counters.append(float((cv[-1] - cv[0] - resets.sum()) / 1000.0))
+    out.set("gpu_energy_j", energies)
+    out.set("gpu_energy_counter_j", counters)
+    out.set("gpu_mean_power_w", means)
+    out.set("gpu_peak_power_w", peaks)
+
+    missing = [i for i, e in enumerate(energies) if e is None]
+    energy = None
+    if not run.devices:
+        out.null(ENERGY_NAMES, "the run has no devices")
+        return
+    if missing:
+        out.null("energy_j", f"gpu {', '.join(map(str, missing))} has fewer than 2 power readings")
+    else:
+        energy = float(sum(energies))  # type: ignore[arg-type]
+        out.set("energy_j", energy)
+    if any(c is None for c in counters):
+        out.null("energy_counter_j", "no energy counter")
+        out.null("energy_mismatch_pct", "no energy counter")
+    else:
+        counter = float(sum(counters))  # type: ignore[arg-type]
+        out.set("energy_counter_j", counter)
+        if energy is None:
+            out.null("energy_mismatch_pct", "energy_j is null")
+        elif counter <= 0:
+            out.null("energy_mismatch_pct", "energy counter did not advance")
+        else:
+            out.set("energy_mismatch_pct", 100.0 * (energy - counter) / counter)
+    tokens = _tokens(run)
+    if energy is None:
+        out.null("energy_per_token_j", "energy_j is null")
+    elif tokens is None or tokens <= 0:
+        out.null("energy_per_token_j", "no token count")
+    else:
+        out.set("energy_per_token_j", energy / tokens)
+
+    windows = event_windows(ev, "steady_begin", "steady_end")
+    if not windows:
+        out.null(("steady_energy_j", "steady_energy_per_token_j"),
+                 "no steady_begin/steady_end events")
+        return
+    if missing:
+        out.null(("steady_energy_j", "steady_energy_per_token_j"),
+                 "a device has fewer than 2 power readings")
+        return
+    t0, t1 = windows[0]
+    steady = float(sum(_device_integral(d, t0, t1) for d in devs if d is not None))
+    out.set("steady_energy_j", steady)
+    st = _steady_tokens(run, t0, t1)
+    if st is None or st <= 0:
+        out.null("steady_energy_per_token_j", "no request log with tokens in the steady window")
+    else:
+        out.set("steady_energy_per_token_j", steady / st)
+
+
+def _group_level(run: Run, devs: list[_Dev | None], al: Aligned | None, cap: float | None,
+                 out: _Out) -> None:
+    """Level.
+
+    - ``duration_s`` = D = (max_d t_d,last − min_d t_d,first) / 1000 over valid readings.
+    - ``mean_power_w`` = P̄ = energy_j / D (time-weighted mean of the node total).
+    - ``p5_power_w``, ``p50_power_w``, ``p95_power_w``, ``p99_power_w`` = percentiles of P(t)
+      over the gap-free points of the 0.1 s grid.
+    - ``peak_power_w`` = max P(t) over the gap-free points of the 0.1 s grid.
+    - ``peak_power_1s_w`` = max over non-overlapping 1 s windows (anchored at each gap-free
+      segment's start, complete windows only) of the window mean of P.
+    - ``peak_power_60s_w`` = max over non-overlapping 60 s windows of the window mean of P
+      (as peak_power_1s_w).
+    - ``par`` = peak_power_w / P̄ (peak-to-average ratio).
+    - ``par_1s`` = peak_power_1s_w / P̄.
+    - ``par_60s`` = peak_power_60s_w / P̄.
+    - ``load_factor`` = P̄ / peak_power_w.
+    - ``limit_utilisation`` = P̄ / C, C = Σ_d power limit_d (N × limit); null when a limit is
+      unknown.
+    """
+    valid = [d for d in devs if d is not None and len(d.t_ms)]
+    if len(valid) == len(run.devices) and valid:
+        first = min(int(d.t_ms[0]) for d in valid)
+        last = max(int(d.t_ms[-1]) for d in valid)
+        out.set("duration_s", (last - first) / 1000.0)
+    else:
+        out.null("duration_s", "a device has no power readings")
+    duration = out.values.get("duration_s")
+    energy = out.values.get("energy_j")
+    mean = None
+    if energy is None:
+        out.null("mean_power_w", "energy_j is null")
+    elif not duration:
+        out.null("mean_power_w", "zero duration")
+    else:
+        mean = energy / duration
+        out.set("mean_power_w", mean)
+    shape = ("p5_power_w", "p50_power_w", "p95_power_w", "p99_power_w", "peak_power_w",
+             "peak_power_1s_w", "peak_power_60s_w", "par", "par_1s", "par_60s", "load_factor")
+    if cap is None:
+        out.null("limit_utilisation", "power limit unknown")
+    elif mean is None:
+        out.null("limit_utilisation", "mean_power_w is null")
+    else:
+        out.set("limit_utilisation", mean / cap)
+    if al is None or not al.valid.any():
+        out.null(shape, "no gap-free node total (devices share no common span)")
+        return
+    x = al.total[al.valid]
+    peak = float(x.max())
+    p5, p50, p95, p99 = np.percentile(x, [5, 50, 95, 99], overwrite_input=True)
+    out.set("p5_power_w", p5)
+    out.set("p50_power_w", p50)
+    out.set("p95_power_w", p95)
+    out.set("p99_power_w", p99)
+    out.set("peak_power_w", peak)
+    starts, stops = al.segments()
+    for name, seconds in (("peak_power_1s_w", 1.0), ("peak_power_60s_w", 60.0)):
+        w = int(round(seconds / al.step_s))
+        means = _window_means(al.total, starts, stops, w)
+        if means.size:
+            out.set(name, means.max())
+        else:
+            out.null(name, f"no gap-free {seconds:g} s window")
+    for name, num in (("par", "peak_power_w"), ("par_1s", "peak_power_1s_w"),
+                      ("par_60s", "peak_power_60s_w")):
+        value = _ratio(out.values.get(num), mean)
+        if value is None:
+            out.null(name, f"{num} or mean_power_w is null")
+        else:
+            out.set(name, value)
+    value = _ratio(mean, peak)
+    if value is None:
+        out.null("load_factor", "mean_power_w is null or peak is 0")
+    else:
+        out.set("load_factor", value)
+
+
+def _group_ramps(al: Aligned | None, cap: float | None, out: _Out) -> None:
+    """Ramps, for δ ∈ {0.1, 1, 5, 10} s written ``100ms``, ``1s``, ``5s``, ``10s``.
+
+    r_δ(t) = (P(t + δ) − P(t)) / δ over every grid point t with t and t + δ in one gap-free
+    segment (overlapping windows, stride 0.1 s).
+
+    - ``ramp_up_max_{δ}_w_per_s`` = max(0, max_t r_δ(t)).
+    - ``ramp_down_max_{δ}_w_per_s`` = max(0, max_t −r_δ(t)) (a positive magnitude).
+    - ``ramp_abs_p95_{δ}_w_per_s`` = p95 of |r_δ(t)|.
+    - ``ramp_abs_p99_{δ}_w_per_s`` = p99 of |r_δ(t)|.
+    - ``ramp_up_max_{δ}_pct_per_s`` = 100 · ramp_up_max_{δ}_w_per_s / C (% of N × limit per s;
+      null when a limit is unknown).
+    - ``ramp_down_max_{δ}_pct_per_s`` = 100 · ramp_down_max_{δ}_w_per_s / C.
+    - ``ramp_abs_p95_{δ}_pct_per_s`` = 100 · ramp_abs_p95_{δ}_w_per_s / C.
+    - ``ramp_abs_p99_{δ}_pct_per_s`` = 100 · ramp_abs_p99_{δ}_w_per_s / C.
+    """
+    for tag, delta in RAMP_WINDOWS:
+        names = [f"ramp_up_max_{tag}_w_per_s", f"ramp_down_max_{tag}_w_per_s",
+                 f"ramp_abs_p95_{tag}_w_per_s", f"ramp_abs_p99_{tag}_w_per_s"]
+        pct = [n.replace("_w_per_s", "_pct_per_s") for n in names]
+        if al is None:
+            out.null(names + pct, "no gap-free node total")
+            continue
+        k = int(round(delta / al.step_s))
+        if k < 1:
+            out.null(names + pct, f"grid step {al.step_s:g} s is longer than δ")
+            continue
+        r = al.lag_diff(k) / (k * al.step_s)
+        if not r.size:
+            out.null(names + pct, f"no gap-free stretch of {delta:g} s")
+            continue
+        vals = [max(0.0, float(r.max())), max(0.0, float(-r.min()))]
+        vals += list(np.percentile(np.abs(r, out=r), [95, 99], overwrite_input=True))
+        for n, v in zip(names, vals, strict=True):
+            out.set(n, v)
+        if cap is None:
+            out.null(pct, "power limit unknown")
+        else:
+            for n, v in zip(pct, vals, strict=True):
+                out.set(n, 100.0 * v / cap)
+
+
+def _group_seed_ramps(al: Aligned | None, out: _Out) -> None:
+    """Ramps as the seed authors define them (number-for-number comparable).
+
+    r(t) = (P(t) − P(t − 1 s)) / 1 s with P(t − 1 s) by linear interpolation of the node total
+    (on the 0.1 s grid t − 1 s is a grid point, so no interpolation error is added), over every
+    t with t − 1 s in the same gap-free segment. Up-ramps are r > 0, down-ramps r < 0.
+
+    - ``ramp_up_p95_1s_w_per_s`` = p95 of {r : r > 0}.
+    - ``ramp_up_p99_1s_w_per_s`` = p99 of {r : r > 0}.
+    - ``ramp_down_p99_1s_w_per_s`` = p99 of {−r : r < 0} (a positive magnitude).
+    - ``ramp_event_frequency_1s`` = #{r ≥ ramp_up_p95_1s_w_per_s : r > 0} / (D / 60 s),
+      up-ramp events per minute of duration.
+    """
+    if al is None:
+        out.null(SEED_RAMP_NAMES, "no gap-free node total")
+        return
+    k = int(round(1.0 / al.step_s))
+    r = al.lag_diff(k) / (k * al.step_s)
+    up, down = r[r > 0], -r[r < 0]
+    if up.size:
+        p95, p99 = np.percentile(up, [95, 99])  # ``up`` is reused below: no overwrite
+        out.set("ramp_up_p95_1s_w_per_s", p95)
+        out.set("ramp_up_p99_1s_w_per_s", p99)
+        duration = out.values.get("duration_s")
+        if duration:
+            out.set("ramp_event_frequency_1s", float(np.count_nonzero(up >= p95)) / (duration / 60))
+        else:
+            out.null("ramp_event_frequency_1s", "duration_s is null")
+    else:
+        out.null(("ramp_up_p95_1s_w_per_s", "ramp_up_p99_1s_w_per_s", "ramp_event_frequency_1s"),
+                 "no up-ramps")
+    if down.size:
+        out.set("ramp_down_p99_1s_w_per_s", np.percentile(down, 99, overwrite_input=True))
+    else:
+        out.null("ramp_down_p99_1s_w_per_s", "no down-ramps")
+
+
+def welch_psd(al: Aligned, segment_s: float = WELCH_SEGMENT_S,
+              min_s: float = MIN_SPECTRUM_S) -> tuple[np.ndarray, np.ndarray] | None:
+    """Welch power spectral density (W²/Hz) of the node total over its gap-free segments.
+
+    Hann windows of ``min(segment_s, longest segment)`` with 50 % overlap, each linearly
+    detrended, are taken inside every segment long enough and averaged (what
+    ``scipy.signal.welch(..., detrend="linear")`` does on one segment). Returns ``None`` when no
+    segment is at least ``min_s`` long.
+    """
+    from scipy.signal import get_window
+
+    starts, stops = al.segments()
+    lengths = stops - starts
+    nmin = int(math.ceil(min_s / al.step_s))
+    if not lengths.size or lengths.max() < nmin:
+        return None
+    nper = int(min(round(segment_s / al.step_s), lengths.max()))
+    hop = nper // 2
+    use = lengths >= nper
+    counts = (lengths[use] - nper) // hop + 1
+    first = np.repeat(starts[use], counts)
+    offset = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    wstart = first + hop * offset
+    frames = np.lib.stride_tricks.sliding_window_view(al.total, nper)[wstart]
+    tc = np.arange(nper) - (nper - 1) / 2.0  # linear detrend by projection on (1, t)
+    frames -= frames.mean(axis=1, keepdims=True)
+    frames -= np.outer(frames @ tc / float(tc @ tc), tc)
+    win = get_window("hann", nper)
+    fs = 1.0 / al.step_s
+    spec = np.abs(np.fft.rfft(frames * win, axis=1)) ** 2
+    psd = spec.mean(axis=0) / (fs * np.sum(win ** 2))
+    if nper % 2 == 0:
+        psd[1:-1] *= 2
+    else:
+        psd[1:] *= 2
+    freqs = np.fft.rfftfreq(nper, d=al.step_s)
+    return freqs, psd
+
+
+def _group_oscillations(ev: _EventIndex, al: Aligned | None, out: _Out) -> None:
+    """Swings and oscillations.
+
+    - ``swing_w`` = p95_power_w − p5_power_w.
+    - ``dynamic_range_1s_w`` = max over windows [t, t + 1 s] inside one gap-free segment of
+      (max P − min P) in the window (sliding, stride 0.1 s).
+    - ``dynamic_range_10s_w`` = max over windows [t, t + 10 s] inside one gap-free segment of
+      (max P − min P) in the window.
+    - ``dominant_freq_hz`` = argmax_f S(f) for 0.05 ≤ f ≤ 5 Hz, S the Welch PSD of the node total
+      (Hann windows of 102.4 s, 50 % overlap, each linearly detrended, gap-free segments only;
+      5 Hz is the Nyquist frequency of the 0.1 s grid, so faster oscillations alias).
+    - ``dominant_amplitude_w`` = √(2 · Σ_{|f − f*| ≤ 2 Δf} S(f) Δf), the amplitude of the sinusoid
+      at the peak f* (the power in the Hann main lobe; Δf the bin width).
+    - ``band_rms_low_w``, ``band_rms_mid_w``, ``band_rms_high_w`` = √(Σ_{f ∈ band} S(f) Δf) for
+      the bands [0.1, 1), [1, 2.5) and [2.5, 5] Hz.
+    - ``band_fraction_low``, ``band_fraction_mid``, ``band_fraction_high`` = Σ_{band} S /
+      Σ_{0.05 ≤ f ≤ 5 Hz} S (share of the oscillation power between 0.05 and 5 Hz).
+    - ``step_freq_hz`` = 1 / median(Δt between consecutive ``step_begin`` events) of one rank
+      (run-level events, else the lowest rank; ``step_end`` when there is no ``step_begin``).
+    """
+    p5, p95 = out.values.get("p5_power_w"), out.values.get("p95_power_w")
+    if p5 is None or p95 is None:
+        out.null("swing_w", "percentiles are null")
+    else:
+        out.set("swing_w", p95 - p5)
+    for name, seconds in (("dynamic_range_1s_w", 1.0), ("dynamic_range_10s_w", 10.0)):
+        value = None
+        if al is not None:
+            value = _sliding_range(al, int(round(seconds / al.step_s)))
+        if value is None:
+            out.null(name, f"no gap-free {seconds:g} s window")
+        else:
+            out.set(name, value)
+
+    spectral = ("dominant_freq_hz", "dominant_amplitude_w", "band_rms_low_w", "band_rms_mid_w",
+                "band_rms_high_w", "band_fraction_low", "band_fraction_mid", "band_fraction_high")
+    spec = welch_psd(al) if al is not None else None
+    if spec is None:
+        out.null(spectral, f"no gap-free stretch of {MIN_SPECTRUM_S:g} s")
+    else:
+        freqs, psd = spec
+        df = freqs[1] - freqs[0]
+        lo, hi = SPECTRUM_BAND_HZ
+        band = (freqs >= lo - 1e-9) & (freqs <= hi + 1e-9)
+        band_power = float(psd[band].sum() * df)
+        for key, (b0, b1) in BANDS_HZ.items():
+            last = b1 >= hi
+            sel = (freqs >= b0 - 1e-9) & ((freqs <= b1 + 1e-9) if last else (freqs < b1 - 1e-9))
+            power = float(psd[sel].sum() * df)
+            out.set(f"band_rms_{key}_w", math.sqrt(max(power, 0.0)))
+            if band_power > 0:
+                out.set(f"band_fraction_{key}", power / band_power)
+            else:
+                out.null(f"band_fraction_{key}", "no oscillation power in 0.05-5 Hz")
+        scale = max(1.0, float(np.nanmean(np.abs(al.total[al.valid])))) if al is not None else 1.0
+        if not band.any() or band_power <= 1e-18 * scale ** 2:
+            out.null(("dominant_freq_hz", "dominant_amplitude_w"),
+                     "flat spectrum (no oscillation in 0.05-5 Hz)")
+        else:
+            idx = np.flatnonzero(band)
+            peak = int(idx[np.argmax(psd[idx])])
+            lobe = psd[max(0, peak - 2):peak + 3].sum() * df
+            out.set("dominant_freq_hz", freqs[peak])
+            out.set("dominant_amplitude_w", math.sqrt(2.0 * lobe))
+
+    steps = _events(ev, "step_begin") or _events(ev, "step_end")
+    if len(steps) < 2:
+        out.null("step_freq_hz", "fewer than 2 step events")
+    else:
+        dt = np.diff([e.t_ms for e in steps]) / 1000.0
+        med = float(np.median(dt))
+        if med > 0:
+            out.set("step_freq_hz", 1.0 / med)
+        else:
+            out.null("step_freq_hz", "step events share one time")
+
+
+def _group_across(al: Aligned | None, out: _Out) -> None:
+    """Across devices (on the gap-free points of the 0.1 s grid).
+
+    - ``coincidence_factor`` = max_t Σ_d P_d(t) / Σ_d max_t P_d(t) (1 when all peaks coincide).
+    - ``diversity_factor`` = 1 / coincidence_factor.
+    - ``synchrony_index`` = ρ̄, the mean over device pairs of the Pearson correlation of
+      band-passed per-device power (2nd-order Butterworth high-pass at 0.05 Hz, started in
+      its steady state, applied per gap-free segment of at least 20 s; the band extends to the 5 Hz Nyquist
+      frequency). Needs ≥ 2 devices.
+    - ``projected_swing_1000_w`` = s̄ · √(M (1 + (M − 1) max(ρ̄, 0))) with M = 1000, s̄ the mean
+      per-device swing (p95 − p5 of P_d): the swing of 1,000 such devices whose pairwise
+      correlation is ρ̄ (M · s̄ when fully synchronous, √M · s̄ when independent).
+    """
+    if al is None or not al.valid.any():
+        out.null(ACROSS_NAMES, "no gap-free node total")
+        return
+    sub = al.devices if al.valid.all() else al.devices[:, al.valid]
+    peaks = sub.max(axis=1)
+    sum_peaks = float(peaks.sum())
+    peak_total = float(np.max(al.total[al.valid]))
+    if sum_peaks > 0 and peak_total > 0:
+        cf = peak_total / sum_peaks
+        out.set("coincidence_factor", cf)
+        out.set("diversity_factor", 1.0 / cf)
+    else:
+        out.null(("coincidence_factor", "diversity_factor"), "peak power is not positive")
+    ndev = al.devices.shape[0]
+    if ndev < 2:
+        out.null(("synchrony_index", "projected_swing_1000_w"), "needs at least 2 devices")
+        return
+    from scipy.signal import butter, sosfilt, sosfilt_zi
+
+    sos = butter(2, SYNC_HIGHPASS_HZ, btype="highpass", fs=1.0 / al.step_s, output="sos")
+    zi = sosfilt_zi(sos)  # (sections, 2): start each device in its steady state
+    starts, stops = al.segments()
+    nmin = int(math.ceil(MIN_SPECTRUM_S / al.step_s))
+    s1 = np.zeros(ndev)
+    s2 = np.zeros((ndev, ndev))
+    count = 0
+    for a, b in zip(starts, stops, strict=True):
+        if b - a < nmin:
+            continue
+        x = al.devices[:, a:b]
+        y, _ = sosfilt(sos, x, axis=1, zi=zi[:, None, :] * x[None, :, 0, None])
+        s1 += y.sum(axis=1)
+        s2 += y @ y.T
+        count += b - a
+    if count < 2:
+        out.null(("synchrony_index", "projected_swing_1000_w"),
+                 f"no gap-free stretch of {MIN_SPECTRUM_S:g} s")
+        return
+    mean = s1 / count
+    cov = s2 / count - np.outer(mean, mean)
+    var = np.diag(cov).copy()
+    scale = max(1.0, float(np.mean(np.abs(sub)))) ** 2
+    live = var > 1e-12 * scale
+    if live.sum() < 2:
+        out.null(("synchrony_index", "projected_swing_1000_w"),
+                 "fewer than 2 devices with fluctuating power")
+        return
+    c = cov[np.ix_(live, live)]
+    sd = np.sqrt(np.diag(c))
+    corr = np.clip(c / np.outer(sd, sd), -1.0, 1.0)
+    iu = np.triu_indices(len(sd), k=1)
+    rho = float(corr[iu].mean())
+    out.set("synchrony_index", rho)
+    q5, q95 = np.percentile(sub, [5, 95], axis=1)
+    swing = float(np.mean(q95 - q5))
+    m = PROJECTED_DEVICES
+    out.set("projected_swing_1000_w", swing * math.sqrt(m * (1 + (m - 1) * max(rho, 0.0))))
+
+
+def _group_states(ev: _EventIndex, al: Aligned | None, cap: float | None, out: _Out) -> None:
+    """States.
+
+    - ``idle_fraction`` = share of gap-free grid points with P(t) < 0.2 · C.
+    - ``near_limit_fraction`` = share of gap-free grid points with P(t) ≥ 0.9 · C.
+    - ``step_count`` = number of power steps: maximal runs of consecutive grid points t with
+      |P(t + 1 s) − P(t)| > 0.1 · C and the same sign, inside one gap-free segment (one edge of a
+      square wave counts once).
+    - ``checkpoint_dip_pct`` = mean over checkpoints of 100 · (B − min_{[b, e]} P) / B, B the
+      median of P over the 10 s before ``checkpoint_begin`` (b), e the next ``checkpoint_end``.
+    - ``checkpoint_dip_s`` = mean over checkpoints of the time in [b, e] with P(t) < B − depth/2
+      (width of the dip at half depth).
+    """
+    limit_names = ("idle_fraction", "near_limit_fraction", "step_count")
+    if al is None or not al.valid.any():
+        out.null(STATE_NAMES, "no gap-free node total")
+        return
+    x = al.total[al.valid]
+    if cap is None:
+        out.null(limit_names, "power limit unknown")
+    else:
+        out.set("idle_fraction", float(np.mean(x < IDLE_FRACTION_OF_LIMIT * cap)))
+        out.set("near_limit_fraction", float(np.mean(x >= NEAR_LIMIT_FRACTION * cap)))
+        k = int(round(STEP_WINDOW_S / al.step_s))
+        ok = al.lag_pairs(k)
+        if not ok.size:
+            out.set("step_count", 0)
+        else:
+            d = al.total[k:] - al.total[:-k]
+            sign = np.where(ok & (np.abs(np.nan_to_num(d)) > STEP_FRACTION_OF_LIMIT * cap),
+                            np.sign(np.nan_to_num(d)), 0).astype(np.int8)
+            starts = (sign != 0) & (np.concatenate(([0], sign[:-1])) != sign)
+            out.set("step_count", int(np.count_nonzero(starts)))
+
+    windows = event_windows(ev, "checkpoint_begin", "checkpoint_end")
+    if not windows:
+        out.null(("checkpoint_dip_pct", "checkpoint_dip_s"), "no checkpoint events")
+        return
+    grid = al.grid_ms
+    depths, widths = [], []
+    base_ms = CHECKPOINT_BASELINE_S * 1000
+    bounds = np.array(windows, dtype=np.float64)
+    i0 = np.searchsorted(grid, bounds[:, 0] - base_ms, side="left")
+    i1 = np.searchsorted(grid, bounds[:, 0], side="left")
+    i2 = np.searchsorted(grid, bounds[:, 1], side="right")
+    for a, b, c in zip(i0, i1, i2, strict=True):  # one iteration per checkpoint, not per sample
+        before = al.total[a:b][al.valid[a:b]]
+        inside = al.total[b:c][al.valid[b:c]]
+        if not before.size or not inside.size:
+            continue
+        base = float(np.median(before))
+        if base <= 0:
+            continue
+        depth = base - float(inside.min())
+        depths.append(100.0 * depth / base)
+        widths.append(float(np.count_nonzero(inside < base - depth / 2)) * al.step_s
+                      if depth > 0 else 0.0)
+    if not depths:
+        out.null(("checkpoint_dip_pct", "checkpoint_dip_s"),
+                 "no checkpoint with gap-free power before and during it")
+    else:
+        out.set("checkpoint_dip_pct", float(np.mean(depths)))
+        out.set("checkpoint_dip_s", float(np.mean(widths)))
+
+
+def _group_gaps(devs: list[_Dev | None], out: _Out) -> None:
+    """Gaps.
+
+    - ``gap_count`` = number of gaps on the run clock: intervals between consecutive valid
+      readings of a device longer than 3 sample periods (period = the declared
+      ``sample_period_ms``, or the median interval when that is longer), overlapping gaps of
+      several devices merged into one.
+    - ``gap_s`` = total length (s) of the merged gaps: how much of ``energy_j`` rests on
+      interpolation across missing readings.
+    """
+    starts, ends = [], []
+    for d in devs:
+        if d is None or not d.gap_idx.size:
+            continue
+        starts.append(d.t_ms[d.gap_idx])
+        ends.append(d.t_ms[d.gap_idx + 1])
+    if not starts:
+        out.set("gap_count", 0)
+        out.set("gap_s", 0.0)
+        return
+    s = np.concatenate(starts)
+    e = np.concatenate(ends)
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    reach = np.maximum.accumulate(e)
+    new = np.concatenate(([True], s[1:] > reach[:-1]))
+    cluster = np.cumsum(new) - 1
+    cs = s[new]
+    ce = np.zeros(len(cs), dtype=np.int64)
+    np.maximum.at(ce, cluster, e)
+    out.set("gap_count", int(len(cs)))
+    out.set("gap_s", float((ce - cs).sum()) / 1000.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry point
+# ---------------------------------------------------------------------------------------------
+
+def compute_run_metrics(run: Run, *, grid_ms: int = GRID_MS) -> dict[str, Any]:
+    """All metrics of a run: node totals, per-device lists and ``metric_notes``.
+
+    Every name of :data:`METRIC_NAMES` and :data:`PER_DEVICE_NAMES` is a key (``None`` when it
+    cannot be computed, with the reason in ``metric_notes``). Never raises on bad signals (an
+    empty trace, one sample, all-null power, no tokens).
+
+    Args:
+        run: the run.
+        grid_ms: step of the common grid of the node total (default 100 ms).
+
+    Returns:
+        ``{metric: value}`` plus ``metric_notes`` (list of ``"<metric>: <reason>"``).
+    """
+    out = _Out()
+    notes: list[str] = []
+    devs = [_prepare_device(run, d, i, notes) for i, d in enumerate(run.devices)]
+    ev = _EventIndex(run.events)
+    _group_energy(run, devs, out, ev)
+    al = None
+    reason = None
+    if not run.devices:
+        reason = "the run has no devices"
+    elif any(d is None or len(d.t_ms) < 2 for d in devs):
+        reason = "a device has fewer than 2 power readings"
+    else:
+        al = align([d for d in devs if d is not None], grid_ms)
+        if al is None:
+            reason = "devices share no common span"
+    cap = _capacity_w(run) if run.devices else None
+    if al is None and reason:
+        shape = [n for n in METRIC_NAMES if n not in ENERGY_NAMES + GAP_NAMES
+                 + ("duration_s", "mean_power_w", "limit_utilisation")]
+        out.null(shape, reason)
+    _group_level(run, devs, al, cap, out)
+    _group_ramps(al, cap, out)
+    _group_seed_ramps(al, out)
+    _group_oscillations(ev, al, out)
+    _group_across(al, out)
+    _group_states(ev, al, cap, out)
+    _group_gaps(devs, out)
+    result: dict[str, Any] = {name: out.values.get(name) for name in METRIC_NAMES}
+    for name in PER_DEVICE_NAMES:
+        result[name] = out.values.get(name)
+    result["metric_notes"] = notes + out.notes
+    return result
 
 
 def device_energy_j(dev: DeviceSeries) -> float | None:
-    """Trapezoid energy of one device on its own timestamps: E = sum((P_i + P_{i+1})/2 * dt_i).
+    """Trapezoid energy of one device on its own timestamps: E = Σ (P_i + P_i+1)/2 · Δt_i.
 
     Missing readings are dropped first, so the integral bridges them (and gaps).
     """
@@ -28,75 +981,40 @@ def device_energy_j(dev: DeviceSeries) -> float | None:
     return float(np.trapezoid(p[ok], dev.t_ms[ok] / 1000.0))
 
 
-def compute_run_metrics(run: Run) -> dict[str, Any]:
-    """Node-total metrics of a run (scalar columns of the runs tables).
+_GROUPS: tuple[Callable[..., Any], ...] = (
+    _group_energy, _group_level, _group_ramps, _group_seed_ramps, _group_oscillations,
+    _group_across, _group_states, _group_gaps,
+)
+_BULLET_NAMES_RE = re.compile(r"^``[^`]+``(, ``[^`]+``)*$")
 
-    ``energy_j`` = sum over devices of :func:`device_energy_j`; ``mean_power_w`` = energy_j /
-    duration_s (time-weighted); ``peak_power_w`` and ``p99_power_w`` on the node total formed by
-    interpolating each device onto a common 0.1 s grid over the span where all are present.
+
+def metric_formulas() -> dict[str, str]:
+    """``{metric name: formula}`` parsed from the metric groups' docstrings (for the card).
+
+    A formula is a docstring bullet ``- ``name`` = formula`` (continuation lines joined); names
+    listed together share one formula; ramp names are expanded for every δ.
     """
-    notes: list[str] = []
-    out: dict[str, Any] = {}
-    energies = [device_energy_j(d) for d in run.devices]
-    out["gpu_energy_j"] = energies
-    out["gpu_peak_power_w"] = [float(np.nanmax(d.power_w)) if np.isfinite(d.power_w).any()
-                               else None for d in run.devices]
-    spans = [(d.t_ms[np.isfinite(d.power_w)]) for d in run.devices]
-    out["gpu_mean_power_w"] = [
-        (e / ((s[-1] - s[0]) / 1000.0) if e is not None and len(s) > 1 and s[-1] > s[0] else None)
-        for e, s in zip(energies, spans, strict=True)]
-    if not run.devices or any(e is None for e in energies):
-        for k in ("energy_j", "mean_power_w", "peak_power_w", "p99_power_w", "duration_s"):
-            out[k] = None
-            notes.append(f"{k}: a device has fewer than 2 power readings")
-        out["metric_notes"] = notes
-        return out
-    start = max(int(s[0]) for s in spans)
-    end = min(int(s[-1]) for s in spans)
-    out["energy_j"] = float(sum(energies))  # type: ignore[arg-type]
-    out["duration_s"] = (max(int(s[-1]) for s in spans) - min(int(s[0]) for s in spans)) / 1000.0
-    out["mean_power_w"] = out["energy_j"] / out["duration_s"] if out["duration_s"] > 0 else None
-    gap_count = 0
-    gap_ms = 0
-    for d in run.devices:
-        dt = np.diff(d.t_ms)
-        period = run.meta.get("sample_period_ms") or (np.median(dt) if len(dt) else 0)
-        gaps = dt[dt > GAP_PERIODS * period]
-        gap_count += len(gaps)
-        gap_ms += int(gaps.sum())
-    out["gap_count"] = gap_count
-    out["gap_s"] = gap_ms / 1000.0
-    if end > start:
-        grid = np.arange(start, end + 1, GRID_MS)
-        total = np.zeros(len(grid))
-        for d in run.devices:
-            ok = np.isfinite(d.power_w)
-            total += np.interp(grid, d.t_ms[ok], d.power_w[ok])
-        out["peak_power_w"] = float(total.max())
-        out["p99_power_w"] = float(np.percentile(total, 99))
-    else:
-        out["peak_power_w"] = out["p99_power_w"] = None
-        notes.append("peak_power_w: devices share no common time span")
-    counters = []
-    for d in run.devices:
-        e = d.signals.get("energy_mj")
-        if e is None or np.isfinite(e).sum() < 2:
-            counters = []
-            break
-        ok = np.isfinite(e)
-        counters.append((e[ok][-1] - e[ok][0]) / 1000.0)
-    if counters:
-        out["energy_counter_j"] = float(sum(counters))
-        out["energy_mismatch_pct"] = (100.0 * (out["energy_j"] - out["energy_counter_j"])
-                                      / out["energy_counter_j"] if out["energy_counter_j"] else None)
-    else:
-        out["energy_counter_j"] = out["energy_mismatch_pct"] = None
-        notes.append("energy_counter_j: no energy counter")
-    tokens = run.meta.get("tokens") if run.workload == "finetune" else run.meta.get("tokens_out")
-    if tokens:
-        out["energy_per_token_j"] = out["energy_j"] / tokens
-    else:
-        out["energy_per_token_j"] = None
-        notes.append("energy_per_token_j: no token count")
-    out["metric_notes"] = notes
+    bullets: list[str] = []
+    for fn in _GROUPS:
+        inside = False
+        for line in (fn.__doc__ or "").splitlines():
+            text = line.strip()
+            if text.startswith("- ``"):
+                bullets.append(text[2:])
+                inside = True
+            elif inside and text and not text.startswith("-"):
+                bullets[-1] += " " + text
+            else:
+                inside = False
+    out: dict[str, str] = {}
+    for bullet in bullets:
+        left, sep, right = bullet.partition(" = ")
+        if not sep or not _BULLET_NAMES_RE.match(left.strip()):
+            continue
+        for name in re.findall(r"``([^`]+)``", left):
+            if "{δ}" in name:
+                for tag, _ in RAMP_WINDOWS:
+                    out[name.replace("{δ}", tag)] = right.strip().replace("{δ}", tag)
+            else:
+                out[name] = right.strip()
     return out

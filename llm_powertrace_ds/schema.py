@@ -16,11 +16,15 @@ from typing import Any
 
 from datasets import Features, List, Value
 
-SCHEMA_VERSION = "1.0.0"
+SCHEMA_VERSION = "1.1.0"
 """Bumped whenever a column is added, renamed or retyped; the card's changelog says why."""
 
 SCHEMA_CHANGELOG: list[tuple[str, str]] = [
     ("1.0.0", "First column contract: trace, runs and requests configs; core run metrics."),
+    ("1.1.0", "Runs configs: the power-grid metric set (energy per token and steady-state "
+     "energy, percentiles, window peaks, PAR, load factor, ramps at 0.1/1/5/10 s in W/s and % of "
+     "the limit, the seed authors' ramp definitions, swings, spectrum and bands, coincidence and "
+     "synchrony, idle/near-limit/step/checkpoint states) and gpu_energy_counter_j."),
 ]
 
 TRACE_CONFIGS = ("finetune", "inference")
@@ -242,27 +246,124 @@ INFERENCE_RESULTS = [
     _c("latency_p99_ms", "float32", "99th percentile request latency", "ms"),
 ]
 
-# Node-total run metrics (filled by ``metrics.compute_run_metrics``). The grid-metrics issue
-# appends the rest of its metric set here and bumps SCHEMA_VERSION.
+# Node-total run metrics (filled by ``metrics.compute_run_metrics``; the formulas are in its
+# docstrings, ``metrics.metric_formulas()``). P(t) is the node total on the common 0.1 s grid
+# (every device interpolated onto it over the span where all are present), C = sum of the
+# devices' power limits (N x limit). Shape metrics use gap-free segments only.
+_RAMP_HORIZONS = (("100ms", "0.1 s"), ("1s", "1 s"), ("5s", "5 s"), ("10s", "10 s"))
+
+
+def _ramp_columns() -> list[Column]:
+    cols = []
+    for unit, scale, suffix in (("w_per_s", "", "W/s"), ("pct_per_s", " as % of C per s "
+                                                        "(null when a limit is unknown)", "%/s")):
+        for tag, text in _RAMP_HORIZONS:
+            r = f"r = (P(t + {text}) - P(t)) / {text} inside gap-free segments"
+            cols += [
+                _c(f"ramp_up_max_{tag}_{unit}", "float64", f"Largest up-ramp over {text}{scale}: "
+                   f"max(0, max r), {r}", suffix),
+                _c(f"ramp_down_max_{tag}_{unit}", "float64", f"Largest down-ramp over {text}"
+                   f"{scale}: max(0, max -r) (a positive magnitude), {r}", suffix),
+                _c(f"ramp_abs_p95_{tag}_{unit}", "float64", f"95th percentile of |r| over {text}"
+                   f"{scale}, {r}", suffix),
+                _c(f"ramp_abs_p99_{tag}_{unit}", "float64", f"99th percentile of |r| over {text}"
+                   f"{scale}, {r}", suffix),
+            ]
+    return cols
+
+
 RUN_METRICS = [
-    _c("duration_s", "float64", "Span of the node-total trace", "s"),
+    # energy
     _c("energy_j", "float64", "Sum over devices of each device's trapezoid integral of power_w "
        "on its own timestamps (bridges gaps)", "J"),
-    _c("energy_counter_j", "float64", "Sum over devices of the energy-counter difference "
-       "(null when no counter)", "J"),
-    _c("energy_mismatch_pct", "float64", "100 * (energy_j - energy_counter_j) / energy_counter_j", "%"),
+    _c("energy_counter_j", "float64", "Sum over devices of the energy-counter increase "
+       "(null when a device has no counter)", "J"),
+    _c("energy_mismatch_pct", "float64", "100 * (energy_j - energy_counter_j) / energy_counter_j",
+       "%"),
     _c("energy_per_token_j", "float64", "energy_j / tokens (training tokens; for inference "
-       "generated tokens)", "J/token"),
-    _c("mean_power_w", "float64", "Time-weighted mean of the node total", "W"),
-    _c("peak_power_w", "float64", "Maximum of the node total on the 0.1 s grid", "W"),
-    _c("p99_power_w", "float64", "99th percentile of the node total on the 0.1 s grid", "W"),
-    _c("gap_count", "int32", "Intervals longer than 3 sample periods (all devices)"),
-    _c("gap_s", "float64", "Summed length of those gaps", "s"),
+       "generated tokens, the ML.ENERGY convention)", "J/token"),
+    _c("steady_energy_j", "float64", "Energy between the steady_begin and steady_end events "
+       "(inference steady state)", "J"),
+    _c("steady_energy_per_token_j", "float64", "steady_energy_j / tokens generated in the steady "
+       "window (per request: first token at first_token_ms, the rest spread uniformly until "
+       "finish_ms)", "J/token"),
+    # level
+    _c("duration_s", "float64", "Span of the run's power readings, first to last over all "
+       "devices", "s"),
+    _c("mean_power_w", "float64", "Time-weighted mean of the node total: energy_j / duration_s",
+       "W"),
+    _c("p5_power_w", "float64", "5th percentile of P(t) on the 0.1 s grid", "W"),
+    _c("p50_power_w", "float64", "Median of P(t) on the 0.1 s grid", "W"),
+    _c("p95_power_w", "float64", "95th percentile of P(t) on the 0.1 s grid", "W"),
+    _c("p99_power_w", "float64", "99th percentile of P(t) on the 0.1 s grid", "W"),
+    _c("peak_power_w", "float64", "Maximum of P(t) on the 0.1 s grid", "W"),
+    _c("peak_power_1s_w", "float64", "Largest mean of P over non-overlapping 1 s windows", "W"),
+    _c("peak_power_60s_w", "float64", "Largest mean of P over non-overlapping 60 s windows", "W"),
+    _c("par", "float64", "Peak-to-average ratio: peak_power_w / mean_power_w"),
+    _c("par_1s", "float64", "peak_power_1s_w / mean_power_w"),
+    _c("par_60s", "float64", "peak_power_60s_w / mean_power_w"),
+    _c("load_factor", "float64", "mean_power_w / peak_power_w"),
+    _c("limit_utilisation", "float64", "mean_power_w / C, C = N x power limit (null when the "
+       "limit is unknown)"),
+    # ramps
+    *_ramp_columns(),
+    _c("ramp_up_p95_1s_w_per_s", "float64", "Seed authors' definition: 95th percentile of the "
+       "up-ramps r > 0, r(t) = (P(t) - P(t - 1 s)) / 1 s, P(t - 1 s) by linear interpolation",
+       "W/s"),
+    _c("ramp_up_p99_1s_w_per_s", "float64", "Seed authors' definition: 99th percentile of the "
+       "up-ramps r > 0 (as ramp_up_p95_1s_w_per_s)", "W/s"),
+    _c("ramp_down_p99_1s_w_per_s", "float64", "Seed authors' definition: 99th percentile of -r "
+       "over the down-ramps r < 0 (a positive magnitude)", "W/s"),
+    _c("ramp_event_frequency_1s", "float64", "Up-ramps r >= ramp_up_p95_1s_w_per_s per minute "
+       "of duration", "1/min"),
+    # swings and oscillations
+    _c("swing_w", "float64", "p95_power_w - p5_power_w", "W"),
+    _c("dynamic_range_1s_w", "float64", "Largest max - min of P within a sliding 1 s window",
+       "W"),
+    _c("dynamic_range_10s_w", "float64", "Largest max - min of P within a sliding 10 s window",
+       "W"),
+    _c("dominant_freq_hz", "float64", "Frequency of the largest peak of the Welch spectrum of "
+       "the detrended total in 0.05-5 Hz (5 Hz is the Nyquist frequency of the 0.1 s grid)",
+       "Hz"),
+    _c("dominant_amplitude_w", "float64", "Amplitude of the sinusoid at dominant_freq_hz "
+       "(sqrt(2 x power in the spectral peak))", "W"),
+    _c("band_rms_low_w", "float64", "RMS of the total's oscillation in 0.1-1 Hz", "W"),
+    _c("band_rms_mid_w", "float64", "RMS of the total's oscillation in 1-2.5 Hz", "W"),
+    _c("band_rms_high_w", "float64", "RMS of the total's oscillation in 2.5-5 Hz", "W"),
+    _c("band_fraction_low", "float64", "Share of the 0.05-5 Hz oscillation power in 0.1-1 Hz"),
+    _c("band_fraction_mid", "float64", "Share of the 0.05-5 Hz oscillation power in 1-2.5 Hz"),
+    _c("band_fraction_high", "float64", "Share of the 0.05-5 Hz oscillation power in 2.5-5 Hz"),
+    _c("step_freq_hz", "float64", "Training-step frequency from step events: 1 / median "
+       "interval between step_begin events", "Hz"),
+    # across devices
+    _c("coincidence_factor", "float64", "Peak of the sum / sum of the per-device peaks (1 when "
+       "all peaks coincide)"),
+    _c("diversity_factor", "float64", "1 / coincidence_factor"),
+    _c("synchrony_index", "float64", "Mean pairwise correlation of per-device power, high-passed "
+       "at 0.05 Hz (1 = in phase, -1 = antiphase)"),
+    _c("projected_swing_1000_w", "float64", "Swing of 1,000 such devices: mean per-device swing "
+       "x sqrt(M (1 + (M - 1) max(synchrony_index, 0))), M = 1000", "W"),
+    # states
+    _c("idle_fraction", "float64", "Share of time with P < 0.2 C"),
+    _c("near_limit_fraction", "float64", "Share of time with P >= 0.9 C"),
+    _c("step_count", "int32", "Power steps: runs of |P(t + 1 s) - P(t)| > 0.1 C of one sign"),
+    _c("checkpoint_dip_pct", "float64", "Mean depth of the power dip during checkpoints as % of "
+       "the median over the 10 s before checkpoint_begin", "%"),
+    _c("checkpoint_dip_s", "float64", "Mean width of the checkpoint dips at half depth", "s"),
+    # gaps
+    _c("gap_count", "int32", "Gaps (intervals longer than 3 sample periods) on the run clock, "
+       "overlapping gaps of several devices merged"),
+    _c("gap_s", "float64", "Total length of those gaps: how much of energy_j rests on "
+       "interpolation", "s"),
 ]
 PER_DEVICE_METRICS = [
-    Column("gpu_energy_j", List(Value("float64")), "Per device: trapezoid energy", "J"),
-    Column("gpu_mean_power_w", List(Value("float64")), "Per device: time-weighted mean power", "W"),
-    Column("gpu_peak_power_w", List(Value("float64")), "Per device: peak power", "W"),
+    Column("gpu_energy_j", List(Value("float64")), "Per device: trapezoid energy on its own "
+           "timestamps", "J"),
+    Column("gpu_energy_counter_j", List(Value("float64")), "Per device: energy-counter increase "
+           "(null without a counter)", "J"),
+    Column("gpu_mean_power_w", List(Value("float64")), "Per device: time-weighted mean power",
+           "W"),
+    Column("gpu_peak_power_w", List(Value("float64")), "Per device: peak power reading", "W"),
 ]
 METRIC_NOTES = [
     Column("metric_notes", List(Value("string")),

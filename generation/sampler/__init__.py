@@ -1,0 +1,98 @@
+"""The 100 ms power sampler: NVML in its own process, or a ``cpu_proxy`` model without a GPU.
+
+Layers (the Zeus model): **device** — ``nvml.py`` (the only module that imports the NVML
+binding, ``pynvml`` from nvidia-ml-py) and ``cpu_proxy.py`` behind the ``Source`` interface of
+``base.py``, raw units (mW, mJ, bytes) and a small error hierarchy (``errors.py``);
+**monitor** — ``process.py`` (the spawned sampler process, ticking on absolute deadlines) and
+``spool.py`` (the crash-safe on-disk spool); **report** — ``convert.py`` (spool + events ->
+``llm_powertrace_ds.run.Run``) and the ``SamplerSummary`` dataclass.
+
+Public API (stable)::
+
+    from generation.sampler import SamplerConfig, Sampler, resolve_source, spool_to_run
+    from generation.events import EventRecorder
+
+    cfg = SamplerConfig(source="auto", period_ms=100.0, gpu_indices=None,
+                        idle_w=60.0, max_w=300.0)        # frozen; validated in __post_init__
+    resolve_source(cfg)              # -> "nvml" | "cpu_proxy"; SamplerConfigError if impossible
+    with Sampler(cfg, staging_dir, pids=[os.getpid()]) as sampler:
+        # start() has returned: the sampler process took its first tick (the run's t0).
+        sampler.source               # "nvml" | "cpu_proxy"
+        sampler.provenance           # dict, also in <staging_dir>/provenance.json
+        rec = EventRecorder(staging_dir, rank=0)
+        rec.mark("step_begin", step=3)
+        ...                          # the workload
+    sampler.summary                  # SamplerSummary: state, ticks, missed_ticks, drift_ms, ...
+    run = spool_to_run(staging_dir, meta)   # -> Run (one series per device, events included)
+
+* ``Sampler(config, staging_dir, *, pids=None)`` — cheap constructor; ``start()`` (or ``with``)
+  validates the configuration (one ``SamplerConfigError`` before anything starts), spawns a
+  fresh Python interpreter (``python -m generation.sampler.process``: the spawn start method,
+  without re-importing the parent's ``__main__``, so it never imports torch or datasets) and
+  waits for its first tick; ``stop()`` returns a ``SamplerSummary`` (it does not raise when the
+  sampler died: ``summary.state`` says what happened). ``cpu_proxy`` has one virtual device per
+  pid in ``pids`` (rank = position; default ``[os.getpid()]``); ranks that start later call
+  ``register_pid(staging_dir, rank)`` and are picked up within ~``rescan_s`` (1 s).
+  ``nvml`` ignores ``pids``.
+* ``spool_to_run(staging_dir, meta, *, incomplete=None) -> Run`` — ``meta`` is the runner's
+  resolved run metadata (``run_id``, ``workload``, model and axis columns, ...); the sampler's
+  provenance columns (``sampler``, ``power_field``, ``sample_period_ms``, ``start_time``,
+  ``driver_version``, ``nvml_version``, ``cuda_version``, ``platform``, ``num_gpus``,
+  ``quality_flags`` such as ``cpu_proxy``/``incomplete``/``energy_mismatch``) are added unless
+  ``meta`` sets them. ``provenance_meta(staging_dir)`` returns just those columns.
+* ``archive_attempt(staging_dir) -> Path`` — moves a killed attempt's spool, events, pid files
+  and provenance into ``attempt-N/`` (status ``incomplete``), per DESIGN.md's run lifecycle;
+  ``spool_to_run(attempt_dir, meta)`` then adds the ``incomplete`` flag (salvage).
+* ``read_spool(staging_dir) -> Spool`` — the raw ticks (monotonic ns, deadlines, missed
+  counts, per-tick read latency), devices, anchors and summary, for benchmarks and tests.
+* Errors: ``SamplerError`` > ``SamplerConfigError`` (also ``ValueError``),
+  ``SourceUnavailable``, ``SourceError`` > ``NotSupported``, ``NoPermission``, ``GpuLost``,
+  ``UnknownError``.
+
+Staging files written here (``<staging_dir>/``): ``spool/`` (``header.json``,
+``devices.json``, ``samples.bin``, ``anchors.json``, ``summary.json``, ``sampler.log``),
+``pids/rank-<r>.pid``, ``events/*.jsonl`` (``generation.events``) and ``provenance.json``
+(including ``cpu_proxy``'s ``idle_w``/``max_w``, which have no column; ``power_limit_w`` of a
+``cpu_proxy`` device is ``max_w``). ``status.json``, ``meta.json`` and the lock belong to the
+runner.
+"""
+
+from __future__ import annotations
+
+from .base import resolve_source
+from .config import SOURCES, SamplerConfig
+from .convert import provenance_meta, spool_to_run
+from .errors import (
+    GpuLost,
+    NoPermission,
+    NotSupported,
+    SamplerConfigError,
+    SamplerError,
+    SourceError,
+    SourceUnavailable,
+    UnknownError,
+)
+from .process import Sampler, register_pid
+from .spool import SamplerSummary, Spool, archive_attempt, read_spool
+
+__all__ = [
+    "SOURCES",
+    "GpuLost",
+    "NoPermission",
+    "NotSupported",
+    "Sampler",
+    "SamplerConfig",
+    "SamplerConfigError",
+    "SamplerError",
+    "SamplerSummary",
+    "SourceError",
+    "SourceUnavailable",
+    "Spool",
+    "UnknownError",
+    "archive_attempt",
+    "provenance_meta",
+    "read_spool",
+    "register_pid",
+    "resolve_source",
+    "spool_to_run",
+]

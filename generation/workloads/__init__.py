@@ -1,0 +1,236 @@
+"""Workloads: what runs under the sampler (fine-tuning, inference), behind one small interface.
+
+A workload module (``finetune.py``, ``inference.py``) defines ``SPEC``, a :class:`WorkloadSpec`:
+the settings a sweep may give it (each typed, most of them columns of the workload's config in
+``llm_powertrace_ds.schema``), how to resolve defaults and derived values, which combinations
+are impossible on a given machine, a readable slug for run ids, and ``run``, which does the
+work in the current process (one rank of it under ``torchrun``). Importing a workload module
+must stay cheap: torch, transformers, TRL and PEFT are imported inside ``run`` only, so sweep
+validation, ``--dry-run`` and a fully resumed sweep never load them.
+
+``generation.sweep`` and ``generation.runner`` know workloads only through :func:`get_workload`
+and this interface, so a new workload is one module plus one line in :data:`WORKLOAD_MODULES`.
+
+Example:
+    >>> spec = get_workload("finetune")
+    >>> spec.settings["batch_size"].dtype
+    'int32'
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llm_powertrace_ds import schema
+from llm_powertrace_ds.errors import InputError
+
+WORKLOAD_MODULES: dict[str, str] = {
+    "finetune": "generation.workloads.finetune",
+    "inference": "generation.workloads.inference",
+}
+"""Workload name -> module defining ``SPEC``."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting a sweep may give a workload.
+
+    Attributes:
+        name: the key in the sweep file (equal to the column name when ``column``).
+        dtype: ``string``, ``bool``, ``int16``/``int32``/``int64`` or ``float32``/``float64``.
+        default: the value when the sweep gives none (``None`` = null or resolved later).
+        choices: the allowed values, if a fixed vocabulary.
+        minimum: the smallest allowed number (inclusive), if any.
+        column: whether the resolved value is copied into the run's metadata (same name).
+        doc: one line for ``--help`` style listings.
+    """
+
+    name: str
+    dtype: str
+    default: Any = None
+    choices: tuple[Any, ...] | None = None
+    minimum: float | None = None
+    column: bool = True
+    doc: str = ""
+
+    def check(self, value: Any) -> tuple[Any, str | None]:
+        """Coerce ``value`` to this setting's type.
+
+        Returns:
+            ``(value, None)`` when valid, else ``(value, message)`` where the message names the
+            expected type or choices and the bad value.
+        """
+        if value is None:
+            return None, None
+        if self.dtype == "bool":
+            if not isinstance(value, bool):
+                return value, f"{value!r} is not a boolean (true/false)"
+        elif self.dtype.startswith("int"):
+            if isinstance(value, bool) or not isinstance(value, int):
+                if isinstance(value, float) and value.is_integer():
+                    value = int(value)
+                else:
+                    return value, f"{value!r} is not an integer"
+            bound = {"int16": 2**15, "int32": 2**31, "int64": 2**63}[self.dtype]
+            if abs(value) >= bound:
+                return value, f"{value!r} is out of range for {self.dtype}"
+        elif self.dtype.startswith("float"):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                return value, f"{value!r} is not a number"
+            value = float(value)
+            if not math.isfinite(value):
+                return value, f"{value!r} is not a finite number"
+        elif self.dtype == "string":
+            if isinstance(value, (dict, list, bool)):
+                return value, f"{value!r} is not a string"
+            value = str(value)
+        if self.choices is not None and value not in self.choices:
+            return value, f"{value!r} is not one of {', '.join(map(str, self.choices))}"
+        if self.minimum is not None and isinstance(value, (int, float)) and value < self.minimum:
+            return value, f"{value!r} is below the minimum {self.minimum:g}"
+        return value, None
+
+
+def settings_from_columns(columns: list[schema.Column], **overrides: dict[str, Any]) -> dict[str, Setting]:
+    """Settings named and typed after schema columns.
+
+    Args:
+        columns: the workload's axis columns (e.g. ``schema.FINETUNE_AXES``).
+        overrides: per column, keyword arguments of :class:`Setting` (``default``, ``choices``,
+            ``minimum``).
+
+    Returns:
+        name -> ``Setting`` (dtype taken from the column's feature, doc from its description).
+    """
+    out = {}
+    for col in columns:
+        extra = overrides.get(col.name, {})
+        out[col.name] = Setting(col.name, col.feature.dtype, doc=col.description, **extra)
+    return out
+
+
+@dataclass(frozen=True)
+class MachineInfo:
+    """What sweep validation knows about the machine the runs will use.
+
+    Attributes:
+        source: the resolved sampler source, ``nvml`` or ``cpu_proxy``.
+        platform: the platform slug (the split) of the rows.
+        num_devices: GPUs the sampler will read (``nvml``) or CPU cores (``cpu_proxy``).
+        cuda: whether CUDA devices are usable by the workload.
+        bf16: whether the devices support bf16 compute.
+        bitsandbytes: whether bitsandbytes is installed (QLoRA).
+        can_set_power_limit: whether power caps may be set (root, NVML, not the lent machine).
+        extra: anything else a workload wants to record.
+    """
+
+    source: str
+    platform: str
+    num_devices: int
+    cuda: bool
+    bf16: bool
+    bitsandbytes: bool = False
+    can_set_power_limit: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunContext:
+    """What a workload's ``run`` gets from the runner (or the torchrun worker).
+
+    Attributes:
+        run_id: the run.
+        staging_dir: ``.staging/<run_id>/`` (events, results, checkpoints by default).
+        mark: ``mark(kind, step=None, label=None)`` records an event of this rank on the run
+            clock; run-level events are the runner's.
+        rank: this process's rank (0 when single).
+        world_size: number of ranks.
+        local_rank: rank on this node.
+        checkpoint_dir: where checkpoints go.
+        progress: show the within-run progress bar (steps).
+        device: ``cuda`` or ``cpu``.
+    """
+
+    run_id: str
+    staging_dir: Path
+    mark: Callable[..., None]
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    checkpoint_dir: Path | None = None
+    progress: bool = True
+    device: str = "cpu"
+
+
+class WorkloadSpec:
+    """Base class of a workload: its settings, resolution, checks, slug and ``run``.
+
+    Subclasses set :attr:`name` and :attr:`settings` and override the methods below.
+    """
+
+    name: str = ""
+    settings: dict[str, Setting] = {}
+
+    def prepare(self) -> None:
+        """Import the heavy libraries now (before the sampler's first tick); default: nothing."""
+
+    def resolve(self, values: dict[str, Any], machine: MachineInfo) -> dict[str, Any]:
+        """Fill defaults and derived values (pure; no heavy imports).
+
+        Args:
+            values: the settings given by the sweep, already type-checked.
+            machine: the machine the runs will use.
+
+        Returns:
+            Every setting resolved (the dict hashed into the run id), plus derived columns.
+        """
+        return {name: values.get(name, s.default) for name, s in self.settings.items()}
+
+    def check(self, resolved: dict[str, Any], machine: MachineInfo) -> list[tuple[str, str]]:
+        """Impossible combinations of one resolved run on ``machine``.
+
+        Returns:
+            ``(setting name, message)`` pairs; the sweep reports each at that setting's line.
+        """
+        return []
+
+    def slug(self, resolved: dict[str, Any]) -> str:
+        """A short readable slug of the run (the run id adds a hash)."""
+        return self.name
+
+    def num_processes(self, resolved: dict[str, Any]) -> int:
+        """How many ranks the run launches (1 runs in the runner's own process by default)."""
+        return 1
+
+    def columns(self, resolved: dict[str, Any]) -> dict[str, Any]:
+        """The run metadata columns known before running (axes, model, identity parts)."""
+        return {k: v for k, v in resolved.items() if k in self.settings and self.settings[k].column}
+
+    def run(self, resolved: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
+        """Do the work in this process and return result columns (rank 0's are published)."""
+        raise NotImplementedError
+
+
+def get_workload(name: str) -> WorkloadSpec:
+    """The ``SPEC`` of a registered workload.
+
+    Raises:
+        InputError: unknown workload, or its module is not available.
+    """
+    module_name = WORKLOAD_MODULES.get(name)
+    if module_name is None:
+        raise InputError(f"workload {name!r} is not one of {', '.join(WORKLOAD_MODULES)}",
+                         field="workload")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name:
+            raise InputError(f"workload {name!r} is not available in this version",
+                             field="workload") from None
+        raise
+    return module.SPEC

@@ -108,6 +108,8 @@ class ModelSpec:
         attn = h * heads * hd * 2 + h * kv * hd * 2
         if self.arch == "qwen2":
             attn += heads * hd + 2 * kv * hd  # q/k/v biases
+        if self.arch == "qwen3":
+            attn += 2 * hd  # q/k RMS norms
         per_layer = attn + 3 * h * inter + 2 * h
         emb = v * h * (1 if s.get("tie_word_embeddings") else 2)
         return emb + n * per_layer + h

@@ -1,0 +1,581 @@
+"""The runner: a sweep file in, published runs out — with resume, task splitting and locks.
+
+Per run (DESIGN.md's run lifecycle)::
+
+    lock .staging/locks/measure-<run_id>.lock (another generate process has it -> "busy")
+    archive a killed or failed attempt's spool as .staging/<run_id>/attempt-N/
+    meta.json + status "running"
+    [torchrun ranks start, import, register their pids]            (launched runs only)
+    sampler start -> idle_begin .. idle_before_s .. idle_end
+                  -> workload (events from every rank)
+                  -> idle_begin .. idle_after_s .. idle_end -> sampler stop
+    spool + events -> Run (generation.sampler.spool_to_run) with every axis, result and
+    provenance column -> llm_powertrace_ds.shards.publish_run (validate, metrics, atomic files,
+    card) -> status "published", staging removed
+
+A run is *done* when its trace file is in ``data/`` and no staging folder says otherwise; done
+runs are skipped without importing torch, transformers or TRL (a fully resumed sweep costs
+seconds). A failing run is recorded ``failed`` with its error and the sweep goes on
+(``fail_fast`` stops). Single-device runs execute in the runner's own process (``launcher:
+auto``/``inline``); multi-process runs (DDP, FSDP) and ``launcher: torchrun`` go through
+:mod:`generation.launch`.
+
+Result keys a workload returns that start with ``_`` are not columns: ``_requests`` (a list of
+request rows) becomes ``Run.requests`` for the inference workload.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import hashlib
+import importlib.metadata
+import json
+import logging
+import os
+import shutil
+import socket
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llm_powertrace_ds import layout, schema
+from llm_powertrace_ds.errors import PowerTraceError
+
+from .sweep import PlannedRun, Sweep, detect_machine, load_sweep, plan, task_subset
+from .workloads import MachineInfo
+
+log = logging.getLogger(__name__)
+
+HOST_SALT = "llm-powertrace/host/v1"
+STATUS_DONE = ("published",)
+LAUNCH_READY_TIMEOUT_S = 900.0
+
+
+class RunFailed(PowerTraceError, RuntimeError):
+    """A run failed (``fail_fast``); the message names the run and its error."""
+
+
+@dataclass
+class Outcome:
+    """What happened to one run of the sweep.
+
+    Attributes:
+        index: position in the sweep's expansion.
+        run_id: the run.
+        status: ``published``, ``skipped`` (already done), ``failed``, ``busy`` (another process
+            is measuring it), ``todo``/``done`` (dry run).
+        seconds: wall time spent on the run here.
+        error: the error of a failed run.
+        info: a few columns for the printed table (model, method, batch, ...).
+    """
+
+    index: int
+    run_id: str
+    status: str
+    seconds: float = 0.0
+    error: str | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def row(self) -> dict[str, Any]:
+        return {"index": self.index, "run_id": self.run_id, "status": self.status,
+                "seconds": round(self.seconds, 2), **self.info, "error": self.error}
+
+
+@dataclass
+class Report:
+    """The outcome of ``generate``: the runs of this task and the machine they were planned for."""
+
+    sweep: str
+    machine: MachineInfo
+    total_runs: int
+    outcomes: list[Outcome]
+
+    @property
+    def failed(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.status == "failed"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Provenance helpers
+# ---------------------------------------------------------------------------------------------
+
+def host_hash() -> str:
+    """Salted SHA-256 of the host name (16 hex digits); the name itself is never stored.
+
+    The salt is ``$LLM_POWERTRACE_SALT`` or the project's default.
+    """
+    salt = os.environ.get("LLM_POWERTRACE_SALT", HOST_SALT)
+    return hashlib.sha256(f"{salt}:{socket.gethostname()}".encode()).hexdigest()[:16]
+
+
+def package_version() -> str | None:
+    try:
+        return importlib.metadata.version("llm-powertrace")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _installed_version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Done-ness
+# ---------------------------------------------------------------------------------------------
+
+def published_run_ids(root: str | Path, workload: str) -> set[str]:
+    """Run ids with a trace file in ``data/<workload>/`` (one directory walk)."""
+    base = layout.data_root(root) / workload
+    if not base.is_dir():
+        return set()
+    return {p.stem for p in base.rglob(f"*{layout.SHARD_SUFFIX}")
+            if not p.name.startswith(".") and "-of-" not in p.stem}
+
+
+def staging_status(root: str | Path, run_id: str) -> str | None:
+    """The run's staging status, or ``None`` when it has no readable one."""
+    path = layout.staging_dir(root, run_id) / "status.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("status")
+    except (OSError, ValueError):
+        return None
+
+
+def is_done(root: str | Path, run_id: str, published: set[str]) -> bool:
+    """Done = trace file in ``data/`` and no staging folder saying otherwise."""
+    if run_id not in published:
+        return False
+    sdir = layout.staging_dir(root, run_id)
+    return not sdir.exists() or staging_status(root, run_id) in STATUS_DONE
+
+
+# ---------------------------------------------------------------------------------------------
+# generate
+# ---------------------------------------------------------------------------------------------
+
+def generate(sweep_path: str | Path, out: str | Path, *, task_index: int = 0, num_tasks: int = 1,
+             dry_run: bool = False, fail_fast: bool = False, progress: bool = True,
+             on_outcome: Callable[[Outcome], None] | None = None) -> Report:
+    """Run a sweep file into a dataset folder (resume, task split, dry run).
+
+    Args:
+        sweep_path: the YAML sweep file.
+        out: the dataset folder.
+        task_index: this task's index (``--task-index``).
+        num_tasks: number of tasks the sweep is split into (``--num-tasks``).
+        dry_run: expand, validate and report done/todo without running anything.
+        fail_fast: stop at the first failed run (raise :class:`RunFailed`).
+        progress: show progress bars (runs, and steps within a run).
+        on_outcome: called with each run's outcome as it is known.
+
+    Returns:
+        A :class:`Report`.
+
+    Raises:
+        SweepError: the sweep file has problems (every one listed, with its line).
+        RunFailed: a run failed and ``fail_fast`` is set.
+    """
+    out = Path(out)
+    sweep = load_sweep(sweep_path)
+    machine = detect_machine(sweep.sampler)
+    runs = plan(sweep, machine)
+    mine = task_subset(runs, task_index, num_tasks)
+    published = published_run_ids(out, sweep.workload)
+    outcomes: list[Outcome] = []
+
+    def emit(outcome: Outcome) -> None:
+        outcomes.append(outcome)
+        if on_outcome is not None:
+            on_outcome(outcome)
+
+    todo = []
+    for run in mine:
+        if is_done(out, run.run_id, published):
+            emit(Outcome(run.index, run.run_id, "done" if dry_run else "skipped",
+                         info=_info(run)))
+        elif dry_run:
+            emit(Outcome(run.index, run.run_id, "todo", info=_info(run)))
+        else:
+            todo.append(run)
+    if todo:
+        _run_all(sweep, machine, todo, out, fail_fast=fail_fast, progress=progress, emit=emit)
+    outcomes.sort(key=lambda o: o.index)
+    return Report(sweep=sweep.name, machine=machine, total_runs=len(runs), outcomes=outcomes)
+
+
+def _info(run: PlannedRun) -> dict[str, Any]:
+    s = run.settings
+    keys = ("model", "method", "batch_size", "seq_len", "precision", "gradient_checkpointing",
+            "parallelism", "dp_size")
+    return {k: s.get(k) for k in keys if k in s}
+
+
+def _run_all(sweep: Sweep, machine: MachineInfo, todo: list[PlannedRun], out: Path, *,
+             fail_fast: bool, progress: bool, emit: Callable[[Outcome], None]) -> None:
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(todo), desc=f"{sweep.name}", unit="run", disable=not progress,
+               dynamic_ncols=True)
+    try:
+        for run in todo:
+            bar.set_postfix_str(run.run_id[-30:])
+            started = time.monotonic()
+            try:
+                status, info = execute_run(sweep, machine, run, out, progress=progress)
+                outcome = Outcome(run.index, run.run_id, status, time.monotonic() - started,
+                                  info={**_info(run), **info})
+            except RunError as exc:
+                outcome = Outcome(run.index, run.run_id, "failed", time.monotonic() - started,
+                                  error=str(exc), info=_info(run))
+                log.warning("run %s failed: %s", run.run_id, exc)
+            emit(outcome)
+            bar.update(1)
+            if outcome.status == "failed" and fail_fast:
+                raise RunFailed(f"run {run.run_id} failed: {outcome.error}")
+    finally:
+        bar.close()
+
+
+class RunError(PowerTraceError, RuntimeError):
+    """One run failed; recorded ``failed`` in its staging status."""
+
+
+def execute_run(sweep: Sweep, machine: MachineInfo, run: PlannedRun, out: Path, *,
+                progress: bool = True) -> tuple[str, dict[str, Any]]:
+    """Measure and publish one run under its lock.
+
+    Returns:
+        ``(status, info)``: ``published`` with a few metrics, or ``busy`` (another process holds
+        the run), or ``skipped`` (it was finished meanwhile).
+
+    Raises:
+        RunError: the run failed; its staging status says ``failed`` with the error.
+    """
+    from filelock import FileLock, Timeout
+
+    from llm_powertrace_ds.shards import publish_run, set_status
+
+    lock = FileLock(str(layout.lock_path(out, f"measure-{run.run_id}")), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        log.info("run %s is being measured by another process; skipped", run.run_id)
+        return "busy", {}
+    try:
+        if is_done(out, run.run_id, published_run_ids(out, sweep.workload)):
+            return "skipped", {}
+        sdir = layout.staging_dir(out, run.run_id)
+        _prepare_staging(sdir)
+        meta = _planned_meta(sweep, run)
+        _write_json(sdir / "meta.json", {"columns": meta, "settings": run.settings,
+                                         "sampler": sweep.sampler, "sweep": str(sweep.path)})
+        set_status(out, run.run_id, "running",
+                   started_utc=dt.datetime.now(dt.timezone.utc).isoformat(), pid=os.getpid())
+        try:
+            result = _measure(sweep, machine, run, sdir, progress=progress)
+            record = _build_run(sdir, meta, result)
+            published = publish_run(out, record)
+        except Exception as exc:  # noqa: BLE001 - any failure of a run is recorded, not fatal
+            message = f"{type(exc).__name__}: {exc}"
+            set_status(out, run.run_id, "failed", error=message,
+                       traceback=traceback.format_exc(limit=20))
+            raise RunError(message) from exc
+        finally:
+            _remove_checkpoints(sweep, run)
+        m = published.metrics
+        return "published", {"steps": result.get("steps"),
+                             "tokens_per_s": result.get("tokens_per_s"),
+                             "energy_j": m.get("energy_j"), "mean_power_w": m.get("mean_power_w"),
+                             "flags": published.flags}
+    finally:
+        lock.release()
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj, default=str, indent=1), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _prepare_staging(sdir: Path) -> None:
+    """Keep what an earlier attempt left as ``attempt-N/``; start from a clean folder."""
+    from .sampler import archive_attempt
+
+    if not sdir.exists():
+        return
+    leftovers = [p for p in sdir.iterdir() if p.name not in ("status.json", "meta.json")
+                 and not p.name.startswith(("attempt-", "."))]
+    if leftovers:
+        reason = "failed" if _status_of(sdir) == "failed" else "killed"
+        archive_attempt(sdir, reason=reason)
+
+
+def _status_of(sdir: Path) -> str | None:
+    try:
+        return json.loads((sdir / "status.json").read_text()).get("status")
+    except (OSError, ValueError):
+        return None
+
+
+def _planned_meta(sweep: Sweep, run: PlannedRun) -> dict[str, Any]:
+    """Every column known before measuring: identity, model, axes, provenance of this host."""
+    names = schema.RUN_LEVEL_FIELDS[sweep.workload]
+    meta = {k: v for k, v in run.columns.items() if k in names}
+    meta.update(package_version=package_version(), host_hash=host_hash(),
+                schema_version=schema.SCHEMA_VERSION)
+    for col, dist in (("torch_version", "torch"), ("transformers_version", "transformers"),
+                      ("peft_version", "peft"), ("trl_version", "trl")):
+        if col in names:
+            meta[col] = _installed_version(dist)
+    return meta
+
+
+def _sampler_config(sweep: Sweep, machine: MachineInfo, nproc: int) -> Any:
+    from .sampler import SamplerConfig
+
+    kwargs: dict[str, Any] = {"source": machine.source,
+                              "period_ms": float(sweep.sampler.get("period_ms", 100.0))}
+    for key in ("idle_w", "max_w"):
+        if key in sweep.sampler:
+            kwargs[key] = sweep.sampler[key]
+    if machine.source == "nvml":
+        kwargs["gpu_indices"] = _first_visible_gpus(nproc)
+    return SamplerConfig(**kwargs)
+
+
+def _first_visible_gpus(n: int) -> tuple[int, ...] | None:
+    """NVML indices of the first ``n`` GPUs the workload sees (``None``: leave it to the sampler)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return tuple(range(n))
+    entries = [e.strip() for e in visible.split(",") if e.strip()]
+    if len(entries) >= n and all(e.isdigit() for e in entries[:n]):
+        return tuple(int(e) for e in entries[:n])
+    return None
+
+
+def _idle(recorder: Any, seconds: float) -> None:
+    if seconds <= 0:
+        return
+    recorder.mark("idle_begin")
+    time.sleep(seconds)
+    recorder.mark("idle_end")
+
+
+def _checkpoint_dir(sweep: Sweep, run: PlannedRun) -> Path | None:
+    return Path(sweep.checkpoint_dir) / run.run_id if sweep.checkpoint_dir else None
+
+
+def _remove_checkpoints(sweep: Sweep, run: PlannedRun) -> None:
+    path = _checkpoint_dir(sweep, run)
+    if path is not None and path.exists():
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def power_cap(gpu_indices: Sequence[int], watts: float | None) -> Iterator[list[dict[str, Any]]]:
+    """Set an NVML power limit on ``gpu_indices`` for the duration, then restore the originals.
+
+    Needs root. Never used on ``cpu_proxy`` (sweep validation rejects it) nor on a machine
+    whose settings must stay as they are. The sampler, started inside, reads the enforced limit
+    (``power_limit_w``: the observed value beside the requested ``power_limit_setting_w``).
+
+    Yields:
+        One ``{"gpu_index", "original_mw", "requested_mw"}`` per GPU.
+
+    Raises:
+        SourceError: NVML refused (e.g. ``NoPermission``, a value out of range); whatever was
+            already changed is restored first.
+    """
+    if watts is None:
+        yield []
+        return
+    # The sampler's device layer is the only code that talks to NVML (its error translation
+    # included); it has no public power-limit call yet, so its call helper is used here.
+    from .sampler import SourceError
+    from .sampler import nvml as dev
+
+    dev._init()
+    changed: list[dict[str, Any]] = []
+    try:
+        for index in gpu_indices:
+            handle = dev._call("nvmlDeviceGetHandleByIndex", int(index))
+            original = int(dev._call("nvmlDeviceGetPowerManagementLimit", handle))
+            requested = int(round(watts * 1000))
+            dev._call("nvmlDeviceSetPowerManagementLimit", handle, requested)
+            changed.append({"gpu_index": int(index), "original_mw": original,
+                            "requested_mw": requested, "handle": handle})
+            log.info("power limit of GPU %d: %d W -> %d W", index, original // 1000,
+                     requested // 1000)
+        yield [{k: v for k, v in c.items() if k != "handle"} for c in changed]
+    finally:
+        for c in reversed(changed):
+            try:
+                dev._call("nvmlDeviceSetPowerManagementLimit", c["handle"], c["original_mw"])
+            except SourceError as exc:
+                log.error("could not restore the power limit of GPU %d to %d W: %s",
+                          c["gpu_index"], c["original_mw"] // 1000, exc)
+        dev._shutdown()
+
+
+def _cap_indices(config: Any, nproc: int) -> list[int]:
+    return list(config.gpu_indices) if config.gpu_indices is not None else list(range(nproc))
+
+
+def _measure(sweep: Sweep, machine: MachineInfo, run: PlannedRun, sdir: Path, *,
+             progress: bool) -> dict[str, Any]:
+    """Sampler, idle padding, workload, idle padding; returns the workload's result."""
+    nproc = run.num_processes
+    cap = run.settings.get("power_limit_setting_w")
+    config = _sampler_config(sweep, machine, nproc)
+    with power_cap(_cap_indices(config, nproc) if cap is not None else [], cap):
+        if sweep.launcher == "torchrun" or nproc > 1:
+            return _measure_launched(sweep, config, machine, run, sdir, nproc,
+                                     progress=progress)
+        return _measure_inline(sweep, config, machine, run, sdir, progress=progress)
+
+
+def _measure_inline(sweep: Sweep, config: Any, machine: MachineInfo, run: PlannedRun,
+                    sdir: Path, *, progress: bool) -> dict[str, Any]:
+    from .events import EventRecorder
+    from .sampler import Sampler
+    from .workloads import RunContext
+
+    spec = sweep.spec
+    spec.prepare()  # heavy imports happen before the sampler's t0
+    sampler = Sampler(config, sdir, pids=[os.getpid()])
+    run_events = EventRecorder(sdir, rank=None)
+    rank_events = EventRecorder(sdir, rank=0)
+    sampler.start()
+    try:
+        _idle(run_events, sweep.idle_before_s)
+        ctx = RunContext(run_id=run.run_id, staging_dir=sdir, mark=rank_events.mark,
+                         checkpoint_dir=_checkpoint_dir(sweep, run), progress=progress,
+                         device="cuda" if machine.cuda else "cpu")
+        result = spec.run(run.settings, ctx)
+        rank_events.flush()
+        _idle(run_events, sweep.idle_after_s)
+    finally:
+        run_events.close()
+        rank_events.close()
+        summary = sampler.stop()
+    _check_sampler(summary)
+    return result
+
+
+def _measure_launched(sweep: Sweep, config: Any, machine: MachineInfo, run: PlannedRun,
+                      sdir: Path, nproc: int, *, progress: bool) -> dict[str, Any]:
+    from .events import EventRecorder
+    from .launch import Launched, LaunchSpec
+    from .sampler import Sampler
+
+    spec = LaunchSpec(workload=sweep.workload, run_id=run.run_id, settings=run.settings,
+                      runner_pid=os.getpid(),
+                      checkpoint_dir=str(_checkpoint_dir(sweep, run) or "") or None,
+                      progress=progress, device="cuda" if machine.cuda else "cpu")
+    launched = Launched(spec, sdir, nproc)
+    launched.start()
+    sampler = None
+    try:
+        pids = launched.wait_ready(LAUNCH_READY_TIMEOUT_S)
+        sampler = Sampler(config, sdir, pids=pids)
+        run_events = EventRecorder(sdir, rank=None)
+        sampler.start()
+        try:
+            _idle(run_events, sweep.idle_before_s)
+            launched.go()
+            result = launched.wait_done()
+            _idle(run_events, sweep.idle_after_s)
+        finally:
+            run_events.close()
+            summary = sampler.stop()
+        launched.release()
+    except BaseException:
+        launched.terminate()
+        raise
+    _check_sampler(summary)
+    return result
+
+
+def _check_sampler(summary: Any) -> None:
+    if not summary.complete:
+        raise RunError(f"the sampler ended {summary.state}: {summary.message}")
+
+
+def _build_run(sdir: Path, meta: dict[str, Any], result: dict[str, Any]) -> Any:
+    """The ``Run`` of a measured attempt: spool + events + planned meta + workload results."""
+    from .sampler import spool_to_run
+
+    workload = meta["workload"]
+    names = schema.RUN_LEVEL_FIELDS[workload]
+    full = dict(meta)
+    full.update({k: v for k, v in result.items() if k in names and v is not None})
+    record = spool_to_run(sdir, full)
+    if "_requests" in result:
+        record.requests = result["_requests"]
+    return record
+
+
+# ---------------------------------------------------------------------------------------------
+# salvage
+# ---------------------------------------------------------------------------------------------
+
+def salvage(root: str | Path, run_id: str) -> Any:
+    """Publish the last killed attempt of a run, flagged ``incomplete``.
+
+    The attempt's results are reconstructed from its events where possible (``steps`` = rank
+    0's completed steps; ``tokens`` from the planned batch and sequence length).
+
+    Returns:
+        The ``PublishResult``.
+
+    Raises:
+        RunNotFound: the run has no staging folder or no archived attempt.
+    """
+    from llm_powertrace_ds.errors import RunNotFound
+    from llm_powertrace_ds.shards import publish_run
+
+    from .sampler import spool_to_run
+
+    root = Path(root)
+    sdir = layout.staging_dir(root, run_id)
+    if not sdir.is_dir():
+        raise RunNotFound(f"run {run_id!r} has no staging folder in {root}")
+    attempts = sorted((p for p in sdir.glob("attempt-*") if p.name.split("-", 1)[1].isdigit()),
+                      key=lambda p: int(p.name.split("-", 1)[1]))
+    if not attempts and (sdir / "spool").is_dir() and _status_of(sdir) != "running":
+        attempts = [sdir]
+    if not attempts:
+        raise RunNotFound(f"run {run_id!r} has no killed attempt to salvage in {sdir}")
+    meta_path = sdir / "meta.json"
+    if not meta_path.exists():
+        raise RunNotFound(f"run {run_id!r} has no meta.json in {sdir}")
+    saved = json.loads(meta_path.read_text())
+    meta = dict(saved["columns"])
+    meta.update(_results_from_events(attempts[-1], saved.get("settings", {})))
+    record = spool_to_run(attempts[-1], meta, incomplete=True)
+    return publish_run(root, record)
+
+
+def _results_from_events(attempt: Path, settings: dict[str, Any]) -> dict[str, Any]:
+    from .events import read_raw_events
+
+    ends = [e for e in read_raw_events(attempt) if e[1] == "step_end" and e[3] in (0, None)]
+    if not ends:
+        return {}
+    steps = len(ends)
+    out: dict[str, Any] = {"steps": steps}
+    try:
+        out["tokens"] = (steps * int(settings["batch_size"]) * int(settings["grad_accum"])
+                         * int(settings.get("dp_size") or 1) * int(settings["seq_len"]))
+    except (KeyError, TypeError, ValueError):
+        pass
+    return out

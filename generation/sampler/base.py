@@ -1,0 +1,217 @@
+"""The device layer's interface: a ``Source`` opens devices and reads one tick of one device.
+
+Sources return **raw units** (mW, mJ, bytes) in a :class:`Reading`; the monitor layer
+(``process.py``) converts them once into the column contract's units. A value a source does not
+report is ``NaN`` — never 0. Faults that leave a tick's values missing are reported as bits in
+``Reading.faults`` (the sampler keeps running); a lost device raises :class:`GpuLost`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, NamedTuple
+
+from .config import SamplerConfig
+from .errors import SamplerConfigError, SourceUnavailable
+
+log = logging.getLogger(__name__)
+
+NAN = math.nan
+
+# Fault bits of one reading (``Reading.faults``); names are what summaries count.
+FAULT_TRANSIENT = 1 << 0
+"""A call failed with an unknown (transient) error: its values are null this tick."""
+FAULT_FIELD_NOT_SUPPORTED = 1 << 1
+"""A field reported "not supported" this tick although the start-up probe accepted it."""
+FAULT_NO_PERMISSION = 1 << 2
+"""A call was refused for lack of permission this tick."""
+FAULT_GPU_LOST = 1 << 3
+"""The device was lost; this is its last row."""
+FAULT_PROCESS_GONE = 1 << 4
+"""``cpu_proxy``: the rank's process has ended; nothing to measure."""
+FAULT_FIELD_ERROR = 1 << 5
+"""A field returned another error code this tick."""
+
+FAULT_NAMES = {
+    FAULT_TRANSIENT: "transient",
+    FAULT_FIELD_NOT_SUPPORTED: "field_not_supported",
+    FAULT_NO_PERMISSION: "no_permission",
+    FAULT_GPU_LOST: "gpu_lost",
+    FAULT_PROCESS_GONE: "process_gone",
+    FAULT_FIELD_ERROR: "field_error",
+}
+
+
+def fault_names(bits: int) -> list[str]:
+    """The names of the fault bits set in ``bits``."""
+    return [name for bit, name in FAULT_NAMES.items() if bits & bit]
+
+
+class Reading(NamedTuple):
+    """One tick of one device, in raw units; ``NaN`` = not reported.
+
+    Attributes:
+        power_mw: the power reading the source's ``power_field`` names, mW.
+        power_avg_mw: 1 s-average power (NVML field 185), mW.
+        energy_mj: the energy counter (raw: since driver load for NVML), mJ.
+        gpu_util_pct: GPU utilisation, %.
+        mem_util_pct: memory-controller utilisation, %.
+        mem_used_bytes: device memory used (``cpu_proxy``: the process tree's RSS), bytes.
+        sm_clock_mhz: SM clock, MHz.
+        mem_clock_mhz: memory clock, MHz.
+        temp_c: GPU temperature, degC.
+        clock_event_reasons: NVML clock-event reasons bitmask.
+        faults: ``FAULT_*`` bits of this reading.
+    """
+
+    power_mw: float = NAN
+    power_avg_mw: float = NAN
+    energy_mj: float = NAN
+    gpu_util_pct: float = NAN
+    mem_util_pct: float = NAN
+    mem_used_bytes: float = NAN
+    sm_clock_mhz: float = NAN
+    mem_clock_mhz: float = NAN
+    temp_c: float = NAN
+    clock_event_reasons: float = NAN
+    faults: int = 0
+
+
+EMPTY_READING = Reading()
+
+
+@dataclass
+class DeviceInfo:
+    """What a source knows about one device, fixed for the run.
+
+    Attributes:
+        slot: position of the device in this sampler's spool (0, 1, ...).
+        gpu_index: NVML index on the node; the rank for ``cpu_proxy``.
+        rank: the workload rank whose events this device's row carries.
+        name: device name as reported (``cpu_proxy`` for the CPU proxy).
+        uuid_hash: salted SHA-256 of the UUID (never the UUID), or ``None``.
+        power_limit_w: enforced power limit, W (``cpu_proxy``: the model's ``max_w``).
+        default_power_limit_w: default power limit, W.
+        details: anything else worth recording in the provenance (probe results, PCI bus id,
+            limits' range, MIG mode, ``cpu_proxy`` pid).
+    """
+
+    slot: int
+    gpu_index: int
+    rank: int | None
+    name: str
+    uuid_hash: str | None = None
+    power_limit_w: float | None = None
+    default_power_limit_w: float | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe form, as written to ``devices.json``."""
+        return {"slot": self.slot, "gpu_index": self.gpu_index, "rank": self.rank,
+                "name": self.name, "uuid_hash": self.uuid_hash,
+                "power_limit_w": self.power_limit_w,
+                "default_power_limit_w": self.default_power_limit_w, "details": self.details}
+
+
+class Source(ABC):
+    """A source of readings. Cheap to construct; ``open`` touches the hardware.
+
+    Lifecycle: ``open()`` once (returns the devices), then ``read(slot)`` per device per tick,
+    ``rescan()`` about once a second (may return newly found devices), ``close()`` once.
+    """
+
+    name: ClassVar[str]
+    """``nvml`` or ``cpu_proxy`` (the ``sampler`` column)."""
+
+    power_field: str = ""
+    """What ``Reading.power_mw`` holds (the ``power_field`` column); set by ``open``."""
+
+    @abstractmethod
+    def open(self) -> list[DeviceInfo]:
+        """Open the devices and probe what they support.
+
+        Raises:
+            SourceUnavailable: the source cannot be used here.
+            SamplerConfigError: the configuration does not fit this machine.
+        """
+
+    @abstractmethod
+    def read(self, slot: int) -> Reading:
+        """Read one tick of device ``slot``.
+
+        Raises:
+            GpuLost: the device is gone; the sampler ends cleanly.
+        """
+
+    def rescan(self) -> list[DeviceInfo]:
+        """Periodic maintenance (about once a second); return devices found since ``open``."""
+        return []
+
+    def provenance(self) -> dict[str, Any]:
+        """Run-level facts for ``provenance.json`` (versions, model constants, probes)."""
+        return {"sampler": self.name, "power_field": self.power_field}
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release the devices."""
+
+
+def resolve_source(config: SamplerConfig) -> str:
+    """Decide which source a configuration uses, before anything starts.
+
+    ``cpu_proxy`` is always usable. ``nvml`` needs the official binding and a usable GPU; when
+    it was asked for explicitly and is unavailable this raises; ``auto`` falls back to
+    ``cpu_proxy``. The choice is logged.
+
+    Args:
+        config: the sampler configuration.
+
+    Returns:
+        ``"nvml"`` or ``"cpu_proxy"``.
+
+    Raises:
+        SamplerConfigError: ``nvml`` asked for where NVML is unavailable, a GPU index out of
+            range, a MIG GPU without ``allow_mig``.
+
+    Example:
+        >>> resolve_source(SamplerConfig(source="cpu_proxy"))
+        'cpu_proxy'
+    """
+    if config.source == "cpu_proxy":
+        log.info("sampler source: cpu_proxy (asked for)")
+        return "cpu_proxy"
+    from . import nvml
+
+    try:
+        summary = nvml.check_available(config.gpu_indices, allow_mig=config.allow_mig)
+    except SourceUnavailable as exc:
+        if config.source == "nvml":
+            raise SamplerConfigError(f"sampler source 'nvml' was asked for but NVML is "
+                                     f"unavailable: {exc}") from exc
+        log.info("sampler source: cpu_proxy (auto; NVML unavailable: %s)", exc)
+        return "cpu_proxy"
+    log.info("sampler source: nvml (%s)", summary)
+    return "nvml"
+
+
+def make_source(name: str, config: SamplerConfig, staging_dir: Path,
+                exclude_pids: tuple[int, ...] = ()) -> Source:
+    """Construct (not open) the source ``name`` for ``config``."""
+    if name == "nvml":
+        from .nvml import NvmlSource
+
+        return NvmlSource(config.gpu_indices, uuid_salt=config.uuid_salt,
+                          allow_mig=config.allow_mig)
+    if name == "cpu_proxy":
+        from .cpu_proxy import CpuProxySource
+
+        return CpuProxySource(Path(staging_dir) / PIDS_DIR, idle_w=config.idle_w,
+                              max_w=config.max_w, exclude_pids=exclude_pids)
+    raise SamplerConfigError(f"sampler source {name!r} is unknown")
+
+
+PIDS_DIR = "pids"
+"""Folder of ``rank-<r>.pid`` files in the staging folder (``cpu_proxy`` devices)."""

@@ -1,0 +1,564 @@
+"""The ``nvml`` source: real GPUs through nvidia-ml-py (the only module importing the binding).
+
+nvidia-ml-py installs a module named ``pynvml``; so did the old unofficial ``pynvml``
+distribution, which shadows it with different behaviour. :func:`check_binding` finds which
+installed distribution provides the module (``importlib.metadata``) and refuses the unofficial
+one with the command that fixes it.
+
+Every call into the binding goes through :func:`_call`, wrapped by one decorator
+(:func:`_translate`) that maps NVML return codes through one table (:data:`ERROR_TABLE`) to the
+sampler's hierarchy — ``NotSupported``, ``NoPermission``, ``GpuLost``, ``UnknownError`` —
+raised ``from`` the original ``NVMLError``. Tests replace this module's ``pynvml`` attribute
+with a test double that keeps the real error classes and constants.
+
+Per tick and GPU: **one** ``nvmlDeviceGetFieldValues`` call for instant power (field 186), the
+1 s-average power (185) and the energy counter (191), each with its own return code; then
+utilisation, memory used, SM and memory clocks, temperature and clock-event reasons. Whatever the
+start-up probe finds unsupported (or forbidden) is never read again and stays null for the whole
+run. ``nvmlDeviceGetPowerUsage`` (a 1 s average on Ampere-non-GA100 and newer) is used only when
+field 186 is unsupported on some GPU, and then for every GPU so that ``power_field`` is one value.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import logging
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from .base import (
+    FAULT_FIELD_ERROR,
+    FAULT_FIELD_NOT_SUPPORTED,
+    FAULT_NO_PERMISSION,
+    FAULT_TRANSIENT,
+    NAN,
+    DeviceInfo,
+    Reading,
+    Source,
+)
+from .errors import (
+    GpuLost,
+    NoPermission,
+    NotSupported,
+    SamplerConfigError,
+    SamplerError,
+    SourceError,
+    SourceUnavailable,
+    UnknownError,
+)
+
+try:  # the `generate` extra; without it only cpu_proxy is available
+    import pynvml
+except ImportError:  # pragma: no cover - depends on the environment
+    pynvml = None  # type: ignore[assignment]
+
+log = logging.getLogger(__name__)
+
+# NVML field ids (nvml.h; stable ABI).
+FI_POWER_AVERAGE = 185
+FI_POWER_INSTANT = 186
+FI_ENERGY = 191
+FIELD_IDS = (FI_POWER_INSTANT, FI_POWER_AVERAGE, FI_ENERGY)
+
+# NVML return codes (nvml.h; stable ABI) that the table distinguishes.
+NVML_SUCCESS = 0
+NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_RESET_REQUIRED = 16
+NVML_ERROR_UNKNOWN = 999
+
+ERROR_TABLE: Mapping[int, type[SourceError]] = {
+    NVML_ERROR_NOT_SUPPORTED: NotSupported,
+    NVML_ERROR_FUNCTION_NOT_FOUND: NotSupported,
+    NVML_ERROR_NO_PERMISSION: NoPermission,
+    NVML_ERROR_GPU_IS_LOST: GpuLost,
+    NVML_ERROR_RESET_REQUIRED: GpuLost,
+}
+"""NVML return code -> error class; every other code is ``UnknownError`` (transient)."""
+
+UNAVAILABLE_CODES = frozenset({NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_LIBRARY_NOT_FOUND,
+                               NVML_ERROR_UNINITIALIZED})
+"""Codes that, at ``nvmlInit``, mean there is no usable NVML on this machine."""
+
+DEFAULT_SALT = "llm-powertrace/gpu-uuid/v1"
+"""Salt of ``gpu_uuid_hash`` when neither the config nor ``$LLM_POWERTRACE_SALT`` sets one."""
+
+_FIX_UNOFFICIAL = ("pip uninstall -y pynvml && pip install --force-reinstall 'nvidia-ml-py>=12.535'")
+
+T = TypeVar("T")
+
+
+def error_class(code: int | None) -> type[SourceError]:
+    """The sampler error class of an NVML return code."""
+    return ERROR_TABLE.get(code, UnknownError) if code is not None else UnknownError
+
+
+def translate_error(exc: BaseException) -> SourceError:
+    """Translate an ``NVMLError`` into the sampler's hierarchy (the caller raises it ``from``)."""
+    code = getattr(exc, "value", None)
+    cls = error_class(code)
+    return cls(f"NVML error {code}: {exc}", code)
+
+
+def _translate(fn: Callable[..., T]) -> Callable[..., T]:
+    """Decorator: re-raise the binding's ``NVMLError`` as the sampler's error, ``from`` it."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        try:
+            return fn(*args, **kwargs)
+        except pynvml.NVMLError as exc:
+            raise translate_error(exc) from exc
+
+    return wrapper
+
+
+@_translate
+def _call(name: str, *args: Any) -> Any:
+    """Call ``pynvml.<name>(*args)``: the one place the binding is called."""
+    return getattr(pynvml, name)(*args)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# The binding and the machine
+# ---------------------------------------------------------------------------------------------
+
+def _module_providers(module: str) -> list[str]:
+    """Distributions that install the top-level module ``module``."""
+    return list(importlib.metadata.packages_distributions().get(module, []))
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def check_binding() -> str:
+    """Check that ``pynvml`` comes from nvidia-ml-py; return its version.
+
+    Raises:
+        SourceUnavailable: the binding is missing, or the unofficial ``pynvml`` distribution
+            provides the module (the message says how to fix it).
+    """
+    if pynvml is None:
+        raise SourceUnavailable("the NVML binding is not installed: pip install "
+                                "'llm-powertrace[generate]' (or pip install nvidia-ml-py)")
+    providers = {_norm(p) for p in _module_providers("pynvml")}
+    if "pynvml" in providers:
+        raise SourceUnavailable(
+            "the module `pynvml` is provided by the unofficial 'pynvml' distribution, not by "
+            f"NVIDIA's official binding nvidia-ml-py; fix: {_FIX_UNOFFICIAL}")
+    if providers and "nvidia-ml-py" not in providers:
+        raise SourceUnavailable(f"the module `pynvml` comes from {sorted(providers)}, not "
+                                f"nvidia-ml-py; fix: {_FIX_UNOFFICIAL}")
+    try:
+        return importlib.metadata.version("nvidia-ml-py")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _init() -> None:
+    try:
+        _call("nvmlInit")
+    except SourceError as exc:
+        raise SourceUnavailable(f"NVML could not be initialised ({exc}); is an NVIDIA driver "
+                                "installed and a GPU visible?") from exc
+    except OSError as exc:  # the shared library itself could not be loaded
+        raise SourceUnavailable(f"NVML could not be loaded: {exc}") from exc
+
+
+def _shutdown() -> None:
+    try:
+        _call("nvmlShutdown")
+    except SourceError as exc:
+        log.warning("nvmlShutdown failed: %s", exc)
+
+
+def _visible_entries(env: Mapping[str, str]) -> list[str] | None:
+    """``CUDA_VISIBLE_DEVICES`` as a list of entries, or ``None`` when it is not set."""
+    raw = env.get("CUDA_VISIBLE_DEVICES")
+    if raw is None:
+        return None
+    return [e.strip() for e in raw.split(",") if e.strip()]
+
+
+def _select_handles(gpu_indices: Sequence[int] | None, env: Mapping[str, str]
+                    ) -> list[tuple[int, Any]]:
+    """(NVML index, handle) of every GPU to sample, in order. NVML must be initialised.
+
+    Explicit ``gpu_indices`` are NVML indices. Otherwise ``CUDA_VISIBLE_DEVICES`` is respected:
+    integer entries are taken as NVML indices (true when ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, and on
+    nodes of identical GPUs), ``GPU-<uuid>`` entries (or unique prefixes) are looked up by UUID.
+    """
+    count = int(_call("nvmlDeviceGetCount"))
+    if count == 0:
+        raise SourceUnavailable("NVML reports no GPU")
+
+    def by_index(i: int, what: str) -> tuple[int, Any]:
+        if not 0 <= i < count:
+            raise SamplerConfigError(f"{what} {i} is out of range: this machine has {count} "
+                                     f"GPU(s) (indices 0..{count - 1})")
+        return i, _call("nvmlDeviceGetHandleByIndex", i)
+
+    if gpu_indices is not None:
+        return [by_index(i, "gpu index") for i in gpu_indices]
+    entries = _visible_entries(env)
+    if entries is None:
+        return [by_index(i, "gpu index") for i in range(count)]
+    if not entries:
+        raise SourceUnavailable("CUDA_VISIBLE_DEVICES is empty: no GPU is visible")
+    uuids: list[str] | None = None
+    out: list[tuple[int, Any]] = []
+    for entry in entries:
+        if re.fullmatch(r"\d+", entry):
+            out.append(by_index(int(entry), "CUDA_VISIBLE_DEVICES entry"))
+        elif entry.startswith("GPU-"):
+            if uuids is None:
+                uuids = [_text(_call("nvmlDeviceGetUUID", _call("nvmlDeviceGetHandleByIndex", i)))
+                         for i in range(count)]
+            matches = [i for i, u in enumerate(uuids) if u.startswith(entry)]
+            if len(matches) != 1:
+                raise SamplerConfigError(f"CUDA_VISIBLE_DEVICES entry {entry!r} matches "
+                                         f"{len(matches)} GPUs")
+            out.append(by_index(matches[0], "CUDA_VISIBLE_DEVICES entry"))
+        elif entry.startswith("MIG-"):
+            raise SamplerConfigError(f"CUDA_VISIBLE_DEVICES entry {entry!r} is a MIG instance; "
+                                     "NVML reads power per whole GPU, so MIG instances are not "
+                                     "sampled (make the whole GPU visible and set allow_mig)")
+        else:
+            raise SamplerConfigError(f"CUDA_VISIBLE_DEVICES entry {entry!r} is neither an index "
+                                     "nor a GPU UUID")
+    if len({i for i, _ in out}) != len(out):
+        raise SamplerConfigError(f"CUDA_VISIBLE_DEVICES={','.join(entries)} names a GPU twice")
+    return out
+
+
+def _mig_enabled(handle: Any) -> bool:
+    try:
+        current, _pending = _call("nvmlDeviceGetMigMode", handle)
+    except (NotSupported, NoPermission):
+        return False
+    return bool(current)
+
+
+def check_available(gpu_indices: Sequence[int] | None = None, *, allow_mig: bool = False,
+                    env: Mapping[str, str] | None = None) -> str:
+    """Check that NVML can sample the requested GPUs; return a one-line description.
+
+    Initialises NVML and shuts it down again; changes nothing.
+
+    Raises:
+        SourceUnavailable: no binding, the wrong binding, no driver, no GPU.
+        SamplerConfigError: an index out of range, a bad ``CUDA_VISIBLE_DEVICES`` entry, a MIG
+            GPU without ``allow_mig``.
+    """
+    check_binding()
+    _init()
+    try:
+        handles = _select_handles(gpu_indices, os.environ if env is None else env)
+        names = []
+        for index, handle in handles:
+            if _mig_enabled(handle) and not allow_mig:
+                raise SamplerConfigError(_mig_message(index))
+            names.append(f"{index}: {_text(_call('nvmlDeviceGetName', handle))}")
+    except (NotSupported, NoPermission, UnknownError, GpuLost) as exc:
+        raise SourceUnavailable(f"NVML is not usable: {exc}") from exc
+    finally:
+        _shutdown()
+    return ", ".join(names)
+
+
+def _mig_message(index: int) -> str:
+    return (f"GPU {index} is in MIG mode: NVML reports power for the whole GPU, not per "
+            "instance; refusing (set allow_mig=True to sample anyway; the provenance then says "
+            "power is whole-GPU)")
+
+
+def uuid_hash(uuid: str, salt: str | None = None) -> str:
+    """Salted SHA-256 of a GPU UUID (first 16 hex digits); the UUID itself is never stored."""
+    salt = salt if salt is not None else os.environ.get("LLM_POWERTRACE_SALT", DEFAULT_SALT)
+    return hashlib.sha256(f"{salt}:{uuid}".encode()).hexdigest()[:16]
+
+
+def _cuda_version(raw: int) -> str:
+    return f"{raw // 1000}.{(raw % 1000) // 10}"
+
+
+def field_value(fv: Any) -> float:
+    """The numeric value of a ``c_nvmlFieldValue_t`` according to its ``valueType``."""
+    attr = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal",
+            6: "usVal"}.get(int(fv.valueType))
+    if attr is None:
+        return NAN
+    return float(getattr(fv.value, attr))
+
+
+# ---------------------------------------------------------------------------------------------
+# The source
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class _Gpu:
+    """Per-GPU state: its handle and what the probe found readable."""
+
+    index: int
+    handle: Any
+    field_ids: list[int] = field(default_factory=list)
+    probes: dict[str, str] = field(default_factory=dict)
+    power_usage: bool = False
+    energy_call: bool = False
+    util: bool = False
+    memory: bool = False
+    sm_clock: bool = False
+    mem_clock: bool = False
+    temp: bool = False
+    reasons_fn: str | None = None
+
+
+def _probe(what: str, fn: Callable[[], Any], probes: dict[str, str]) -> bool:
+    """Call ``fn`` once; record ``ok``, ``not_supported``, ``no_permission`` or ``error: ...``.
+
+    Unsupported and forbidden queries are never made again (their column stays null for the run);
+    an unknown error is treated as transient (the query is kept).
+    """
+    try:
+        fn()
+    except NotSupported:
+        probes[what] = "not_supported"
+        return False
+    except NoPermission:
+        probes[what] = "no_permission"
+        return False
+    except UnknownError as exc:
+        probes[what] = f"error at probe (kept): {exc}"
+        return True
+    probes[what] = "ok"
+    return True
+
+
+class NvmlSource(Source):
+    """NVML GPUs.
+
+    Args:
+        gpu_indices: NVML indices; ``None`` = ``CUDA_VISIBLE_DEVICES``, else all GPUs.
+        uuid_salt: salt of the UUID hash (``None`` = ``$LLM_POWERTRACE_SALT`` or the default).
+        allow_mig: sample MIG-mode GPUs (power is whole-GPU; recorded).
+        env: environment to read ``CUDA_VISIBLE_DEVICES`` from (default ``os.environ``).
+    """
+
+    name = "nvml"
+
+    def __init__(self, gpu_indices: Sequence[int] | None = None, *, uuid_salt: str | None = None,
+                 allow_mig: bool = False, env: Mapping[str, str] | None = None) -> None:
+        self.gpu_indices = tuple(gpu_indices) if gpu_indices is not None else None
+        self.uuid_salt = uuid_salt
+        self.allow_mig = allow_mig
+        self.env = env
+        self.power_field = "instant"
+        self._gpus: list[_Gpu] = []
+        self._facts: dict[str, Any] = {}
+        self._open = False
+
+    # -- start-up ---------------------------------------------------------------------------
+    def open(self) -> list[DeviceInfo]:
+        if self._open:
+            raise SamplerError("this NVML source is already open")
+        binding_version = check_binding()
+        _init()
+        self._open = True
+        try:
+            return self._open_devices(binding_version)
+        except (NotSupported, NoPermission, UnknownError, GpuLost) as exc:
+            self.close()
+            raise SourceUnavailable(f"NVML is not usable: {exc}") from exc
+        except BaseException:
+            self.close()
+            raise
+
+    def _open_devices(self, binding_version: str) -> list[DeviceInfo]:
+        self._facts = {
+            "binding": f"nvidia-ml-py {binding_version}",
+            "driver_version": self._optional("nvmlSystemGetDriverVersion", transform=_text),
+            "nvml_version": self._optional("nvmlSystemGetNVMLVersion", transform=_text),
+            "cuda_version": self._optional("nvmlSystemGetCudaDriverVersion",
+                                           transform=lambda v: _cuda_version(int(v))),
+        }
+        handles = _select_handles(self.gpu_indices, os.environ if self.env is None else self.env)
+        infos: list[DeviceInfo] = []
+        for slot, (index, handle) in enumerate(handles):
+            gpu = _Gpu(index, handle)
+            mig = _mig_enabled(handle)
+            if mig and not self.allow_mig:
+                raise SamplerConfigError(_mig_message(index))
+            name = _text(_call("nvmlDeviceGetName", handle))
+            details: dict[str, Any] = {"mig_mode": mig}
+            if mig:
+                details["power_scope"] = "whole_gpu"
+            uuid = self._optional("nvmlDeviceGetUUID", handle, transform=_text)
+            pci = self._optional("nvmlDeviceGetPciInfo", handle,
+                                 transform=lambda p: _text(p.busId))
+            details["pci_bus_id"] = pci
+            limit = self._optional("nvmlDeviceGetEnforcedPowerLimit", handle, transform=_mw_to_w)
+            default = self._optional("nvmlDeviceGetPowerManagementDefaultLimit", handle,
+                                     transform=_mw_to_w)
+            details["power_limit_range_w"] = self._optional(
+                "nvmlDeviceGetPowerManagementLimitConstraints", handle,
+                transform=lambda c: [_mw_to_w(c[0]), _mw_to_w(c[1])])
+            self._probe_gpu(gpu)
+            details["probes"] = gpu.probes
+            self._gpus.append(gpu)
+            infos.append(DeviceInfo(
+                slot=slot, gpu_index=index, rank=slot, name=name,
+                uuid_hash=uuid_hash(uuid, self.uuid_salt) if uuid else None,
+                power_limit_w=limit, default_power_limit_w=default, details=details))
+        # One power_field for the run: field 186 where every GPU has it, else the fallback.
+        if all(FI_POWER_INSTANT in g.field_ids for g in self._gpus):
+            self.power_field = "instant"
+        else:
+            self.power_field = "power_usage"
+            for g in self._gpus:
+                if FI_POWER_INSTANT in g.field_ids:
+                    g.field_ids.remove(FI_POWER_INSTANT)
+                g.power_usage = _probe("power_usage", functools.partial(
+                    _call, "nvmlDeviceGetPowerUsage", g.handle), g.probes)
+            log.warning("NVML field 186 (instant power) is unsupported on at least one GPU; "
+                        "using nvmlDeviceGetPowerUsage for all (power_field=power_usage)")
+        return infos
+
+    def _optional(self, fn: str, *args: Any, transform: Callable[[Any], Any] = lambda v: v
+                  ) -> Any:
+        """A start-up fact that may be unsupported (``None`` then)."""
+        try:
+            return transform(_call(fn, *args))
+        except (NotSupported, NoPermission, UnknownError) as exc:
+            log.info("%s: %s", fn, exc)
+            return None
+
+    def _probe_gpu(self, gpu: _Gpu) -> None:
+        h, probes = gpu.handle, gpu.probes
+        names = {FI_POWER_INSTANT: "power_instant", FI_POWER_AVERAGE: "power_average",
+                 FI_ENERGY: "energy"}
+        try:
+            values = _call("nvmlDeviceGetFieldValues", h, list(FIELD_IDS))
+        except (NotSupported, NoPermission) as exc:
+            for fid in FIELD_IDS:
+                probes[names[fid]] = f"field values: {exc}"
+        else:
+            for fid, fv in zip(FIELD_IDS, values, strict=True):
+                code = int(fv.nvmlReturn)
+                if code == NVML_SUCCESS:
+                    probes[names[fid]] = "ok"
+                    gpu.field_ids.append(fid)
+                elif error_class(code) is NotSupported:
+                    probes[names[fid]] = "not_supported"
+                elif error_class(code) is NoPermission:
+                    probes[names[fid]] = "no_permission"
+                else:  # transient at probe: keep it
+                    probes[names[fid]] = f"error {code} at probe (kept)"
+                    gpu.field_ids.append(fid)
+        if FI_ENERGY not in gpu.field_ids:
+            gpu.energy_call = _probe("total_energy_consumption", functools.partial(
+                _call, "nvmlDeviceGetTotalEnergyConsumption", h), probes)
+        gpu.util = _probe("utilization", functools.partial(
+            _call, "nvmlDeviceGetUtilizationRates", h), probes)
+        gpu.memory = _probe("memory", functools.partial(_call, "nvmlDeviceGetMemoryInfo", h),
+                            probes)
+        gpu.sm_clock = _probe("sm_clock", functools.partial(
+            _call, "nvmlDeviceGetClockInfo", h, pynvml.NVML_CLOCK_SM), probes)
+        gpu.mem_clock = _probe("mem_clock", functools.partial(
+            _call, "nvmlDeviceGetClockInfo", h, pynvml.NVML_CLOCK_MEM), probes)
+        gpu.temp = _probe("temperature", functools.partial(
+            _call, "nvmlDeviceGetTemperature", h, pynvml.NVML_TEMPERATURE_GPU), probes)
+        for fn in ("nvmlDeviceGetCurrentClocksEventReasons",
+                   "nvmlDeviceGetCurrentClocksThrottleReasons"):
+            if not hasattr(pynvml, fn):
+                continue
+            if _probe("clock_event_reasons", functools.partial(_call, fn, h), probes):
+                gpu.reasons_fn = fn
+            break
+
+    # -- per tick ---------------------------------------------------------------------------
+    def read(self, slot: int) -> Reading:
+        gpu = self._gpus[slot]
+        h = gpu.handle
+        faults = 0
+        vals: dict[int, float] = {}
+        if gpu.field_ids:
+            try:
+                fvs = _call("nvmlDeviceGetFieldValues", h, gpu.field_ids)
+            except NoPermission:
+                faults |= FAULT_NO_PERMISSION
+            except (NotSupported, UnknownError):
+                faults |= FAULT_TRANSIENT
+            else:
+                for fid, fv in zip(gpu.field_ids, fvs, strict=True):
+                    code = int(fv.nvmlReturn)
+                    if code == NVML_SUCCESS:
+                        vals[fid] = field_value(fv)
+                        continue
+                    cls = error_class(code)
+                    if cls is GpuLost:
+                        raise GpuLost(f"GPU {gpu.index}: field {fid} returned {code}", code)
+                    faults |= {NotSupported: FAULT_FIELD_NOT_SUPPORTED,
+                               NoPermission: FAULT_NO_PERMISSION}.get(cls, FAULT_FIELD_ERROR)
+        out = [NAN] * 10
+        out[0] = vals.get(FI_POWER_INSTANT, NAN)
+        out[1] = vals.get(FI_POWER_AVERAGE, NAN)
+        out[2] = vals.get(FI_ENERGY, NAN)
+        calls: list[tuple[bool, str, tuple, Callable[[Any], None]]] = [
+            (gpu.power_usage, "nvmlDeviceGetPowerUsage", (h,), lambda v: _set(out, 0, v)),
+            (gpu.energy_call, "nvmlDeviceGetTotalEnergyConsumption", (h,),
+             lambda v: _set(out, 2, v)),
+            (gpu.util, "nvmlDeviceGetUtilizationRates", (h,),
+             lambda v: (_set(out, 3, v.gpu), _set(out, 4, v.memory))),
+            (gpu.memory, "nvmlDeviceGetMemoryInfo", (h,), lambda v: _set(out, 5, v.used)),
+            (gpu.sm_clock, "nvmlDeviceGetClockInfo", (h, pynvml.NVML_CLOCK_SM),
+             lambda v: _set(out, 6, v)),
+            (gpu.mem_clock, "nvmlDeviceGetClockInfo", (h, pynvml.NVML_CLOCK_MEM),
+             lambda v: _set(out, 7, v)),
+            (gpu.temp, "nvmlDeviceGetTemperature", (h, pynvml.NVML_TEMPERATURE_GPU),
+             lambda v: _set(out, 8, v)),
+            (gpu.reasons_fn is not None, gpu.reasons_fn or "", (h,), lambda v: _set(out, 9, v)),
+        ]
+        for enabled, fn, args, store in calls:
+            if not enabled:
+                continue
+            try:
+                store(_call(fn, *args))
+            except NoPermission:
+                faults |= FAULT_NO_PERMISSION
+            except NotSupported:
+                faults |= FAULT_FIELD_NOT_SUPPORTED
+            except UnknownError:
+                faults |= FAULT_TRANSIENT
+        return Reading(*out, faults=faults)
+
+    # -- the rest ---------------------------------------------------------------------------
+    def provenance(self) -> dict[str, Any]:
+        return {"sampler": self.name, "power_field": self.power_field, **self._facts}
+
+    def close(self) -> None:
+        if self._open:
+            self._open = False
+            _shutdown()
+
+
+def _set(out: list[float], i: int, value: Any) -> None:
+    out[i] = float(value)
+
+
+def _mw_to_w(value: Any) -> float:
+    return float(value) / 1000.0

@@ -1,0 +1,506 @@
+"""The fine-tuning workload: TRL ``SFTTrainer`` with PEFT LoRA/QLoRA or full fine-tuning.
+
+Settings (the ``finetune`` axes of ``llm_powertrace_ds.schema`` plus ``model``,
+``model_source``, ``seed``, ``target_duration_s`` and ``eval_every_steps``) are declared in
+:data:`SPEC`; a sweep file may set any of them. Resolution fills defaults and derived columns
+(``global_batch_size``, ``num_gpus``, ``dp_size``, the model's family and name) and
+:meth:`FinetuneSpec.check` rejects impossible combinations *before* anything runs: QLoRA
+without CUDA and bitsandbytes, ``fp16``/``bf16`` on a device without it, FSDP or DDP with one
+device, ``seq_len`` beyond the model's positions, a power cap without permission, LoRA targets
+the architecture does not have, an unsupported parallelism (``tp``).
+
+:func:`FinetuneSpec.run` trains in this process (one rank under ``torchrun``):
+
+* model: a zoo shape with random weights or a cached Hub checkpoint (``models.py``);
+  ``model_params`` counts the instantiated base model;
+* data: pre-tokenised ``input_ids`` (synthetic or a local text dataset, ``data.py``) with the
+  zoo's offline tokenizer as ``processing_class``;
+* events (:class:`PowerTraceCallback`): ``warmup_begin``/``warmup_end`` (label ``setup``:
+  model build and trainer set-up), ``step_begin``/``step_end`` per optimiser step,
+  ``eval_begin``/``eval_end``, ``checkpoint_begin``/``checkpoint_end`` around each real
+  ``save_steps`` checkpoint written to disk; all stamped with this process's rank;
+* results: ``steps``, ``tokens`` (every rank's, all sequences are exactly ``seq_len``),
+  ``tokens_per_s`` (tokens over the span from the first ``step_begin`` to the last
+  ``step_end``), ``final_loss`` (the loss logged at the last step).
+
+Training stops at ``max_steps`` or, with ``target_duration_s``, at the first step end after
+that many seconds of training (all ranks agree on the step through one all-reduce).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from llm_powertrace_ds import schema
+from llm_powertrace_ds.errors import InputError
+
+from . import MachineInfo, RunContext, Setting, WorkloadSpec, models, settings_from_columns
+from . import data as data_mod
+
+METHODS = ("full", "lora", "qlora")
+PRECISIONS = ("fp32", "bf16", "fp16")
+PARALLELISMS = ("single", "ddp", "fsdp", "tp")
+OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adafactor", "sgd", "adagrad", "rmsprop",
+              "adamw_8bit", "adamw_bnb_8bit", "paged_adamw_8bit", "paged_adamw_32bit")
+BNB_OPTIMIZERS = frozenset(o for o in OPTIMIZERS if "8bit" in o or o.startswith("paged"))
+DEFAULT_MAX_STEPS = 20
+DERIVED = ("global_batch_size",)
+"""Axis columns computed from others; a sweep cannot set them."""
+
+_AXES = settings_from_columns(
+    [c for c in schema.FINETUNE_AXES if c.name not in DERIVED],
+    method={"default": "lora", "choices": METHODS},
+    lora_rank={"default": 16, "minimum": 1},
+    lora_alpha={"default": 32.0, "minimum": 0.0},
+    batch_size={"default": 4, "minimum": 1},
+    grad_accum={"default": 1, "minimum": 1},
+    seq_len={"default": 512, "minimum": 2},
+    precision={"choices": PRECISIONS},
+    gradient_checkpointing={"default": False},
+    parallelism={"default": "single", "choices": PARALLELISMS},
+    dp_size={"minimum": 1},
+    tp_size={"default": 1, "minimum": 1},
+    pp_size={"default": 1, "minimum": 1},
+    checkpoint_every_steps={"minimum": 1},
+    max_steps={"minimum": 1},
+    optimizer={"default": "adamw_torch", "choices": OPTIMIZERS},
+    learning_rate={"default": 1e-4, "minimum": 0.0},
+    dataset_name={"default": data_mod.SYNTHETIC},
+    power_limit_setting_w={"minimum": 1.0},
+)
+SETTINGS: dict[str, Setting] = {
+    "model": Setting("model", "string", default="llama-tiny", column=False,
+                     doc="Zoo model name (see generation.workloads.models.ZOO)"),
+    "model_source": Setting("model_source", "string", default="zoo",
+                            choices=models.MODEL_SOURCES,
+                            doc="`zoo` (random weights), `hub` (cached checkpoint) or `auto`"),
+    "seed": Setting("seed", "int64", default=0, doc="Random seed (model init, data, trainer)"),
+    "target_duration_s": Setting("target_duration_s", "float32", minimum=0.1,
+                                 doc="Train until this many seconds have passed"),
+    "eval_every_steps": Setting("eval_every_steps", "int32", minimum=1, column=False,
+                                doc="Evaluate on a small held-out set every N steps"),
+    **_AXES,
+}
+
+
+class FinetuneSpec(WorkloadSpec):
+    """The ``finetune`` workload (see the module docstring)."""
+
+    name = "finetune"
+    settings = SETTINGS
+
+    def resolve(self, values: dict[str, Any], machine: MachineInfo) -> dict[str, Any]:
+        r = {name: values.get(name, s.default) for name, s in self.settings.items()}
+        try:
+            spec: models.ModelSpec | None = models.get_spec(r["model"])
+        except InputError:
+            spec = None
+        if spec is not None:
+            r["model"] = spec.name
+            r["model_name"] = spec.name
+            r["model_family"] = spec.family
+            r["model_label"] = spec.name
+            try:
+                r["model_source"] = models.resolve_source(spec, r["model_source"])
+            except InputError:
+                pass  # reported by check()
+            if r["model_source"] == "hub":
+                r["model_label"] = spec.hub_id
+        if r["precision"] is None:
+            r["precision"] = "bf16" if (machine.cuda and machine.bf16) else "fp32"
+        if r["method"] == "full":
+            r["lora_rank"] = r["lora_alpha"] = r["lora_targets"] = None
+        elif r["lora_targets"] is None and spec is not None:
+            r["lora_targets"] = spec.default_lora_targets
+        if r["lora_targets"] is not None:
+            r["lora_targets"] = ",".join(t.strip() for t in str(r["lora_targets"]).split(",")
+                                         if t.strip())
+        if r["dp_size"] is None:
+            r["dp_size"] = 1 if r["parallelism"] in ("single", "tp") else max(2, machine.num_devices)
+        if r["max_steps"] is None and r["target_duration_s"] is None:
+            r["max_steps"] = DEFAULT_MAX_STEPS
+        r["global_batch_size"] = r["batch_size"] * r["grad_accum"] * r["dp_size"]
+        r["num_gpus"] = r["dp_size"] * r["tp_size"] * r["pp_size"]
+        dataset = r["dataset_name"]
+        if dataset != data_mod.SYNTHETIC:
+            r["_dataset_path"] = str(dataset)
+            r["dataset_name"] = data_mod.dataset_label(dataset)
+        return r
+
+    def check(self, r: dict[str, Any], machine: MachineInfo) -> list[tuple[str, str]]:
+        problems: list[tuple[str, str]] = []
+        try:
+            spec = models.get_spec(r["model"])
+        except InputError as exc:
+            return [("model", exc.reason)]
+        try:
+            models.resolve_source(spec, r["model_source"])
+        except InputError as exc:
+            problems.append(("model_source", exc.reason))
+        if r["seq_len"] > spec.max_positions:
+            problems.append(("seq_len", f"seq_len {r['seq_len']} exceeds {spec.name}'s "
+                             f"{spec.max_positions} positions"))
+        if r["method"] == "qlora":
+            if not machine.cuda:
+                problems.append(("method", "qlora needs CUDA (4-bit bitsandbytes); this "
+                                 f"machine samples with {machine.source}"))
+            elif not machine.bitsandbytes:
+                problems.append(("method", "qlora needs bitsandbytes: pip install bitsandbytes"))
+        if r["lora_targets"]:
+            unknown = sorted(set(r["lora_targets"].split(",")) - spec.target_modules)
+            if unknown:
+                problems.append(("lora_targets", f"{spec.name} has no modules "
+                                 f"{', '.join(unknown)}; choose from "
+                                 f"{', '.join(sorted(spec.target_modules))}"))
+        if r["precision"] == "fp16" and not machine.cuda:
+            problems.append(("precision", "fp16 mixed precision needs a CUDA device"))
+        if r["precision"] == "bf16" and machine.cuda and not machine.bf16:
+            problems.append(("precision", "bf16 is not supported by this GPU (needs compute "
+                             "capability >= 8.0)"))
+        par, dp = r["parallelism"], r["dp_size"]
+        if par == "tp":
+            problems.append(("parallelism", "tensor parallelism is not supported by the "
+                             "fine-tuning workload (use ddp or fsdp)"))
+        if r["tp_size"] != 1 or r["pp_size"] != 1:
+            key = "tp_size" if r["tp_size"] != 1 else "pp_size"
+            problems.append((key, "the fine-tuning workload supports tp_size = pp_size = 1"))
+        if par == "single" and dp != 1:
+            problems.append(("dp_size", f"dp_size {dp} needs parallelism ddp or fsdp"))
+        if par in ("ddp", "fsdp") and dp < 2:
+            problems.append(("parallelism", f"{par} with one device (dp_size {dp}); use "
+                             "parallelism single or dp_size >= 2"))
+        if dp > machine.num_devices:
+            unit = "GPUs" if machine.source == "nvml" else "CPU cores"
+            problems.append(("dp_size", f"dp_size {dp} exceeds the {machine.num_devices} {unit} "
+                             "of this machine"))
+        if par == "fsdp" and r["method"] == "qlora":
+            problems.append(("parallelism", "fsdp with qlora is not supported"))
+        if r["optimizer"] in BNB_OPTIMIZERS and not (machine.cuda and machine.bitsandbytes):
+            problems.append(("optimizer", f"optimizer {r['optimizer']} needs CUDA and "
+                             "bitsandbytes"))
+        if r["power_limit_setting_w"] is not None and not machine.can_set_power_limit:
+            why = ("cpu_proxy has no power limit" if machine.source != "nvml" else
+                   "setting a power cap needs root and NVML permission on this machine")
+            problems.append(("power_limit_setting_w", f"cannot apply a power cap: {why}"))
+        if "_dataset_path" in r:
+            try:
+                data_mod.text_files(r["_dataset_path"])
+                if spec.vocab_size < models.BYTE_OFFSET + 256:
+                    problems.append(("dataset_name", f"{spec.name}'s vocabulary is too small "
+                                     "for byte-level text"))
+            except InputError as exc:
+                problems.append(("dataset_name", exc.reason))
+        return problems
+
+    def slug(self, r: dict[str, Any]) -> str:
+        parts = ["ft", str(r["model"]), r["method"]]
+        if r["method"] != "full":
+            parts.append(f"r{r['lora_rank']}")
+        parts.append(f"b{r['batch_size']}" + (f"x{r['grad_accum']}" if r["grad_accum"] != 1 else ""))
+        parts.append(f"s{r['seq_len']}")
+        parts.append(r["precision"])
+        if r["gradient_checkpointing"]:
+            parts.append("gc")
+        parts.append(r["parallelism"] + (str(r["dp_size"]) if r["dp_size"] != 1 else ""))
+        if r["power_limit_setting_w"] is not None:
+            parts.append(f"cap{r['power_limit_setting_w']:g}w")
+        return "-".join(parts)
+
+    def num_processes(self, r: dict[str, Any]) -> int:
+        return int(r["dp_size"]) if r["parallelism"] in ("ddp", "fsdp") else 1
+
+    def columns(self, r: dict[str, Any]) -> dict[str, Any]:
+        names = schema.RUN_LEVEL_FIELDS["finetune"]
+        return {k: v for k, v in r.items() if k in names}
+
+    def prepare(self) -> None:
+        prepare()
+
+    def run(self, r: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
+        return train(r, ctx)
+
+
+SPEC = FinetuneSpec()
+
+
+# ---------------------------------------------------------------------------------------------
+# Running (torch, transformers, TRL and PEFT are imported here only)
+# ---------------------------------------------------------------------------------------------
+
+def prepare() -> None:
+    """Import torch, transformers, TRL and PEFT (seconds; done before the sampler starts).
+
+    Also silences the deprecation chatter of the libraries' own internals (``FutureWarning``
+    about names renamed for transformers v6), which says nothing about the run.
+    """
+    import warnings
+
+    warnings.filterwarnings("ignore", message=r".*deprecated and will be removed in v6.*",
+                            category=FutureWarning)
+    import peft  # noqa: F401
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+    import trl  # noqa: F401
+
+
+def _callback_class() -> type:
+    from transformers import TrainerCallback
+
+    class PowerTraceCallback(TrainerCallback):
+        """Records step, eval and checkpoint events on the run clock and stops at a deadline.
+
+        Trainer order per optimiser step: ``on_step_begin``, forward/backward/optimizer,
+        ``on_step_end`` (the flow callback has decided ``should_evaluate``/``should_save``),
+        logging, evaluation (``on_evaluate``), checkpoint (``on_save``). So ``eval_begin`` is
+        marked in ``on_step_end`` when an evaluation follows, ``checkpoint_begin`` there too,
+        or after ``eval_end`` when both follow.
+        """
+
+        def __init__(self, mark: Any, *, deadline_ns: int | None, world_size: int,
+                     sync: Any = None) -> None:
+            self.mark = mark
+            self.deadline_ns = deadline_ns
+            self.world_size = world_size
+            self.sync = sync
+            self.first_begin_ns: int | None = None
+            self.last_end_ns: int | None = None
+            self._pending_save = False
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            now = time.monotonic_ns()
+            if self.first_begin_ns is None:
+                self.first_begin_ns = now
+            self.mark("step_begin", step=state.global_step + 1)
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if self.sync is not None:
+                self.sync()
+            self.last_end_ns = time.monotonic_ns()
+            self.mark("step_end", step=state.global_step)
+            if self.deadline_ns is not None and self._past_deadline():
+                control.should_training_stop = True
+            if control.should_evaluate:
+                self.mark("eval_begin", step=state.global_step)
+                self._pending_save = bool(control.should_save)
+            elif control.should_save:
+                self.mark("checkpoint_begin", step=state.global_step)
+
+        def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.mark("eval_end", step=state.global_step)
+            if self._pending_save and control.should_save:
+                self.mark("checkpoint_begin", step=state.global_step)
+            self._pending_save = False
+
+        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.mark("checkpoint_end", step=state.global_step)
+
+        def _past_deadline(self) -> bool:
+            past = time.monotonic_ns() >= self.deadline_ns
+            if self.world_size <= 1:
+                return past
+            import torch
+            import torch.distributed as dist
+
+            flag = torch.tensor([1.0 if past else 0.0])
+            if dist.get_backend() == "nccl":
+                flag = flag.cuda()
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            return bool(flag.item() > 0)
+
+    return PowerTraceCallback
+
+
+@contextlib.contextmanager
+def _library_bars_off() -> Iterator[None]:
+    """Hide the libraries' own progress bars (TRL's dataset maps, checkpoint shard writes);
+    the trainer's step bar stays."""
+    import datasets.utils.logging as dlog
+    import transformers.utils.logging as tlog
+
+    was = dlog.is_progress_bar_enabled(), tlog.is_progress_bar_enabled()
+    dlog.disable_progress_bar()
+    tlog.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was[0]:
+            dlog.enable_progress_bar()
+        if was[1]:
+            tlog.enable_progress_bar()
+
+
+def _quiet_progress(trainer: Any) -> None:
+    """Keep the step progress bar but drop the per-step log lines (``logging_steps=1``)."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    class StepBar(ProgressCallback):
+        def on_log(self, *args: Any, **kwargs: Any) -> None:
+            return None
+
+    trainer.remove_callback(PrinterCallback)
+    if any(isinstance(cb, ProgressCallback) for cb in trainer.callback_handler.callbacks):
+        trainer.remove_callback(ProgressCallback)
+        trainer.add_callback(StepBar())
+
+
+def sft_config_kwargs(r: dict[str, Any], ctx: RunContext, output_dir: Path) -> dict[str, Any]:
+    """The ``SFTConfig`` keyword arguments of a resolved run (pure; tested without training)."""
+    cuda = ctx.device == "cuda"
+    max_steps = r["max_steps"] if r["max_steps"] is not None else 10**9
+    kwargs: dict[str, Any] = dict(
+        output_dir=str(output_dir),
+        max_steps=int(max_steps),
+        per_device_train_batch_size=r["batch_size"],
+        gradient_accumulation_steps=r["grad_accum"],
+        learning_rate=r["learning_rate"],
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        optim=r["optimizer"],
+        bf16=r["precision"] == "bf16",
+        fp16=r["precision"] == "fp16",
+        gradient_checkpointing=bool(r["gradient_checkpointing"]),
+        max_length=r["seq_len"],
+        packing=False,
+        seed=int(r["seed"]),
+        data_seed=int(r["seed"]),
+        logging_steps=1,
+        logging_strategy="steps",
+        report_to="none",
+        disable_tqdm=not (ctx.progress and ctx.rank == 0),
+        dataloader_num_workers=0,
+        use_cpu=not cuda,
+        save_strategy="steps" if r["checkpoint_every_steps"] else "no",
+        save_total_limit=1,
+    )
+    if r["checkpoint_every_steps"]:
+        kwargs["save_steps"] = r["checkpoint_every_steps"]
+    if r.get("eval_every_steps"):
+        kwargs.update(eval_strategy="steps", eval_steps=r["eval_every_steps"],
+                      per_device_eval_batch_size=r["batch_size"])
+    if r["gradient_checkpointing"]:
+        kwargs["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
+    if ctx.world_size > 1:
+        kwargs["ddp_backend"] = "nccl" if cuda else "gloo"
+        kwargs["ddp_find_unused_parameters"] = False
+    if r["parallelism"] == "fsdp":
+        kwargs["fsdp"] = "full_shard auto_wrap"
+        kwargs["fsdp_config"] = {"use_orig_params": True,
+                                 "activation_checkpointing": False}
+    return kwargs
+
+
+def train(r: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
+    """Fine-tune one resolved run in this process and return its result columns.
+
+    Args:
+        r: the resolved settings (``SPEC.resolve``).
+        ctx: run id, staging folder, event recorder, rank and world size.
+
+    Returns:
+        ``steps``, ``tokens``, ``tokens_per_s``, ``final_loss``, ``model_params`` and the
+        library versions actually used.
+    """
+    import peft
+    import torch
+    import transformers
+    import trl
+    from peft import LoraConfig
+    from trl import SFTConfig, SFTTrainer
+
+    ctx.mark("warmup_begin", label="setup")
+    spec = models.get_spec(r["model"])
+    cuda = ctx.device == "cuda"
+    quant = None
+    device_map = None
+    if r["method"] == "qlora":
+        from transformers import BitsAndBytesConfig
+
+        compute = torch.bfloat16 if r["precision"] == "bf16" else torch.float16
+        quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                   bnb_4bit_compute_dtype=compute, bnb_4bit_use_double_quant=True)
+        device_map = {"": ctx.local_rank}
+    model = models.build_model(spec, r["model_source"], seed=int(r["seed"]),
+                               quantization_config=quant, device_map=device_map)
+    model_params = models.count_params(model)
+    model.config.use_cache = False
+    if quant is not None:
+        from peft import prepare_model_for_kbit_training
+
+        model = prepare_model_for_kbit_training(
+            model, use_gradient_checkpointing=bool(r["gradient_checkpointing"]))
+    tokenizer = models.build_tokenizer()
+
+    n_seq = data_mod.sequences_needed(r["max_steps"] or 1000, r["global_batch_size"])
+    ids = data_mod.token_ids(r.get("_dataset_path"), n_seq, r["seq_len"],
+                             vocab_size=spec.vocab_size, seed=int(r["seed"]))
+    train_ds = data_mod.to_dataset(ids)
+    eval_ds = None
+    if r.get("eval_every_steps"):
+        n_eval = max(2, r["batch_size"] * ctx.world_size * 2)
+        eval_ds = data_mod.to_dataset(data_mod.synthetic_token_ids(
+            n_eval, r["seq_len"], vocab_size=spec.vocab_size, seed=int(r["seed"]) + 1))
+    peft_config = None
+    if r["method"] in ("lora", "qlora"):
+        peft_config = LoraConfig(r=int(r["lora_rank"]), lora_alpha=float(r["lora_alpha"]),
+                                 target_modules=r["lora_targets"].split(","), lora_dropout=0.0,
+                                 bias="none", task_type="CAUSAL_LM",
+                                 fan_in_fan_out=spec.arch == "gpt2")  # GPT-2's Conv1D
+    output_dir = Path(ctx.checkpoint_dir or (ctx.staging_dir / "checkpoints"))
+    kwargs = sft_config_kwargs(r, ctx, output_dir)
+    if "activation_checkpointing" in SFTConfig.__dataclass_fields__:  # transformers >= 5.x
+        kwargs["activation_checkpointing"] = kwargs.pop("gradient_checkpointing")
+        if "gradient_checkpointing_kwargs" in kwargs:
+            kwargs["activation_checkpointing_kwargs"] = kwargs.pop("gradient_checkpointing_kwargs")
+    args = SFTConfig(**kwargs)
+    deadline = None
+    if r["target_duration_s"] is not None:
+        deadline = time.monotonic_ns() + int(r["target_duration_s"] * 1e9)
+    sync = torch.cuda.synchronize if cuda else None
+    callback = _callback_class()(ctx.mark, deadline_ns=deadline, world_size=ctx.world_size,
+                                 sync=sync)
+    with _library_bars_off():
+        trainer = SFTTrainer(model=model, args=args, train_dataset=train_ds,
+                             eval_dataset=eval_ds, processing_class=tokenizer,
+                             peft_config=peft_config, callbacks=[callback])
+        _quiet_progress(trainer)
+        ctx.mark("warmup_end", label="setup")
+        if deadline is not None:  # the duration counts training, not set-up
+            callback.deadline_ns = time.monotonic_ns() + int(r["target_duration_s"] * 1e9)
+        trainer.train()
+
+    steps = int(trainer.state.global_step)
+    tokens = steps * int(r["batch_size"]) * int(r["grad_accum"]) * ctx.world_size * int(r["seq_len"])
+    span_s = None
+    if callback.first_begin_ns is not None and callback.last_end_ns is not None:
+        span_s = (callback.last_end_ns - callback.first_begin_ns) / 1e9
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    final_loss = float(losses[-1]) if losses and math.isfinite(losses[-1]) else None
+    result = {
+        "steps": steps,
+        "tokens": tokens,
+        "tokens_per_s": tokens / span_s if span_s and span_s > 0 else None,
+        "final_loss": final_loss,
+        "model_params": model_params,
+        "torch_version": torch.__version__,
+        "transformers_version": transformers.__version__,
+        "peft_version": peft.__version__,
+        "trl_version": trl.__version__,
+        "train_span_s": span_s,
+    }
+    del trainer, model
+    if cuda:
+        torch.cuda.empty_cache()
+    return result
+
+
+def write_result(path: Path, result: dict[str, Any]) -> None:
+    """Write a rank's result as JSON (the torchrun worker's way back to the runner)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(result), encoding="utf-8")
+    tmp.replace(path)

@@ -1,0 +1,1449 @@
+"""The inference workload: a ``transformers`` serving loop under arrival processes.
+
+Settings (the ``inference`` axes of ``llm_powertrace_ds.schema`` plus ``model``,
+``model_source``, ``seed``, ``target_duration_s``, ``replay_file`` and ``replay_time_scale``)
+are declared in :data:`SPEC`. :meth:`InferenceSpec.check` rejects what the machine cannot honour
+before any run starts: continuous batching on an architecture it was not verified on, a
+quantised KV cache with continuous batching (its paged cache has no quantised form) or without
+its backend installed, weight quantisation without its backend, clocks and power caps on
+``cpu_proxy`` or without NVML permission, lengths beyond the model's positions, tensor
+parallelism.
+
+**The serving loop** (:class:`ServingLoop`) admits requests as they arrive, up to
+``concurrency`` in flight, into one of two engines:
+
+* ``static`` (:class:`StaticEngine`): when the engine is idle, a batch forms from the waiting
+  requests (at most ``concurrency``) and runs ``model.generate`` to completion (left-padded
+  prompts; every row stops at its own forced length; results are delivered when the batch
+  returns);
+* ``continuous`` (:class:`ContinuousEngine`): ``transformers``' own continuous batching
+  (``model.init_continuous_batching`` -> ``ContinuousBatchingManager``; requests are added with
+  ``add_request`` as they are admitted and their per-token timestamps are recorded).
+
+Both engines run generation in a worker thread; the loop thread only waits on one inbox (arrivals
+are due / results are in), so recorded arrival times are not held up by a running batch.
+Output lengths are forced: EOS is ignored (``min_new_tokens = max_new_tokens`` with
+``generate``; ``eos_token_id = -1`` with continuous batching) so every request generates exactly
+``requested_output_tokens``.
+
+**Clock.** Every time is ``time.monotonic_ns()`` (CLOCK_MONOTONIC, the sampler's clock; the
+continuous-batching manager's ``perf_counter`` stamps are the same clock on Linux and are
+converted with a measured offset). Events go through :class:`generation.events.EventRecorder`
+(run-level: ``request_arrival``/``request_finish`` with ``request_id``;
+``prefill_begin``/``prefill_end``/``decode_begin``/``decode_end`` per static batch (label
+``batch-<k>``) or per request with continuous batching; ``steady_begin``/``steady_end``);
+``warmup_begin``/``warmup_end`` (label ``setup``) through the runner's ``ctx.mark``. The
+request log is written to ``<staging>/requests.jsonl`` in monotonic ns and converted to the run
+clock by :func:`load_requests` once t0 (the sampler's first tick) is known.
+
+**Steady state** (:func:`steady_window`, the ML.ENERGY benchmark's definition): from the moment
+the number of in-flight requests first reaches the target (the configured ``concurrency``, or
+the peak when an open loop never reaches it — the ``steady_begin`` label says so) to the last
+moment it drops below the target (in-flight requests start draining).
+
+**Results**: ``requests_completed``, ``tokens_in``, ``tokens_out`` (completed requests),
+``tokens_per_s`` (``tokens_out`` over the span from the first arrival to the last finish),
+``ttft_p50_ms``/``ttft_p99_ms`` (first token - arrival) and ``latency_p50_ms``/
+``latency_p99_ms`` (finish - arrival), plus ``num_requests`` (the requests that arrived) and
+the library versions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import logging
+import math
+import os
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llm_powertrace_ds import schema
+from llm_powertrace_ds.errors import InputError
+
+from . import MachineInfo, RunContext, Setting, WorkloadSpec, models, settings_from_columns
+from . import arrivals as arr
+
+log = logging.getLogger(__name__)
+
+SERVING_ENGINES = ("transformers",)
+BATCHING = ("static", "continuous")
+PRECISIONS = ("fp32", "bf16", "fp16")
+WEIGHT_QUANT = ("none", "int8", "int4", "fp8")
+WEIGHT_QUANT_BACKENDS = ("quanto", "bitsandbytes")
+KV_CACHE_QUANT = ("none", "int4", "int2")
+KV_CACHE_BACKENDS = ("quanto", "hqq")
+KV_BITS = {"int4": 4, "int2": 2}
+CONTINUOUS_BATCHING_ARCHS = frozenset({"llama", "qwen2", "qwen3", "mistral", "gpt2"})
+"""Architectures whose continuous batching (paged attention) is verified by the test suite."""
+DEFAULT_NUM_REQUESTS = 64
+REQUESTS_FILE = "requests.jsonl"
+WARMUP_TOKENS = 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Settings
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class JsonSetting(Setting):
+    """A setting given as a YAML mapping (or JSON text), stored as canonical JSON text."""
+
+    def check(self, value: Any) -> tuple[Any, str | None]:
+        if value is None:
+            return None, None
+        parsed = value
+        if isinstance(value, str):
+            try:
+                parsed = json.loads(value)
+            except ValueError:
+                return value, f"{value!r} is not a mapping (YAML or JSON)"
+        if not isinstance(parsed, dict):
+            return value, f"{value!r} is not a mapping (e.g. {{prompt_len: [64, 512], output_len: 128}})"
+        return json.dumps(parsed, sort_keys=True), None
+
+
+_AXES = settings_from_columns(
+    schema.INFERENCE_AXES,
+    serving_engine={"default": "transformers", "choices": SERVING_ENGINES},
+    concurrency={"default": 4, "minimum": 1},
+    batching={"default": "continuous", "choices": BATCHING},
+    arrival_pattern={"default": "closed", "choices": arr.ARRIVAL_PATTERNS},
+    arrival_rate_rps={"minimum": 1e-9},
+    arrival_cv={"minimum": 1e-9},
+    prompt_len={"default": 128, "minimum": 1},
+    output_len={"default": 64, "minimum": 1},
+    length_distribution={"default": "fixed", "choices": arr.LENGTH_DISTRIBUTIONS},
+    num_requests={"minimum": 1},
+    precision={"choices": PRECISIONS},
+    weight_quant={"default": "none", "choices": WEIGHT_QUANT},
+    weight_quant_backend={"choices": WEIGHT_QUANT_BACKENDS},
+    kv_cache_quant={"default": "none", "choices": KV_CACHE_QUANT},
+    kv_cache_backend={"choices": KV_CACHE_BACKENDS},
+    gpu_clock_mhz={"minimum": 1},
+    power_limit_setting_w={"minimum": 1.0},
+    tp_size={"default": 1, "minimum": 1},
+)
+_AXES["length_params"] = JsonSetting("length_params", "string",
+                                     doc=_AXES["length_params"].doc)
+SETTINGS: dict[str, Setting] = {
+    "model": Setting("model", "string", default="llama-tiny", column=False,
+                     doc="Zoo model name (see generation.workloads.models.ZOO)"),
+    "model_source": Setting("model_source", "string", default="zoo",
+                            choices=models.MODEL_SOURCES,
+                            doc="`zoo` (random weights), `hub` (cached checkpoint) or `auto`"),
+    "seed": Setting("seed", "int64", default=0,
+                    doc="Random seed (model init, arrivals, lengths, prompts)"),
+    "target_duration_s": Setting("target_duration_s", "float32", minimum=0.1,
+                                 doc="Stop releasing requests after this many seconds"),
+    "replay_file": Setting("replay_file", "string", column=False,
+                           doc="CSV of arrival offsets and token lengths (replay)"),
+    "replay_time_scale": Setting("replay_time_scale", "float64", default=1.0, minimum=1e-9,
+                                 column=False,
+                                 doc="Multiplies replayed arrival offsets (0.5 = twice as fast)"),
+    **_AXES,
+}
+
+
+def _installed(module: str) -> bool:
+    """Whether a module can be imported (without importing it)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _replay_path(r: dict[str, Any]) -> str | None:
+    return r.get("_replay_path") or r.get("replay_file")
+
+
+def _length_params(r: dict[str, Any]) -> dict[str, Any]:
+    text = r.get("length_params")
+    if not text:
+        return {}
+    params = json.loads(text)
+    for key in ("replay_file", "replay_sha256", "replay_time_scale"):
+        params.pop(key, None)
+    return params
+
+
+def build_stream(r: dict[str, Any]) -> arr.RequestStream:
+    """The request stream of resolved settings ``r``.
+
+    Raises:
+        InputError: inconsistent arrival or length settings (names the setting).
+    """
+    replay = None
+    path = _replay_path(r)
+    if path and (r["arrival_pattern"] == "replay" or r["length_distribution"] == "replay"):
+        replay = arr.read_replay(path)
+    process = arr.ArrivalProcess(
+        r["arrival_pattern"], rate_rps=r.get("arrival_rate_rps"), cv=r.get("arrival_cv"),
+        replay=replay, time_scale=float(r.get("replay_time_scale") or 1.0))
+    params = _length_params(r)
+    if r["length_distribution"] == "fixed":
+        lengths = arr.Lengths("fixed", r.get("prompt_len"), r.get("output_len"))
+    else:
+        lengths = arr.Lengths(r["length_distribution"], params=params, replay=replay)
+    return arr.RequestStream(process, lengths, num_requests=r.get("num_requests"),
+                             target_duration_s=r.get("target_duration_s"),
+                             seed=int(r.get("seed") or 0))
+
+
+class InferenceSpec(WorkloadSpec):
+    """The ``inference`` workload (see the module docstring)."""
+
+    name = "inference"
+    settings = SETTINGS
+
+    def resolve(self, values: dict[str, Any], machine: MachineInfo) -> dict[str, Any]:
+        r = {name: values.get(name, s.default) for name, s in self.settings.items()}
+        try:
+            spec: models.ModelSpec | None = models.get_spec(r["model"])
+        except InputError:
+            spec = None
+        if spec is not None:
+            r["model"] = spec.name
+            r["model_name"] = spec.name
+            r["model_family"] = spec.family
+            r["model_label"] = spec.name
+            try:
+                r["model_source"] = models.resolve_source(spec, r["model_source"])
+            except InputError:
+                pass  # reported by check()
+            if r["model_source"] == "hub":
+                r["model_label"] = spec.hub_id
+        if r["precision"] is None:
+            r["precision"] = "bf16" if (machine.cuda and machine.bf16) else "fp32"
+        # arrivals
+        pattern = r["arrival_pattern"]
+        if pattern == "closed":
+            r["arrival_rate_rps"] = None
+            r["arrival_cv"] = None
+        elif pattern == "poisson":
+            r["arrival_cv"] = 1.0
+        uses_replay = pattern == "replay" or r["length_distribution"] == "replay"
+        trace = None
+        if uses_replay and r["replay_file"]:
+            path = Path(str(r["replay_file"])).expanduser()
+            r["_replay_path"] = str(path.resolve())
+            r["replay_file"] = path.name
+            try:
+                trace = arr.read_replay(path)
+            except InputError:
+                trace = None  # reported by check()
+        elif not uses_replay:
+            r["replay_file"] = None
+            r["replay_time_scale"] = 1.0
+        if pattern == "replay":
+            scale = float(r["replay_time_scale"] or 1.0)
+            if trace is not None and trace.mean_rate_rps is not None:
+                r["arrival_rate_rps"] = trace.mean_rate_rps / scale
+                gaps = [b - a for a, b in zip(trace.offsets_s[:-1], trace.offsets_s[1:],
+                                              strict=True)]
+                mean = sum(gaps) / len(gaps)
+                if mean > 0:
+                    var = sum((g - mean) ** 2 for g in gaps) / len(gaps)
+                    r["arrival_cv"] = math.sqrt(var) / mean
+        # lengths: prompt_len/output_len hold the value only when fixed
+        params = {}
+        if r["length_params"]:
+            params = json.loads(r["length_params"])
+        if r["length_distribution"] != "fixed":
+            r["prompt_len"] = None
+            r["output_len"] = None
+        if trace is not None:
+            params.update(replay_file=trace.name, replay_sha256=trace.sha256)
+            if pattern == "replay" and float(r["replay_time_scale"] or 1.0) != 1.0:
+                params["replay_time_scale"] = float(r["replay_time_scale"])
+        r["length_params"] = json.dumps(params, sort_keys=True) if params else None
+        if r["num_requests"] is None and r["target_duration_s"] is None:
+            r["num_requests"] = DEFAULT_NUM_REQUESTS
+        # quantisation
+        if r["weight_quant"] == "none":
+            r["weight_quant_backend"] = None
+        elif r["weight_quant_backend"] is None:
+            cuda_bnb = machine.cuda and machine.bitsandbytes and r["weight_quant"] in ("int8", "int4")
+            r["weight_quant_backend"] = "bitsandbytes" if cuda_bnb else "quanto"
+        if r["kv_cache_quant"] == "none":
+            r["kv_cache_backend"] = None
+        elif r["kv_cache_backend"] is None:
+            r["kv_cache_backend"] = "quanto"
+        r["num_gpus"] = int(r["tp_size"]) if machine.source == "nvml" else 1
+        return r
+
+    def check(self, r: dict[str, Any], machine: MachineInfo) -> list[tuple[str, str]]:
+        return validate_settings(r, machine)
+
+    def slug(self, r: dict[str, Any]) -> str:
+        parts = ["inf", str(r["model"]), r["batching"], f"c{r['concurrency']}"]
+        pattern = r["arrival_pattern"]
+        if pattern in ("poisson", "gamma") and r["arrival_rate_rps"] is not None:
+            rate = f"{pattern}{r['arrival_rate_rps']:g}"
+            if pattern == "gamma" and r["arrival_cv"] is not None:
+                rate += f"cv{r['arrival_cv']:g}"
+            parts.append(rate)
+        else:
+            parts.append(pattern)
+        if r["length_distribution"] == "fixed":
+            parts.append(f"p{r['prompt_len']}o{r['output_len']}")
+        else:
+            parts.append(f"len-{r['length_distribution']}")
+        if r["num_requests"] is not None:
+            parts.append(f"n{r['num_requests']}")
+        parts.append(r["precision"])
+        if r["weight_quant"] != "none":
+            parts.append(f"w{r['weight_quant']}")
+        if r["kv_cache_quant"] != "none":
+            parts.append(f"kv{r['kv_cache_quant']}")
+        if r["gpu_clock_mhz"] is not None:
+            parts.append(f"clk{r['gpu_clock_mhz']}")
+        if r["power_limit_setting_w"] is not None:
+            parts.append(f"cap{r['power_limit_setting_w']:g}w")
+        if r["tp_size"] != 1:
+            parts.append(f"tp{r['tp_size']}")
+        return "-".join(parts)
+
+    def num_processes(self, r: dict[str, Any]) -> int:
+        return 1
+
+    def columns(self, r: dict[str, Any]) -> dict[str, Any]:
+        names = schema.RUN_LEVEL_FIELDS["inference"]
+        return {k: v for k, v in r.items() if k in names}
+
+    def prepare(self) -> None:
+        """Import torch and transformers (and continuous batching) before the sampler's t0."""
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+        from transformers import ContinuousBatchingConfig  # noqa: F401
+
+    def run(self, r: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
+        return serve(r, ctx)
+
+    def device_settings(self, r: dict[str, Any], gpu_indices: list[int] | tuple[int, ...]
+                        ) -> GpuSettings:
+        """The context manager that locks clocks / caps power for a run (enter it before the
+        sampler starts, leave it after the sampler stops)."""
+        return GpuSettings(gpu_indices, clock_mhz=r.get("gpu_clock_mhz"),
+                           power_limit_w=r.get("power_limit_setting_w"))
+
+
+def validate_settings(r: dict[str, Any], machine: MachineInfo) -> list[tuple[str, str]]:
+    """Impossible settings of one resolved inference run on ``machine``.
+
+    Returns:
+        ``(setting name, reason)`` pairs; empty when the run can go ahead.
+    """
+    problems: list[tuple[str, str]] = []
+    try:
+        spec = models.get_spec(r["model"])
+    except InputError as exc:
+        return [("model", exc.reason)]
+    try:
+        models.resolve_source(spec, r["model_source"])
+    except InputError as exc:
+        problems.append(("model_source", exc.reason))
+    # arrivals and lengths
+    pattern, dist = r["arrival_pattern"], r["length_distribution"]
+    if pattern in ("poisson", "gamma") and r["arrival_rate_rps"] is None:
+        problems.append(("arrival_rate_rps", f"arrival_pattern {pattern} needs arrival_rate_rps"))
+    if pattern == "gamma" and r["arrival_cv"] is None:
+        problems.append(("arrival_cv", "arrival_pattern gamma needs arrival_cv (1 = Poisson, "
+                         "> 1 bursty)"))
+    if (pattern == "replay" or dist == "replay") and not r["replay_file"]:
+        key = "arrival_pattern" if pattern == "replay" else "length_distribution"
+        problems.append((key, f"{key} replay needs replay_file (a CSV of arrival offsets and "
+                         "token lengths)"))
+    if dist == "fixed":
+        for key in ("prompt_len", "output_len"):
+            if r[key] is None:
+                problems.append((key, f"length_distribution fixed needs {key}"))
+    elif dist in ("uniform", "list") and not r["length_params"]:
+        problems.append(("length_params", f"length_distribution {dist} needs length_params "
+                         "(prompt_len and output_len ranges or lists)"))
+    stream = None
+    if not any(k in ("arrival_rate_rps", "arrival_cv", "prompt_len", "output_len",
+                     "length_params", "arrival_pattern", "length_distribution")
+               for k, _ in problems):
+        try:
+            stream = build_stream(r)
+        except InputError as exc:
+            key = exc.field if exc.field in SETTINGS else (
+                "replay_file" if exc.file is not None else "length_params")
+            problems.append((key, exc.reason))
+    if stream is not None:
+        max_prompt, max_output = stream.lengths.max_lengths()
+        if max_prompt + max_output > spec.max_positions:
+            key = "length_params" if dist != "fixed" else "prompt_len"
+            problems.append((key, f"prompt {max_prompt} + output {max_output} tokens exceed "
+                             f"{spec.name}'s {spec.max_positions} positions"))
+    if (pattern == "closed" and r["num_requests"] is not None
+            and r["num_requests"] < r["concurrency"]):
+        problems.append(("num_requests", f"a closed loop of {r['concurrency']} clients needs "
+                         f"num_requests >= concurrency (got {r['num_requests']}), or the "
+                         "concurrency is never reached"))
+    # serving engine
+    if r["batching"] == "continuous" and spec.arch not in CONTINUOUS_BATCHING_ARCHS:
+        problems.append(("batching", f"continuous batching is not verified for the {spec.arch} "
+                         f"architecture of {spec.name} (verified: "
+                         f"{', '.join(sorted(CONTINUOUS_BATCHING_ARCHS))}); use static"))
+    # precision
+    if r["precision"] == "bf16" and machine.cuda and not machine.bf16:
+        problems.append(("precision", "bf16 is not supported by this GPU (needs compute "
+                         "capability >= 8.0)"))
+    # quantisation
+    wq, wb = r["weight_quant"], r["weight_quant_backend"]
+    if wq != "none":
+        if wb == "quanto" and not _installed("optimum.quanto"):
+            problems.append(("weight_quant_backend", f"weight_quant {wq} with quanto needs "
+                             "optimum-quanto: pip install optimum-quanto"))
+        if wb == "bitsandbytes":
+            if wq == "fp8":
+                problems.append(("weight_quant", "bitsandbytes has no fp8 weights; use "
+                                 "weight_quant_backend quanto"))
+            if not machine.cuda:
+                problems.append(("weight_quant_backend", "bitsandbytes weight quantisation needs "
+                                 f"CUDA; this machine samples with {machine.source}"))
+            elif not machine.bitsandbytes:
+                problems.append(("weight_quant_backend", "bitsandbytes is not installed: pip "
+                                 "install bitsandbytes"))
+    kq, kb = r["kv_cache_quant"], r["kv_cache_backend"]
+    if kq != "none":
+        if r["batching"] == "continuous":
+            problems.append(("kv_cache_quant", "continuous batching uses transformers' paged "
+                             "KV cache, which has no quantised form; use batching static"))
+        module = {"quanto": "optimum.quanto", "hqq": "hqq"}[kb]
+        if not _installed(module):
+            package = {"quanto": "optimum-quanto", "hqq": "hqq"}[kb]
+            problems.append(("kv_cache_backend", f"kv_cache_quant {kq} with the {kb} backend "
+                             f"needs {package}: pip install {package}"))
+    # device settings (root only; never on cpu_proxy)
+    for key, what in (("gpu_clock_mhz", "lock the GPU clock"),
+                      ("power_limit_setting_w", "apply a power cap")):
+        if r[key] is None:
+            continue
+        if machine.source != "nvml":
+            problems.append((key, f"cannot {what}: {machine.source} has no GPU clocks or "
+                             "power limit"))
+        elif not machine.can_set_power_limit:
+            problems.append((key, f"cannot {what}: it needs root and NVML permission on this "
+                             "machine (and is never done on a lent device machine)"))
+    if r["tp_size"] != 1:
+        problems.append(("tp_size", "tensor parallelism (tp_size > 1) is not supported by the "
+                         "inference workload yet"))
+    if r["serving_engine"] != "transformers":
+        problems.append(("serving_engine", "only the transformers serving engine is built in"))
+    return problems
+
+
+SPEC = InferenceSpec()
+
+
+# ---------------------------------------------------------------------------------------------
+# Locked clocks and power caps (root only; NVML through the sampler's device layer)
+# ---------------------------------------------------------------------------------------------
+
+class GpuSettings:
+    """Lock the SM clock and/or cap the power of GPUs for one run; restore them on exit.
+
+    Enter it before the sampler starts (so the sampler's ``power_limit_w`` is the enforced cap
+    and ``sm_clock_mhz`` shows the locked clock) and leave it after the sampler stops. The
+    original power limit is set back and locked clocks are reset on exit, also when the run
+    failed, and also when entering failed half-way. Nothing is touched when neither setting is
+    requested. NVML is reached through ``generation.sampler.nvml`` (the only module that imports
+    the binding; its errors arrive translated: ``NoPermission``, ``NotSupported``, ...).
+
+    Args:
+        gpu_indices: NVML indices of the run's GPUs.
+        clock_mhz: the SM clock to lock (``nvmlDeviceSetGpuLockedClocks(min = max = mhz)``).
+        power_limit_w: the power cap (``nvmlDeviceSetPowerManagementLimit``).
+
+    Attributes:
+        observed: per GPU index, ``power_limit_w`` (enforced after setting) and
+            ``sm_clock_mhz`` (read right after locking).
+
+    Raises:
+        InputError: a power cap outside the GPU's allowed range.
+        SourceError: NVML refused (``NoPermission`` without root, ``NotSupported``).
+    """
+
+    def __init__(self, gpu_indices: list[int] | tuple[int, ...], *, clock_mhz: int | None = None,
+                 power_limit_w: float | None = None) -> None:
+        self.gpu_indices = list(gpu_indices)
+        self.clock_mhz = clock_mhz
+        self.power_limit_w = power_limit_w
+        self.observed: dict[int, dict[str, float | None]] = {}
+        self._undo: list[tuple[str, Any, int, Any]] = []
+        self._nv: Any = None
+
+    @property
+    def active(self) -> bool:
+        return self.clock_mhz is not None or self.power_limit_w is not None
+
+    def __enter__(self) -> GpuSettings:
+        if not self.active:
+            return self
+        from generation.sampler import nvml as nv
+
+        nv._init()
+        self._nv = nv
+        try:
+            for index in self.gpu_indices:
+                handle = nv._call("nvmlDeviceGetHandleByIndex", index)
+                seen: dict[str, float | None] = {}
+                if self.power_limit_w is not None:
+                    lo, hi = nv._call("nvmlDeviceGetPowerManagementLimitConstraints", handle)
+                    mw = int(round(self.power_limit_w * 1000))
+                    if not int(lo) <= mw <= int(hi):
+                        raise InputError(f"{self.power_limit_w:g} W is outside GPU {index}'s "
+                                         f"range {int(lo) / 1000:g}-{int(hi) / 1000:g} W",
+                                         field="power_limit_setting_w")
+                    original = nv._call("nvmlDeviceGetPowerManagementLimit", handle)
+                    nv._call("nvmlDeviceSetPowerManagementLimit", handle, mw)
+                    self._undo.append(("power", handle, index, original))
+                    seen["power_limit_w"] = int(nv._call("nvmlDeviceGetEnforcedPowerLimit",
+                                                         handle)) / 1000
+                if self.clock_mhz is not None:
+                    mhz = int(self.clock_mhz)
+                    nv._call("nvmlDeviceSetGpuLockedClocks", handle, mhz, mhz)
+                    self._undo.append(("clock", handle, index, None))
+                    seen["sm_clock_mhz"] = float(nv._call("nvmlDeviceGetClockInfo", handle,
+                                                          nv.pynvml.NVML_CLOCK_SM))
+                self.observed[index] = seen
+                log.info("GPU %d: requested clock %s MHz, power cap %s W; observed %s", index,
+                         self.clock_mhz, self.power_limit_w, seen)
+        except BaseException:
+            self._restore()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._restore()
+
+    def _restore(self) -> None:
+        nv = self._nv
+        if nv is None:
+            return
+        from generation.sampler import SourceError
+
+        failures = []
+        for kind, handle, index, original in reversed(self._undo):
+            try:
+                if kind == "power":
+                    nv._call("nvmlDeviceSetPowerManagementLimit", handle, original)
+                else:
+                    nv._call("nvmlDeviceResetGpuLockedClocks", handle)
+            except SourceError as exc:
+                failures.append(f"GPU {index} {kind}: {exc}")
+        self._undo.clear()
+        self._nv = None
+        nv._shutdown()
+        if failures:
+            log.error("could not restore GPU settings: %s", "; ".join(failures))
+
+
+# ---------------------------------------------------------------------------------------------
+# The request log
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class RequestRecord:
+    """One request's life on CLOCK_MONOTONIC (ns).
+
+    Attributes:
+        request_id: the stream's id.
+        prompt_tokens: prompt length.
+        requested_output_tokens: forced output length.
+        arrival_ns: when it arrived (recorded by the loop).
+        start_ns: when it was admitted to the engine.
+        first_token_ns: when its first output token was produced.
+        finish_ns: when its output was complete and delivered.
+        output_tokens: tokens generated.
+        status: ``ok``, ``error`` or ``cancelled``.
+        error: the engine's message when ``status`` is ``error``.
+    """
+
+    request_id: str
+    prompt_tokens: int
+    requested_output_tokens: int
+    arrival_ns: int
+    start_ns: int | None = None
+    first_token_ns: int | None = None
+    finish_ns: int | None = None
+    output_tokens: int = 0
+    status: str = "cancelled"
+    error: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def write_requests(path: str | os.PathLike[str], records: list[RequestRecord]) -> None:
+    """Write the request log (JSON lines, monotonic ns) atomically."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(json.dumps(r.as_json()) + "\n" for r in records), encoding="utf-8")
+    tmp.replace(path)
+
+
+def read_requests(path: str | os.PathLike[str]) -> list[RequestRecord]:
+    """Read a request log written by :func:`write_requests`."""
+    out = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            out.append(RequestRecord(**json.loads(line)))
+    return out
+
+
+def _ms(t_ns: int | None, t0_ns: int) -> int | None:
+    return None if t_ns is None else (int(t_ns) - int(t0_ns)) // 1_000_000
+
+
+def load_requests(staging_dir: str | os.PathLike[str], t0_ns: int) -> list[dict[str, Any]]:
+    """The ``inference_requests`` rows of a staged run, on the run clock.
+
+    Times are ``floor((t_ns - t0_ns) / 1e6)``, the formula of the samples and events, so the
+    per-request order ``arrival_ms <= start_ms <= first_token_ms <= finish_ms`` is kept.
+
+    Returns:
+        One dict per request (``run_id``/``platform`` are added by the shard writer); an empty
+        list when the run has no request log.
+    """
+    path = Path(staging_dir) / REQUESTS_FILE
+    if not path.exists():
+        return []
+    rows = []
+    for rec in read_requests(path):
+        rows.append({
+            "request_id": rec.request_id,
+            "arrival_ms": _ms(rec.arrival_ns, t0_ns),
+            "start_ms": _ms(rec.start_ns, t0_ns),
+            "first_token_ms": _ms(rec.first_token_ns, t0_ns),
+            "finish_ms": _ms(rec.finish_ns, t0_ns),
+            "prompt_tokens": rec.prompt_tokens,
+            "requested_output_tokens": rec.requested_output_tokens,
+            "output_tokens": rec.output_tokens,
+            "status": rec.status,
+        })
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Steady state and results (pure)
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SteadyWindow:
+    """The steady-state window.
+
+    Attributes:
+        begin_ns: in-flight requests first reach ``target``.
+        end_ns: in-flight requests drop below ``target`` for the last time (draining starts).
+        target: the in-flight level (the concurrency, or the peak when it was never reached).
+        concurrency_reached: whether ``target`` is the configured concurrency.
+    """
+
+    begin_ns: int
+    end_ns: int
+    target: int
+    concurrency_reached: bool
+
+    @property
+    def label(self) -> str:
+        if self.concurrency_reached:
+            return f"in_flight={self.target}"
+        return f"in_flight={self.target} (peak; concurrency not reached)"
+
+
+def in_flight_timeline(records: list[RequestRecord]) -> list[tuple[int, int]]:
+    """``(t_ns, in-flight count after it)`` at every admission and finish, time-ordered.
+
+    A finish and an admission at the same ns count the finish first.
+    """
+    changes = []
+    for rec in records:
+        if rec.start_ns is None:
+            continue
+        changes.append((rec.start_ns, 1))
+        if rec.finish_ns is not None:
+            changes.append((rec.finish_ns, -1))
+    changes.sort(key=lambda c: (c[0], c[1]))
+    out, level = [], 0
+    for t, d in changes:
+        level += d
+        out.append((t, level))
+    return out
+
+
+def steady_window(records: list[RequestRecord], concurrency: int) -> SteadyWindow | None:
+    """The steady-state window of a served stream (``None`` when nothing was admitted)."""
+    timeline = in_flight_timeline(records)
+    if not timeline:
+        return None
+    peak = max(level for _, level in timeline)
+    target = min(int(concurrency), peak)
+    begin = next(t for t, level in timeline if level >= target)
+    end = None
+    prev = 0
+    for t, level in timeline:
+        if prev >= target > level:
+            end = t
+        prev = level
+    if end is None or end <= begin:
+        end = timeline[-1][0]
+    return SteadyWindow(begin, end, target, target == int(concurrency))
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    import numpy as np
+
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q))
+
+
+def summarise(records: list[RequestRecord]) -> dict[str, Any]:
+    """The run's result columns from its request log (see the module docstring)."""
+    done = [r for r in records if r.status == "ok"]
+    tokens_in = sum(r.prompt_tokens for r in done)
+    tokens_out = sum(r.output_tokens for r in done)
+    span_s = None
+    if done:
+        first = min(r.arrival_ns for r in records)
+        last = max(r.finish_ns for r in done if r.finish_ns is not None)
+        span_s = (last - first) / 1e9
+    ttft = [(r.first_token_ns - r.arrival_ns) / 1e6 for r in done if r.first_token_ns is not None]
+    lat = [(r.finish_ns - r.arrival_ns) / 1e6 for r in done if r.finish_ns is not None]
+    return {
+        "requests_completed": len(done),
+        "tokens_in": tokens_in,
+        "tokens_out": tokens_out,
+        "tokens_per_s": tokens_out / span_s if span_s and span_s > 0 else None,
+        "ttft_p50_ms": _percentile(ttft, 50),
+        "ttft_p99_ms": _percentile(ttft, 99),
+        "latency_p50_ms": _percentile(lat, 50),
+        "latency_p99_ms": _percentile(lat, 99),
+        "num_requests": len(records),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Events on explicit timestamps
+# ---------------------------------------------------------------------------------------------
+
+class _StampClock:
+    """An ``EventRecorder`` clock that returns a timestamp set for the calling thread."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def __call__(self) -> int:
+        t = getattr(self._local, "t_ns", None)
+        return time.monotonic_ns() if t is None else t
+
+    @contextlib.contextmanager
+    def at(self, t_ns: int) -> Iterator[None]:
+        self._local.t_ns = int(t_ns)
+        try:
+            yield
+        finally:
+            self._local.t_ns = None
+
+
+class EventSink:
+    """Run-level events at explicit monotonic times, through ``generation.events``.
+
+    Args:
+        staging_dir: the run's staging folder; ``None`` drops events (benchmarks).
+    """
+
+    def __init__(self, staging_dir: str | os.PathLike[str] | None) -> None:
+        self._clock = _StampClock()
+        self._rec = None
+        if staging_dir is not None:
+            from generation.events import EventRecorder
+
+            self._rec = EventRecorder(staging_dir, rank=None, clock=self._clock)
+
+    def mark(self, kind: str, t_ns: int, *, request_id: str | None = None,
+             label: str | None = None) -> None:
+        """Record a run-level event at ``t_ns``."""
+        if self._rec is None:
+            return
+        with self._clock.at(t_ns):
+            self._rec.mark(kind, request_id=request_id, label=label, rank=None)
+
+    def close(self) -> None:
+        if self._rec is not None:
+            self._rec.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Engines (torch and transformers are imported when one is made)
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class Job:
+    """A request handed to an engine."""
+
+    request_id: str
+    prompt: list[int]
+    output_tokens: int
+
+
+@dataclass
+class Completion:
+    """What an engine reports for a finished request (monotonic ns).
+
+    Attributes:
+        request_id: the job's id.
+        first_token_ns: when its first output token was produced.
+        finish_ns: when its output was complete and delivered.
+        output_tokens: tokens generated.
+        prefill_begin_ns: when its prefill began (continuous: when it left the queue).
+        batch: the static batch's index (``None`` with continuous batching).
+        error: the engine's message, if it failed.
+    """
+
+    request_id: str
+    first_token_ns: int | None
+    finish_ns: int
+    output_tokens: int
+    prefill_begin_ns: int | None = None
+    batch: int | None = None
+    error: str | None = None
+
+
+Deliver = Callable[[list[Completion]], None]
+
+
+def _perf_offset_ns() -> int:
+    """``monotonic_ns - perf_counter_ns`` (0 where both are CLOCK_MONOTONIC, e.g. Linux)."""
+    best = None
+    for _ in range(5):
+        a = time.monotonic_ns()
+        p = time.perf_counter_ns()
+        b = time.monotonic_ns()
+        if best is None or b - a < best[0]:
+            best = (b - a, (a + b) // 2 - p)
+    assert best is not None
+    return best[1]
+
+
+class StaticEngine:
+    """Static batching: one ``model.generate`` per batch, run to completion in a worker thread.
+
+    Args:
+        model: a causal LM in eval mode.
+        deliver: called (from the worker thread) with a batch's completions.
+        pad_id: the pad token id (prompts are left-padded).
+        generate_kwargs: extra ``generate`` keyword arguments (e.g. the quantised cache).
+    """
+
+    admits_while_busy = False
+
+    def __init__(self, model: Any, deliver: Deliver, *, pad_id: int = models.PAD_ID,
+                 generate_kwargs: dict[str, Any] | None = None) -> None:
+        self.model = model
+        self.deliver = deliver
+        self.pad_id = pad_id
+        self.generate_kwargs = dict(generate_kwargs or {})
+        self._jobs: queue.Queue[list[Job] | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._batches = 0
+        self.batches: list[list[str]] = []
+        """Request ids of each batch, in order (what the benchmark replays directly)."""
+
+    def tensors(self, jobs: list[Job]) -> tuple[Any, Any]:
+        """Left-padded ``input_ids`` and ``attention_mask`` of a batch."""
+        import torch
+
+        width = max(len(j.prompt) for j in jobs)
+        ids = torch.full((len(jobs), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(jobs), width), dtype=torch.long)
+        for i, j in enumerate(jobs):
+            ids[i, width - len(j.prompt):] = torch.tensor(j.prompt, dtype=torch.long)
+            mask[i, width - len(j.prompt):] = 1
+        device = self.model.device
+        return ids.to(device), mask.to(device)
+
+    def run_batch(self, jobs: list[Job], batch: int = 0) -> list[Completion]:
+        """Generate one batch to completion (every row exactly its own forced length)."""
+        import torch
+        from transformers import StoppingCriteria, StoppingCriteriaList
+
+        ids, mask = self.tensors(jobs)
+        width = ids.shape[1]
+        limits = torch.tensor([j.output_tokens for j in jobs], device=ids.device)
+        longest = int(limits.max())
+        cuda = ids.device.type == "cuda"
+        stamps: list[int] = []
+
+        class RowLimits(StoppingCriteria):
+            """Stops each row at its own length; records when the first token was produced."""
+
+            def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+                if not stamps:
+                    if cuda:
+                        torch.cuda.synchronize(input_ids.device)
+                    stamps.append(time.monotonic_ns())
+                return (input_ids.shape[1] - width) >= limits
+
+        begin = time.monotonic_ns()
+        out = self.model.generate(
+            input_ids=ids, attention_mask=mask, max_new_tokens=longest, min_new_tokens=longest,
+            do_sample=False, pad_token_id=self.pad_id,
+            stopping_criteria=StoppingCriteriaList([RowLimits()]), **self.generate_kwargs)
+        if cuda:
+            torch.cuda.synchronize(ids.device)
+        end = time.monotonic_ns()
+        generated = int(out.shape[1]) - width
+        first = stamps[0] if stamps else end
+        return [Completion(j.request_id, first, end, min(j.output_tokens, generated),
+                           prefill_begin_ns=begin, batch=batch) for j in jobs]
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._work, name="static-engine", daemon=True)
+        self._thread.start()
+
+    def submit(self, jobs: list[Job]) -> None:
+        self.batches.append([j.request_id for j in jobs])
+        self._jobs.put(jobs)
+
+    def _work(self) -> None:
+        import torch
+
+        with torch.inference_mode():
+            while True:
+                jobs = self._jobs.get()
+                if jobs is None:
+                    return
+                batch = self._batches
+                self._batches += 1
+                try:
+                    done = self.run_batch(jobs, batch)
+                except Exception as exc:  # delivered as failed requests, then re-raised by the loop
+                    now = time.monotonic_ns()
+                    msg = f"{type(exc).__name__}: {exc}"
+                    log.error("static batch %d failed: %s", batch, msg)
+                    done = [Completion(j.request_id, None, now, 0, batch=batch, error=msg)
+                            for j in jobs]
+                self.deliver(done)
+
+    def warmup(self, jobs: list[Job]) -> None:
+        """Run a batch synchronously (not recorded)."""
+        import torch
+
+        with torch.inference_mode():
+            self.run_batch(jobs, -1)
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._jobs.put(None)
+            self._thread.join(timeout=600)
+            self._thread = None
+
+
+def continuous_batching_config(*, concurrency: int, max_prompt: int, max_output: int,
+                               device: str = "cpu") -> Any:
+    """A ``ContinuousBatchingConfig`` sized for the workload (not from free memory).
+
+    The KV cache holds ``concurrency`` requests of the longest prompt + output, and a batch
+    holds every in-flight request's prompt (capped at 8192 tokens; longer prefills are split).
+    Sizing by the workload keeps CPU set-up fast (the auto-sizing fills a mask of the whole
+    cache) and makes runs on different GPUs comparable.
+    """
+    from transformers import ContinuousBatchingConfig
+
+    page = 256 if device == "cuda" else 64
+    per_request = -(-(max_prompt + max_output + 1) // page)
+    num_blocks = concurrency * per_request + concurrency + 1
+    max_batch_tokens = max(min(concurrency * max_prompt, 8192), min(max_prompt, 8192)) + concurrency
+    return ContinuousBatchingConfig(page_size=page, num_blocks=num_blocks,
+                                    max_batch_tokens=max_batch_tokens,
+                                    max_requests_per_batch=concurrency,
+                                    allow_block_sharing=False, return_logprobs=False)
+
+
+class ContinuousEngine:
+    """``transformers`` continuous batching: a ``ContinuousBatchingManager`` and a forwarder.
+
+    Args:
+        model: a causal LM in eval mode.
+        deliver: called (from the forwarder thread) with each finished request.
+        concurrency, max_prompt, max_output: the workload's bounds (sizing the paged cache).
+    """
+
+    admits_while_busy = True
+
+    def __init__(self, model: Any, deliver: Deliver, *, concurrency: int, max_prompt: int,
+                 max_output: int) -> None:
+        self.model = model
+        self.deliver = deliver
+        self.concurrency = concurrency
+        self.max_prompt = max_prompt
+        self.max_output = max_output
+        self.manager: Any = None
+        self._forwarder: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._offset_ns = _perf_offset_ns()
+        self._pending: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._warm: queue.Queue[Completion] | None = None
+
+    def start(self) -> None:
+        from transformers import GenerationConfig
+
+        gen = GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=models.PAD_ID,
+                               max_new_tokens=self.max_output)
+        cfg = continuous_batching_config(concurrency=self.concurrency, max_prompt=self.max_prompt,
+                                         max_output=self.max_output,
+                                         device=self.model.device.type)
+        self.manager = self.model.init_continuous_batching(generation_config=gen,
+                                                           continuous_batching_config=cfg)
+        self.manager.start()
+        self._stop.clear()
+        self._forwarder = threading.Thread(target=self._forward, name="cb-forwarder",
+                                           daemon=True)
+        self._forwarder.start()
+
+    def _ns(self, perf_s: float) -> int:
+        return int(round(perf_s * 1e9)) + self._offset_ns
+
+    def submit(self, jobs: list[Job]) -> None:
+        for j in jobs:
+            with self._lock:
+                self._pending[j.request_id] = j.output_tokens
+            rid = self.manager.add_request(j.prompt, request_id=j.request_id,
+                                           max_new_tokens=j.output_tokens,
+                                           record_timestamps=True, eos_token_id=-1)
+            if rid is None:
+                self.deliver([Completion(j.request_id, None, time.monotonic_ns(), 0,
+                                         error="the continuous-batching manager refused it")])
+
+    def _completion(self, res: Any) -> Completion:
+        stamps = res.timestamps or []
+        begin = self._ns(res.lifespan[0]) if res.lifespan[0] > 0 else None
+        finish = self._ns(res.lifespan[1]) if res.lifespan[1] > 0 else time.monotonic_ns()
+        first = self._ns(stamps[0]) if stamps else None
+        return Completion(res.request_id, first, finish, len(res.generated_tokens),
+                          prefill_begin_ns=begin, error=res.error)
+
+    def _forward(self) -> None:
+        while not self._stop.is_set():
+            res = self.manager.get_result(timeout=0.05)
+            if res is None:
+                if not self.manager.is_running() and not self._stop.is_set():
+                    err = self.manager.background_thread_status.fatal_error
+                    with self._lock:
+                        lost = list(self._pending)
+                        self._pending.clear()
+                    now = time.monotonic_ns()
+                    self.deliver([Completion(rid, None, now, 0, error=f"engine stopped: {err}")
+                                  for rid in lost])
+                    return
+                continue
+            if not res.is_finished():
+                continue
+            with self._lock:
+                self._pending.pop(res.request_id, None)
+            done = self._completion(res)
+            if self._warm is not None and res.request_id.startswith("warmup-"):
+                self._warm.put(done)
+                continue
+            self.deliver([done])
+
+    def warmup(self, jobs: list[Job]) -> None:
+        """Serve ``jobs`` and wait for them (not recorded)."""
+        self._warm = queue.Queue()
+        warm = [Job(f"warmup-{j.request_id}", j.prompt, j.output_tokens) for j in jobs]
+        self.submit(warm)
+        for _ in warm:
+            self._warm.get(timeout=600)
+        self._warm = None
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._forwarder is not None:
+            self._forwarder.join(timeout=10)
+            self._forwarder = None
+        if self.manager is not None:
+            self.manager.stop(block=True, timeout=30)
+            self.manager.destroy()
+            self.manager = None
+
+
+# ---------------------------------------------------------------------------------------------
+# The serving loop
+# ---------------------------------------------------------------------------------------------
+
+class ServingLoop:
+    """Admit a request stream into an engine, up to ``concurrency`` in flight.
+
+    Args:
+        stream: the requests (open loop: scheduled offsets; closed: released by the loop).
+        prompts: ``prompts(request) -> token ids`` (exactly ``prompt_tokens`` long).
+        concurrency: the most requests in flight (the closed loop's clients).
+        events: where run-level events go (``None``: nowhere).
+
+    The engine is attached with :meth:`bind` (it needs the loop's :meth:`deliver`).
+    """
+
+    def __init__(self, stream: arr.RequestStream, prompts: Callable[[arr.Request], list[int]],
+                 *, concurrency: int, events: EventSink | None = None) -> None:
+        self.stream = stream
+        self.prompts = prompts
+        self.concurrency = int(concurrency)
+        self.events = events or EventSink(None)
+        self.engine: Any = None
+        self._inbox: queue.Queue[list[Completion]] = queue.Queue()
+        self.records: dict[str, RequestRecord] = {}
+        self.max_in_flight = 0
+        self.t_start_ns: int | None = None
+
+    def bind(self, engine: Any) -> None:
+        self.engine = engine
+
+    def deliver(self, completions: list[Completion]) -> None:
+        """Thread-safe: an engine reports finished requests."""
+        self._inbox.put(completions)
+
+    def _arrive(self, req: arr.Request, now: int) -> RequestRecord:
+        rec = RequestRecord(req.request_id, req.prompt_tokens, req.output_tokens, now)
+        self.records[req.request_id] = rec
+        self.events.mark("request_arrival", now, request_id=req.request_id)
+        return rec
+
+    def run(self) -> list[RequestRecord]:
+        """Serve the whole stream; return the request log in arrival order.
+
+        Raises:
+            RuntimeError: no engine bound, or every request failed (with the first error).
+        """
+        if self.engine is None:
+            raise RuntimeError("no engine bound")
+        engine = self.engine
+        closed = not self.stream.arrivals.open_loop
+        requests = iter(self.stream)
+        waiting: deque[tuple[arr.Request, RequestRecord]] = deque()
+        in_flight: dict[str, arr.Request] = {}
+        busy = False  # a static batch is running
+        errors: list[str] = []
+        t0 = time.monotonic_ns()
+        self.t_start_ns = t0
+        deadline = None
+        if self.stream.target_duration_s is not None:
+            deadline = t0 + int(self.stream.target_duration_s * 1e9)
+        exhausted = False  # no request will arrive any more
+
+        def pull() -> arr.Request | None:
+            nonlocal exhausted
+            req = None if exhausted else next(requests, None)
+            if req is None:
+                exhausted = True
+            return req
+
+        def due_ns(req: arr.Request) -> int:
+            return t0 + int(round(req.offset_s * 1e9))
+
+        next_req: arr.Request | None = None
+        if closed:  # every client sends its first request now
+            for _ in range(self.concurrency):
+                req = pull()
+                if req is None:
+                    break
+                waiting.append((req, self._arrive(req, time.monotonic_ns())))
+        else:
+            next_req = pull()
+
+        while True:
+            # open loop: release every arrival that is due
+            now = time.monotonic_ns()
+            while next_req is not None and due_ns(next_req) <= now:
+                waiting.append((next_req, self._arrive(next_req, now)))
+                next_req = pull()
+                now = time.monotonic_ns()
+            # admit up to the concurrency (static: only when no batch is running)
+            if waiting and (engine.admits_while_busy or not busy) \
+                    and len(in_flight) < self.concurrency:
+                jobs = []
+                while waiting and len(in_flight) < self.concurrency:
+                    req, rec = waiting.popleft()
+                    rec.start_ns = time.monotonic_ns()
+                    in_flight[req.request_id] = req
+                    jobs.append(Job(req.request_id, self.prompts(req), req.output_tokens))
+                self.max_in_flight = max(self.max_in_flight, len(in_flight))
+                busy = True
+                engine.submit(jobs)
+            if not in_flight and not waiting and next_req is None and exhausted:
+                break
+            # wait for results, or until the next arrival is due
+            timeout = None
+            if next_req is not None:
+                timeout = max(0.0, (due_ns(next_req) - time.monotonic_ns()) / 1e9)
+            try:
+                completions = self._inbox.get(timeout=timeout)
+            except queue.Empty:
+                continue
+            for done in completions:
+                in_flight.pop(done.request_id)
+                self._complete(self.records[done.request_id], done)
+                if done.error:
+                    errors.append(done.error)
+                if closed:  # the client sends its next request at once (until the deadline)
+                    t = time.monotonic_ns()
+                    if deadline is not None and t >= deadline:
+                        exhausted = True
+                    follow = pull()
+                    if follow is not None:
+                        waiting.append((follow, self._arrive(follow, t)))
+            busy = bool(in_flight)
+        records = sorted(self.records.values(), key=lambda r: (r.arrival_ns, r.request_id))
+        if records and all(r.status == "error" for r in records):
+            raise RuntimeError(f"every request failed; first error: {errors[0] if errors else '?'}")
+        return records
+
+    def _complete(self, rec: RequestRecord, done: Completion) -> None:
+        start = rec.start_ns if rec.start_ns is not None else rec.arrival_ns
+        finish = max(done.finish_ns, start)
+        first = done.first_token_ns
+        if first is not None:
+            first = min(max(first, start), finish)
+        rec.finish_ns = finish
+        rec.first_token_ns = first
+        rec.output_tokens = int(done.output_tokens)
+        if done.error:
+            rec.status, rec.error = "error", done.error
+        elif rec.output_tokens != rec.requested_output_tokens:
+            rec.status = "error"
+            rec.error = (f"generated {rec.output_tokens} tokens, {rec.requested_output_tokens} "
+                         "requested")
+        else:
+            rec.status = "ok"
+        ev = self.events
+        rid = rec.request_id
+        if done.batch is None:  # continuous: per request
+            if done.prefill_begin_ns is not None and first is not None:
+                ev.mark("prefill_begin", max(done.prefill_begin_ns, start), request_id=rid)
+                ev.mark("prefill_end", first, request_id=rid)
+                ev.mark("decode_begin", first, request_id=rid)
+                ev.mark("decode_end", finish, request_id=rid)
+        elif done.request_id == self.engine.batches[done.batch][0] and first is not None:
+            label = f"batch-{done.batch}"
+            ev.mark("prefill_begin", done.prefill_begin_ns or start, label=label)
+            ev.mark("prefill_end", first, label=label)
+            ev.mark("decode_begin", first, label=label)
+            ev.mark("decode_end", finish, label=label)
+        ev.mark("request_finish", finish, request_id=rid)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running one resolved run
+# ---------------------------------------------------------------------------------------------
+
+_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def load_model(r: dict[str, Any], device: str) -> Any:
+    """The model of a resolved run: zoo/Hub weights, precision, weight quantisation, device."""
+    import torch
+
+    spec = models.get_spec(r["model"])
+    dtype = getattr(torch, _DTYPES[r["precision"]])
+    wq, backend = r["weight_quant"], r["weight_quant_backend"]
+    if wq != "none" and backend == "bitsandbytes":
+        from transformers import BitsAndBytesConfig
+
+        quant = (BitsAndBytesConfig(load_in_8bit=True) if wq == "int8" else
+                 BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                    bnb_4bit_compute_dtype=dtype))
+        model = models.build_model(spec, r["model_source"], seed=int(r["seed"]),
+                                   quantization_config=quant, device_map={"": 0})
+        return model.eval()
+    model = models.build_model(spec, r["model_source"], seed=int(r["seed"]))
+    model = model.to(device=device, dtype=dtype).eval()
+    if wq != "none":
+        from optimum.quanto import freeze, qfloat8, qint4, qint8, quantize
+
+        qtype = {"int8": qint8, "int4": qint4, "fp8": qfloat8}[wq]
+        quantize(model, weights=qtype, exclude=["lm_head"])
+        freeze(model)
+    return model
+
+
+def generate_kwargs(r: dict[str, Any]) -> dict[str, Any]:
+    """``generate`` keyword arguments of the static engine (the quantised KV cache)."""
+    if r["kv_cache_quant"] == "none":
+        return {}
+    return {"cache_implementation": "quantized",
+            "cache_config": {"backend": r["kv_cache_backend"],
+                             "nbits": KV_BITS[r["kv_cache_quant"]]}}
+
+
+@dataclass
+class Served:
+    """A finished serving loop: the log, the steady window and the set-up details."""
+
+    records: list[RequestRecord]
+    steady: SteadyWindow | None
+    max_in_flight: int
+    engine: Any = None
+    prompts: dict[str, list[int]] = field(default_factory=dict)
+
+
+def make_prompts(stream: arr.RequestStream, vocab_size: int) -> Callable[[arr.Request], list[int]]:
+    """Deterministic synthetic prompts (see ``RequestStream.prompt_ids``)."""
+
+    def prompt(req: arr.Request) -> list[int]:
+        return stream.prompt_ids(req, vocab_size, first_id=models.NUM_SPECIAL)
+
+    return prompt
+
+
+def make_engine(batching: str, model: Any, loop: ServingLoop, *, concurrency: int,
+                max_prompt: int, max_output: int,
+                generate_kw: dict[str, Any] | None = None) -> Any:
+    """A static or continuous engine delivering into ``loop``."""
+    if batching == "static":
+        return StaticEngine(model, loop.deliver, generate_kwargs=generate_kw)
+    return ContinuousEngine(model, loop.deliver, concurrency=concurrency, max_prompt=max_prompt,
+                            max_output=max_output)
+
+
+def serve_stream(model: Any, stream: arr.RequestStream, *, batching: str, concurrency: int,
+                 vocab_size: int, events: EventSink | None = None,
+                 generate_kw: dict[str, Any] | None = None,
+                 mark: Callable[..., Any] | None = None) -> Served:
+    """Warm up an engine, serve ``stream`` through the loop, stop the engine.
+
+    Args:
+        model: the model (eval mode, on its device).
+        stream: the requests.
+        batching: ``static`` or ``continuous``.
+        concurrency: most requests in flight.
+        vocab_size: prompt ids are drawn below it.
+        events: run-level event sink.
+        generate_kw: extra ``generate`` arguments of the static engine.
+        mark: ``ctx.mark`` for ``warmup_begin``/``warmup_end``.
+
+    Returns:
+        The request log, the steady window and the engine (with its batches).
+    """
+    prompts = make_prompts(stream, vocab_size)
+    max_prompt, max_output = stream.lengths.max_lengths()
+    loop = ServingLoop(stream, prompts, concurrency=concurrency, events=events)
+    engine = make_engine(batching, model, loop, concurrency=concurrency, max_prompt=max_prompt,
+                         max_output=max_output, generate_kw=generate_kw)
+    loop.bind(engine)
+    if mark is not None:
+        mark("warmup_begin", label="setup")
+    import numpy as np
+
+    rng = np.random.default_rng(12345)
+    warm = [Job(f"w{i}", arr.synthetic_prompt(rng, max_prompt, vocab_size,
+                                              first_id=models.NUM_SPECIAL),
+                min(WARMUP_TOKENS, max_output)) for i in range(concurrency)]
+    engine.start()
+    try:
+        engine.warmup(warm)
+        if mark is not None:
+            mark("warmup_end", label="setup")
+        records = loop.run()
+    finally:
+        engine.stop()
+    steady = steady_window(records, concurrency)
+    return Served(records, steady, loop.max_in_flight, engine)
+
+
+def _sampler_t0_ns(staging_dir: str | os.PathLike[str]) -> int | None:
+    """The run's t0 (the sampler's first tick, on disk once the sampler has started)."""
+    from generation.sampler import SamplerError, read_spool
+
+    try:
+        return read_spool(staging_dir).t0_ns
+    except (SamplerError, OSError):
+        return None
+
+
+def serve(r: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
+    """Serve one resolved run in this process; write the request log; return result columns.
+
+    Args:
+        r: the resolved settings (``SPEC.resolve``).
+        ctx: run id, staging folder, event recorder, device.
+
+    Returns:
+        The ``inference`` result columns, ``num_requests``, ``model_params``, the library
+        versions actually used and ``_requests`` (the ``inference_requests`` rows on the run
+        clock, t0 read from the sampler's spool).
+    """
+    import torch
+    import transformers
+
+    ctx.mark("warmup_begin", label="model")
+    spec = models.get_spec(r["model"])
+    model = load_model(r, ctx.device)
+    model_params = models.count_params(model)
+    ctx.mark("warmup_end", label="model")
+    stream = build_stream(r)
+    events = EventSink(ctx.staging_dir)
+    try:
+        with torch.inference_mode():
+            served = serve_stream(model, stream, batching=r["batching"],
+                                  concurrency=int(r["concurrency"]),
+                                  vocab_size=spec.vocab_size, events=events,
+                                  generate_kw=generate_kwargs(r), mark=ctx.mark)
+        write_requests(Path(ctx.staging_dir) / REQUESTS_FILE, served.records)
+        t0 = _sampler_t0_ns(ctx.staging_dir)
+        if t0 is None:
+            t0 = min(rec.arrival_ns for rec in served.records)
+            log.warning("no sampler spool in %s: request times are relative to the first "
+                        "arrival", ctx.staging_dir)
+        if served.steady is not None:
+            events.mark("steady_begin", served.steady.begin_ns, label=served.steady.label)
+            events.mark("steady_end", served.steady.end_ns, label=served.steady.label)
+    finally:
+        events.close()
+    result = summarise(served.records)
+    result.update(model_params=model_params, torch_version=torch.__version__,
+                  transformers_version=transformers.__version__,
+                  _requests=load_requests(ctx.staging_dir, t0))
+    del model
+    if ctx.device == "cuda":
+        torch.cuda.empty_cache()
+    return result
+
+
+__all__ = [
+    "SPEC",
+    "SETTINGS",
+    "Completion",
+    "ContinuousEngine",
+    "EventSink",
+    "GpuSettings",
+    "InferenceSpec",
+    "Job",
+    "RequestRecord",
+    "ServingLoop",
+    "StaticEngine",
+    "SteadyWindow",
+    "build_stream",
+    "continuous_batching_config",
+    "in_flight_timeline",
+    "load_model",
+    "load_requests",
+    "make_prompts",
+    "serve",
+    "serve_stream",
+    "steady_window",
+    "summarise",
+    "validate_settings",
+    "write_requests",
+]

@@ -1,0 +1,310 @@
+"""Analysis subcommands: metrics, fit, predict, plot.
+
+``DIR_OR_REPO`` is a local dataset folder, or a Hugging Face Hub dataset repo id
+(``org/name``) which is first downloaded with ``huggingface_hub.snapshot_download``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NoReturn
+
+from . import schema
+from .cli_core import FORMATS, add_format, emit
+from .errors import InputError, RunNotFound
+
+REPO_ID_RE = re.compile(r"^[\w.-]+/[\w.-]+$")
+TABLE_METRICS = ["run_id", "num_gpus", "duration_s", "energy_j", "mean_power_w", "peak_power_w",
+                 "par", "swing_w", "ramp_abs_p99_1s_w_per_s", "dominant_freq_hz",
+                 "coincidence_factor", "energy_per_token_j"]
+
+
+class _Usage(InputError):
+    """Bad usage inside a command (turned into exit code 2)."""
+
+
+def resolve_dataset(dir_or_repo: str | Path) -> Path:
+    """A local folder as is; a Hub repo id (``org/name``) downloaded to the local cache.
+
+    Raises:
+        InputError: neither an existing folder nor a repo id, or the download failed.
+    """
+    path = Path(dir_or_repo)
+    if path.is_dir():
+        return path
+    text = str(dir_or_repo)
+    if REPO_ID_RE.match(text) and not path.exists():
+        try:
+            from huggingface_hub import snapshot_download
+
+            return Path(snapshot_download(text, repo_type="dataset"))
+        except Exception as exc:  # network, auth, missing repo: one line for the user
+            raise InputError(f"cannot download dataset repo {text!r}: "
+                             f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                             ) from None
+    raise InputError(f"{text!r} is neither a dataset folder nor a Hub repo id (org/name)")
+
+
+def _runs_configs(config: str | None) -> list[str]:
+    if config is None:
+        return list(schema.RUNS_CONFIGS)
+    base = config if config in schema.RUNS_CONFIGS else None
+    if base is None:
+        try:
+            trace = schema.base_config(config)
+        except KeyError as exc:
+            raise _Usage(str(exc).strip("'\"")) from None
+        if trace in schema.TRACE_CONFIGS:
+            base = f"{trace}_runs"
+        else:
+            raise _Usage(f"config {config!r} has no runs table; use one of "
+                         f"{', '.join(schema.RUNS_CONFIGS + schema.TRACE_CONFIGS)}")
+    return [base]
+
+
+def iter_run_rows(root: Path, config: str | None = None, split: str | None = None
+                  ) -> Iterator[dict[str, Any]]:
+    """Rows of the runs configs (one per run) of a dataset folder."""
+    from .shards import iter_rows
+
+    for cfg in _runs_configs(config):
+        yield from iter_rows(root, cfg, split)
+
+
+def run_metrics_rows(root: Path, *, config: str | None = None, split: str | None = None,
+                     run_id: str | None = None, recompute: bool = False) -> list[dict[str, Any]]:
+    """One dict per run: ``run_id``, ``num_gpus``, every node-total metric, ``metric_notes``.
+
+    Stored runs rows are used when they carry every metric of this version; otherwise (older
+    schema) or with ``recompute`` the metrics are computed again from the trace rows.
+    """
+    from .metrics import METRIC_NAMES, compute_run_metrics
+    from .shards import read_run
+
+    out = []
+    for row in iter_run_rows(root, config, split):
+        if run_id is not None and row["run_id"] != run_id:
+            continue
+        values: dict[str, Any] = dict(row)
+        if recompute or any(name not in row for name in METRIC_NAMES):
+            values.update(compute_run_metrics(read_run(root, row["run_id"])))
+        obj = {"run_id": row["run_id"], "workload": row.get("workload"),
+               "platform": row.get("platform"), "num_gpus": row.get("num_gpus")}
+        obj.update({name: values.get(name) for name in METRIC_NAMES})
+        obj["metric_notes"] = values.get("metric_notes") or []
+        out.append(obj)
+    if run_id is not None and not out:
+        raise RunNotFound(f"run {run_id!r} is not in {root}"
+                          + (f" (config {config}, split {split})" if config or split else ""))
+    return sorted(out, key=lambda r: r["run_id"])
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the analysis subcommands."""
+    fmt = argparse.RawDescriptionHelpFormatter
+
+    p = sub.add_parser(
+        "metrics", help="power-grid metrics of every run", formatter_class=fmt,
+        description="Print the node-total metrics of every run (energy, levels, ramps, "
+        "oscillations, synchrony, states). JSON: a list with one object per run.",
+        epilog="examples:\n  llm-powertrace metrics llm-powertrace --format json\n"
+        "  llm-powertrace metrics org/llm-powertrace --config finetune --split h100_sxm_80gb")
+    p.add_argument("dir", metavar="DIR_OR_REPO", help="dataset folder or Hub dataset repo id")
+    p.add_argument("--config", default=None,
+                   help="finetune, inference, finetune_runs or inference_runs (default: both)")
+    p.add_argument("--split", default=None, help="platform split (default: all)")
+    p.add_argument("--run", default=None, metavar="RUN_ID", help="one run (default: all)")
+    p.add_argument("--recompute", action="store_true",
+                   help="recompute from the traces instead of the runs tables (default: off; "
+                   "runs written by an older schema are always recomputed)")
+    add_format(p)
+    p.set_defaults(func=cmd_metrics)
+
+    p = sub.add_parser(
+        "fit", help="fit the energy/power scaling law", formatter_class=fmt,
+        description="Fit a log-linear law with platform intercepts and a physics-informed law "
+        "(static power x time + energy per FLOP x FLOPs) on a runs table; with --holdout, refit "
+        "without the held-out runs and report their median absolute percentage error beside "
+        "two baselines (constant J/token; mean power x time).",
+        epilog="examples:\n  llm-powertrace fit llm-powertrace --target energy_per_token_j "
+        "--holdout model_params=top --out fit.json\n"
+        "  llm-powertrace fit llm-powertrace --holdout family=qwen --format json")
+    p.add_argument("dir", metavar="DIR_OR_REPO", help="dataset folder or Hub dataset repo id")
+    p.add_argument("--target", default="energy_per_token_j",
+                   choices=["energy_per_token_j", "mean_power_w", "energy_j"],
+                   help="what to fit (default: energy_per_token_j)")
+    p.add_argument("--holdout", default=None, metavar="AXIS=top|family=NAME",
+                   help="hold out the runs at an axis's largest value (AXIS a column or symbol: "
+                   "N, B, L, G, f), or one model family, or COLUMN=VALUE (default: none)")
+    p.add_argument("--config", default="finetune_runs",
+                   help="runs table to fit (default: finetune_runs)")
+    p.add_argument("--split", default=None, help="platform split (default: all)")
+    p.add_argument("--out", type=Path, default=None, metavar="FIT.json",
+                   help="write the fit as JSON for `predict` and `plot --fit` (default: none)")
+    p.add_argument("--n-boot", type=int, default=1000,
+                   help="bootstrap replicates for the exponent intervals (default: 1000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: 0)")
+    p.add_argument("--format", choices=("table", "json"), default="table",
+                   help="output format (default: table)")
+    p.set_defaults(func=cmd_fit)
+
+    p = sub.add_parser(
+        "predict", help="predict with a fitted law, with its 95 %% interval", formatter_class=fmt,
+        epilog="examples:\n  llm-powertrace predict fit.json --set platform=h100_sxm_80gb N=7B "
+        "B=32 L=1024 G=4 method=lora precision=bf16\n"
+        "  llm-powertrace predict fit.json --model physics --set platform=l40s num_gpus=4 "
+        "duration_s=3600 model_params=7e9 tokens=2e7 method=lora")
+    p.add_argument("fit", type=Path, metavar="FIT.json", help="a file written by `fit --out`")
+    p.add_argument("--set", dest="settings", nargs="+", action="extend", default=[],
+                   metavar="AXIS=VALUE", help="a setting (column or symbol); repeatable")
+    p.add_argument("--model", choices=("loglinear", "physics"), default=None,
+                   help="which law (default: the fit's preferred one)")
+    add_format(p)
+    p.set_defaults(func=cmd_predict)
+
+    p = sub.add_parser(
+        "plot", help="plot a run, a sweep or a fit", formatter_class=fmt,
+        description="One run: per-device power and node total with events, a 10 s zoom, the "
+        "ramp histogram and the spectrum. A sweep (--metric, --axis): the metric against the axis, "
+        "one line per platform. A fit (--fit FIT.json): the law, its interval and the held-out "
+        "points.",
+        epilog="examples:\n  llm-powertrace plot llm-powertrace RUN_ID --out run.png\n"
+        "  llm-powertrace plot llm-powertrace --metric energy_per_token_j --axis model_params "
+        "--out sweep.png\n  llm-powertrace plot --fit fit.json --out fit.png")
+    p.add_argument("dir", nargs="?", default=None, metavar="DIR_OR_REPO",
+                   help="dataset folder or Hub dataset repo id (not needed with --fit)")
+    p.add_argument("run_id", nargs="?", default=None, metavar="RUN_ID", help="the run to plot")
+    p.add_argument("--out", type=Path, required=True, metavar="FILE.png", help="image to write")
+    p.add_argument("--metric", default=None, help="sweep plot: runs-table metric (y)")
+    p.add_argument("--axis", default=None, help="sweep plot: axis column (x); fit plot: the axis")
+    p.add_argument("--config", default=None, help="sweep plot: runs table (default: both)")
+    p.add_argument("--split", default=None, help="sweep plot: platform split (default: all)")
+    p.add_argument("--fit", type=Path, default=None, metavar="FIT.json", help="plot a fit")
+    p.set_defaults(func=cmd_plot)
+
+
+def _usage(message: str) -> NoReturn:
+    from .cli import UsageError
+
+    raise UsageError(message)
+
+
+def cmd_metrics(args: argparse.Namespace) -> int:
+    root = resolve_dataset(args.dir)
+    try:
+        rows = run_metrics_rows(root, config=args.config, split=args.split, run_id=args.run,
+                                recompute=args.recompute)
+    except _Usage as exc:
+        _usage(exc.reason)
+    if args.format == "table":
+        emit(rows, "table", TABLE_METRICS)
+    elif args.format == "csv":
+        emit(rows, "csv", list(rows[0]) if rows else ["run_id", "num_gpus"])
+    else:
+        emit(rows, "json")
+    return 0
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    from . import scaling
+
+    root = resolve_dataset(args.dir)
+    try:
+        rows = list(iter_run_rows(root, args.config, args.split))
+    except _Usage as exc:
+        _usage(exc.reason)
+    if not rows:
+        raise InputError(f"no runs in {root} (config {args.config}"
+                         + (f", split {args.split})" if args.split else ")"))
+    res = scaling.fit(rows, args.target, holdout=args.holdout, n_boot=args.n_boot,
+                      seed=args.seed)
+    data = res.to_json()
+    if args.out:
+        res.save(args.out)
+    if args.format == "json":
+        print(json.dumps(data, indent=2))
+        return 0
+    terms = []
+    ll = data["loglinear"]
+    for plat, v in ll["platform_intercepts"].items():
+        terms.append({"law": "loglinear", "term": f"a[{plat}]", "value": v["a"],
+                      "ci95_lo": v["ci95"][0], "ci95_hi": v["ci95"][1]})
+    for e in ll["exponents"]:
+        terms.append({"law": "loglinear", "term": f"beta_{e['symbol']} ({e['axis']})",
+                      "value": e["exponent"], "ci95_lo": e["ci95"][0], "ci95_hi": e["ci95"][1]})
+    for name, spec in ll["factors"].items():
+        for lv, v in spec["levels"].items():
+            terms.append({"law": "loglinear", "term": f"{name}={lv} (vs {spec['reference']})",
+                          "value": v["factor"], "ci95_lo": v["ci95"][0], "ci95_hi": v["ci95"][1]})
+    terms.append({"law": "loglinear", "term": "sigma_log", "value": ll["sigma_log"]})
+    if data["physics"]:
+        for plat, v in data["physics"]["params"].items():
+            terms.append({"law": "physics", "term": f"p_static[{plat}] (W/GPU)",
+                          "value": v["static_power_w_per_gpu"],
+                          "ci95_lo": v["static_power_ci95"][0],
+                          "ci95_hi": v["static_power_ci95"][1]})
+            terms.append({"law": "physics", "term": f"e_flop[{plat}] (J/FLOP)",
+                          "value": v["energy_per_flop_j"], "ci95_lo": v["energy_per_flop_ci95"][0],
+                          "ci95_hi": v["energy_per_flop_ci95"][1]})
+        terms.append({"law": "physics", "term": "sigma_log", "value": data["physics"]["sigma_log"]})
+    else:
+        terms.append({"law": "physics", "term": f"not fitted: {data['physics_note']}"})
+    print(f"target {data['target']}: {ll['n_runs']} runs; preferred law: {data['preferred']}")
+    emit(terms, "table", ["law", "term", "value", "ci95_lo", "ci95_hi"])
+    for note in ll["notes"] + (data["physics"]["notes"] if data["physics"] else []):
+        print(f"note: {note}")
+    if data["holdout"]:
+        ho = data["holdout"]
+        print(f"\nholdout {ho['spec']}: {ho['n_train']} runs fitted, {ho['n_test']} held out")
+        rows_h = [{"model": k, "mdape_pct": v,
+                   "coverage95": ho["coverage95"].get(k)} for k, v in ho["mdape_pct"].items()]
+        emit(rows_h, "table", ["model", "mdape_pct", "coverage95"])
+    if args.out:
+        print(f"\nwrote {args.out}")
+    return 0
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from . import scaling
+
+    settings: dict[str, Any] = {}
+    for item in args.settings:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            _usage(f"--set {item!r} is not AXIS=VALUE")
+        settings[key.strip()] = scaling.parse_value(value)
+    res = scaling.predict(args.fit, settings, model=args.model)
+    emit([res], args.format if args.format in FORMATS else "table",
+         ["target", "model", "value", "lo95", "hi95"])
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from . import plots
+
+    if args.fit is not None:
+        path = plots.plot_fit(args.fit, args.out, axis=args.axis)
+    else:
+        if args.dir is None:
+            _usage("plot needs DIR_OR_REPO (with RUN_ID, or --metric and --axis), or --fit FIT.json")
+        root = resolve_dataset(args.dir)
+        if args.metric or args.axis:
+            if not (args.metric and args.axis):
+                _usage("a sweep plot needs both --metric and --axis")
+            try:
+                rows = list(iter_run_rows(root, args.config, args.split))
+            except _Usage as exc:
+                _usage(exc.reason)
+            path = plots.plot_sweep(rows, args.metric, args.axis, args.out)
+        elif args.run_id:
+            from .shards import read_run
+
+            path = plots.plot_run(read_run(root, args.run_id), args.out)
+        else:
+            _usage("plot needs RUN_ID, or --metric and --axis, or --fit FIT.json")
+    print(path)
+    return 0

@@ -1,0 +1,250 @@
+"""Generator subcommands: ``generate``, ``merge``, ``salvage``.
+
+``generate`` and ``salvage`` need the ``generate`` extra; they import ``generation`` inside the
+command (never at import time) and print one line naming the extra when it is missing. ``merge``
+needs only the dataset library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import layout
+from .cli_core import add_format, emit
+from .errors import InputError, PowerTraceError, ShardError
+
+EXTRA_HINT = "pip install 'llm-powertrace[generate]'"
+
+SLURM_EXAMPLE = """\
+  # one Slurm array task per slice of the sweep, all writing into one shared folder:
+  #SBATCH --array=0-7
+  llm-powertrace generate generation/sweeps/finetune-scale.yaml --out llm-powertrace \\
+      --task-index $SLURM_ARRAY_TASK_ID --num-tasks 8
+"""
+
+
+class MissingExtra(PowerTraceError, ModuleNotFoundError):
+    """The ``generate`` extra is not installed."""
+
+
+def _import_generation(what: str):  # noqa: ANN202 - returns a module
+    """Import ``generation.<what>`` or raise a one-line error naming the extra."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"generation.{what}")
+    except ModuleNotFoundError as exc:
+        if exc.name and (exc.name == "generation" or exc.name.startswith("generation.")):
+            raise MissingExtra(f"the generator is not installed: {EXTRA_HINT}") from None
+        raise MissingExtra(f"{exc.name} is not installed (needed by `llm-powertrace "
+                           f"generate`): {EXTRA_HINT}") from None
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``generate``, ``merge`` and ``salvage``."""
+    fmt = argparse.RawDescriptionHelpFormatter
+
+    p = sub.add_parser(
+        "generate", help="run a sweep file into a dataset folder (resumable)", formatter_class=fmt,
+        description="Run every run of a sweep file under the power sampler and publish it into "
+        "a dataset folder. Runs already published are skipped (resume); a failing run is "
+        "recorded `failed` and the sweep goes on.",
+        epilog="examples:\n  llm-powertrace generate generation/sweeps/demo-finetune.yaml "
+        "--out llm-powertrace\n  llm-powertrace generate sweep.yaml --out ds --dry-run\n"
+        + SLURM_EXAMPLE)
+    p.add_argument("sweep", type=Path, help="sweep YAML file")
+    p.add_argument("--out", type=Path, default=Path("llm-powertrace"),
+                   help="dataset folder (default: llm-powertrace)")
+    p.add_argument("--task-index", type=int, default=0,
+                   help="this task's slice of the sweep, 0-based (default: 0)")
+    p.add_argument("--num-tasks", type=int, default=1,
+                   help="number of slices the sweep is split into (default: 1)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the expanded runs (done/todo) and run nothing (default: off)")
+    p.add_argument("--fail-fast", action="store_true",
+                   help="stop at the first failed run (default: record it and go on)")
+    add_format(p)
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser(
+        "merge", help="combine dataset folders made on different machines", formatter_class=fmt,
+        description="Copy every per-run file of the SRC folders into DIR. A run already in DIR "
+        "with identical files is skipped; the same run id with different content is an error "
+        "(nothing is copied then).",
+        epilog="example:\n  llm-powertrace merge task0 task1 --into llm-powertrace")
+    p.add_argument("src", type=Path, nargs="+", metavar="SRC", help="dataset folders to read")
+    p.add_argument("--into", type=Path, required=True, help="dataset folder to fill")
+    add_format(p)
+    p.set_defaults(func=cmd_merge)
+
+    p = sub.add_parser(
+        "salvage", help="publish a killed attempt of a run, flagged incomplete",
+        formatter_class=fmt,
+        epilog="example:\n  llm-powertrace salvage llm-powertrace ft-llama-tiny-lora-...")
+    p.add_argument("dir", type=Path, help="dataset folder")
+    p.add_argument("run_id", help="the run whose last killed attempt to publish")
+    add_format(p)
+    p.set_defaults(func=cmd_salvage)
+
+
+# ---------------------------------------------------------------------------------------------
+# generate
+# ---------------------------------------------------------------------------------------------
+
+GENERATE_COLUMNS = ["index", "run_id", "status", "seconds", "model", "method", "batch_size",
+                    "parallelism", "steps", "tokens_per_s", "mean_power_w", "error"]
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    runner = _import_generation("runner")
+    if not args.sweep.exists():
+        raise InputError(f"sweep file '{args.sweep}' does not exist")
+    if args.num_tasks < 1 or not 0 <= args.task_index < args.num_tasks:
+        from .cli import UsageError
+
+        raise UsageError(f"--task-index {args.task_index} must be in [0, --num-tasks "
+                         f"{args.num_tasks})")
+    quiet = getattr(args, "quiet", False)
+    if not getattr(args, "debug", False):
+        import logging
+
+        # one line per sampler start is noise over a sweep; warnings still show
+        logging.getLogger("generation.sampler").setLevel(logging.WARNING)
+    report = runner.generate(args.sweep, args.out, task_index=args.task_index,
+                             num_tasks=args.num_tasks, dry_run=args.dry_run,
+                             fail_fast=args.fail_fast,
+                             progress=not quiet and sys.stderr.isatty())
+    rows = [o.row() for o in report.outcomes]
+    emit(rows, args.format, GENERATE_COLUMNS if not args.dry_run else
+         ["index", "run_id", "status", "model", "method", "batch_size", "seq_len", "precision",
+          "gradient_checkpointing", "parallelism", "dp_size"])
+    if not quiet and args.format == "table":
+        counts: dict[str, int] = {}
+        for o in report.outcomes:
+            counts[o.status] = counts.get(o.status, 0) + 1
+        print(f"{report.sweep}: {len(report.outcomes)} of {report.total_runs} runs on "
+              f"{report.machine.platform} ({report.machine.source}): "
+              + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())), file=sys.stderr)
+    return 1 if report.failed else 0
+
+
+# ---------------------------------------------------------------------------------------------
+# salvage
+# ---------------------------------------------------------------------------------------------
+
+def cmd_salvage(args: argparse.Namespace) -> int:
+    runner = _import_generation("runner")
+    res = runner.salvage(args.dir, args.run_id)
+    emit([{"run_id": res.run_id, "flags": res.flags, "files": res.files}], args.format,
+         ["run_id", "flags", "files"])
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# merge
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class MergePlan:
+    """What ``merge`` will copy: ``(src file, relative path)`` pairs, and what it skips."""
+
+    copies: list[tuple[Path, str]]
+    identical: set[str]
+    runs: dict[str, str]
+
+
+def _run_files(root: Path) -> dict[str, dict[str, Path]]:
+    """``{run_id: {relative path: file}}`` of a folder's per-run files under ``data/``."""
+    data = layout.data_root(root)
+    out: dict[str, dict[str, Path]] = {}
+    if not data.is_dir():
+        return out
+    for path in sorted(data.rglob(f"*{layout.SHARD_SUFFIX}")):
+        if path.name.startswith(".") or not path.is_file():
+            continue
+        if "-of-" in path.stem:
+            raise ShardError(f"'{root}' is packed ({path.name}); merge works on unpacked "
+                             "folders (the output of generate/import)")
+        out.setdefault(path.stem, {})[path.relative_to(root).as_posix()] = path
+    return out
+
+
+def _same_content(a: Path, b: Path) -> bool:
+    if filecmp.cmp(a, b, shallow=False):
+        return True
+    from .shards import read_table
+
+    return read_table(a).equals(read_table(b))
+
+
+def plan_merge(sources: list[Path], into: Path) -> MergePlan:
+    """Check every source against ``into`` and each other; list the files to copy.
+
+    Raises:
+        InputError: a run id whose files differ between folders (every conflict listed), a
+            missing source folder.
+    """
+    problems: list[str] = []
+    target = _run_files(into) if into.exists() else {}
+    chosen: dict[str, dict[str, Path]] = {}
+    origin: dict[str, str] = {run_id: str(into) for run_id in target}
+    identical: set[str] = set()
+    for src in sources:
+        if not src.is_dir():
+            problems.append(f"'{src}' is not a dataset folder")
+            continue
+        if src.resolve() == into.resolve():
+            problems.append(f"'{src}' is the destination itself")
+            continue
+        for run_id, files in _run_files(src).items():
+            have = target.get(run_id) or chosen.get(run_id)
+            if have is None:
+                chosen[run_id] = files
+                origin[run_id] = str(src)
+                continue
+            if set(have) != set(files) or not all(_same_content(have[k], files[k]) for k in files):
+                problems.append(f"run {run_id}: '{src}' and '{origin[run_id]}' hold different "
+                                "data for this run id")
+            else:
+                identical.add(run_id)
+    if problems:
+        raise InputError("merge found conflicts; nothing was copied:\n  "
+                         + "\n  ".join(problems))
+    copies = [(path, rel) for files in chosen.values() for rel, path in files.items()]
+    return MergePlan(copies=copies, identical=identical, runs=origin)
+
+
+def merge(sources: list[Path], into: Path) -> tuple[list[str], set[str]]:
+    """Merge dataset folders into ``into`` (created if missing) and refresh its card.
+
+    Returns:
+        ``(run ids copied, run ids already present with identical files)``.
+    """
+    from .shards import refresh_readme
+
+    plan = plan_merge(sources, into)
+    copied: set[str] = set()
+    for src, rel in plan.copies:
+        dest = into / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dest)
+        copied.add(Path(rel).stem)
+    into.mkdir(parents=True, exist_ok=True)
+    refresh_readme(into)
+    return sorted(copied), plan.identical
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    copied, identical = merge(list(args.src), args.into)
+    rows = [{"run_id": r, "action": "copied"} for r in copied]
+    rows += [{"run_id": r, "action": "identical"} for r in sorted(identical)]
+    emit(rows, args.format, ["run_id", "action"])
+    return 0

@@ -1,0 +1,304 @@
+"""Importer of the LLM-PowerTrace authors' canonical long CSV and its metadata JSON.
+
+The CSV has one row per (tick, GPU)::
+
+    run_id,timestamp,time_relative_s,gpu_id,power_w,sm_clock_mhz,gpu_util_pct,memory_util_pct,
+    memory_used_mb,memory_total_mb,temperature_c,stage
+
+with ISO-8601 UTC timestamps. Its metadata JSON (``--meta``, or the ``.json`` with the same stem
+beside the CSV) is mapped onto our columns: their ``model_family`` labels become our family
+vocabulary with the label kept in ``model_label``, ``"DP=1, TP=4, PP=1"`` becomes
+``dp_size``/``tp_size``/``pp_size``, ``gpu_type`` gives the platform, ``"Unknown"`` is null.
+Non-empty ``stage`` labels become ``stage`` events. Their run id is kept.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import schema
+from ..errors import InputError
+from ..run import Event, Run, coerce_meta
+from . import common
+from .common import Converter, DeviceData
+
+log = logging.getLogger("llm_powertrace_ds.importers.powertrace_csv")
+
+FORMAT = "powertrace-csv"
+REQUIRED = ("timestamp", "gpu_id", "power_w")
+SIGNALS: dict[str, str] = {
+    "power_w": "power_w",
+    "sm_clock_mhz": "sm_clock_mhz",
+    "gpu_util_pct": "gpu_util_pct",
+    "memory_util_pct": "mem_util_pct",
+    "memory_used_mb": "mem_used_mib",  # nvidia-smi memory.used, which is MiB
+    "temperature_c": "temp_c",
+}
+
+MODEL_LABELS: dict[str, tuple[str, str]] = {
+    "ds7bbase": ("deepseek", "deepseek-llm-7b-base"),
+    "ds7bchat": ("deepseek", "deepseek-llm-7b-chat"),
+    "gptj6b": ("gptj", "gpt-j-6b"),
+}
+"""Their ``model_family`` labels -> (our family, model name)."""
+
+DIRECT_KEYS: dict[str, str] = {
+    "run_id": "run_id",
+    "sequence_length": "seq_len",
+    "global_batch_size": "global_batch_size",
+    "grad_accum_steps": "grad_accum",
+    "microbatch_size": "batch_size",
+    "precision": "precision",
+    "checkpoint_interval": "checkpoint_every_steps",
+    "method": "method",
+    "gpu_count": "num_gpus",
+    "dataset_name": "dataset_name",
+}
+IGNORED_KEYS = frozenset({"source_family", "model", "compute_dtype", "quantization_bits",
+                          "logging_method", "power_aggregation"})
+"""Keys of their JSON that have no column (configuration already covered, or free text)."""
+
+_PARALLEL_RE = re.compile(r"\b(DP|TP|PP)\s*=\s*(\d+)", re.I)
+
+
+def _is_unknown(value: Any) -> bool:
+    return value is None or (isinstance(value, str)
+                             and value.strip().lower() in ("", "unknown", "n/a", "none", "null"))
+
+
+def parse_parallelism(text: str, *, file: Path) -> dict[str, Any]:
+    """``"DP=1, TP=4, PP=1"`` -> ``dp_size``/``tp_size``/``pp_size`` (and ``parallelism``)."""
+    sizes = {f"{name.lower()}_size": int(n) for name, n in _PARALLEL_RE.findall(str(text))}
+    if not sizes:
+        raise InputError(f"value {str(text)!r} is not like 'DP=1, TP=4, PP=1'", file=file,
+                         field="parallelism")
+    dp, tp, pp = (sizes.get(k, 1) for k in ("dp_size", "tp_size", "pp_size"))
+    if dp == tp == pp == 1:
+        sizes["parallelism"] = "single"
+    elif tp > 1 and dp == 1 and pp == 1:
+        sizes["parallelism"] = "tp"
+    return sizes
+
+
+def _model(label: Any) -> dict[str, Any]:
+    text = str(label).strip()
+    family, name = MODEL_LABELS.get(text.lower(), (common.family_from_name(text), None))
+    return {"model_family": family, "model_label": text, "model_name": name}
+
+
+def map_meta(data: dict[str, Any], workload: str, *, file: Path) -> dict[str, Any]:
+    """Map their metadata JSON onto our columns (``gpu_name`` carries their ``gpu_type``)."""
+    meta: dict[str, Any] = {}
+    fields = schema.RUN_LEVEL_FIELDS[workload]
+    for key, value in data.items():
+        if _is_unknown(value) or key in IGNORED_KEYS:
+            continue
+        if key in DIRECT_KEYS:
+            meta[DIRECT_KEYS[key]] = value
+        elif key == "model_family":
+            meta.update(_model(value))
+        elif key == "parallelism":
+            meta.update(parse_parallelism(value, file=file))
+        elif key == "gpu_type":
+            meta["gpu_name"] = str(value).strip()
+        elif key == "sampling_interval_declared_s":
+            meta["sample_period_ms"] = _scaled(value, 1000.0, key, file)
+        elif key == "duration_declared_min":
+            meta["target_duration_s"] = _scaled(value, 60.0, key, file)
+        elif key in fields:
+            meta[key] = value
+        else:
+            log.info("%s: ignored key %r (no column)", file, key)
+    dropped = sorted(k for k in meta if k not in fields and k != "run_id")
+    if dropped:
+        log.warning("%s: %s are not columns of %s; dropped", file, ", ".join(dropped), workload)
+    meta = {k: v for k, v in meta.items() if k in fields or k == "run_id"}
+    meta = common.scrub_meta({k: v for k, v in meta.items() if v is not None}, source=str(file))
+    run_id = meta.pop("run_id", None)
+    out = coerce_meta({k: v for k, v in meta.items() if v is not None}, workload, file=file)
+    if run_id is not None:
+        out["run_id"] = common.check_run_id(str(run_id), file=file)
+    return out
+
+
+def _scaled(value: Any, factor: float, key: str, file: Path) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = float("nan")
+    if not np.isfinite(number) or number <= 0 or isinstance(value, bool):
+        raise InputError(f"value {str(value)[:40]!r} is not a positive number", file=file,
+                         field=key)
+    return number * factor
+
+
+def meta_file(path: Path, meta_path: str | Path | None) -> Path | None:
+    """The metadata JSON: ``meta_path``, else the ``.json`` with the CSV's stem, if present."""
+    if meta_path is not None:
+        return Path(meta_path)
+    candidate = path.with_suffix(".json")
+    return candidate if candidate.is_file() else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+# ---------------------------------------------------------------------------------------------
+
+
+def plan_columns(header: list[str], path: Path, line: int, factors: dict[str, common.Factorizer],
+                 zone: dt.tzinfo = dt.timezone.utc) -> dict[str, tuple[int, Converter]]:
+    """Converters of the columns we keep; raises when a required column is missing."""
+    index = {}
+    for i, cell in enumerate(header):
+        index.setdefault(cell.lower(), i)
+    for name in REQUIRED:
+        if name not in index:
+            raise InputError(f"no {name} column; the header has {common.list_names(header)}",
+                             file=path, line=line, field=name)
+    plan: dict[str, tuple[int, Converter]] = {
+        "ts": (index["timestamp"], common.timestamp_converter(
+            file=path, field="timestamp", zone=zone)),
+        "gpu": (index["gpu_id"], common.numeric_converter(file=path, field="gpu_id")),
+    }
+    for name, target in SIGNALS.items():
+        if name in index:
+            plan[f"signal:{target}"] = (index[name], common.numeric_converter(
+                file=path, field=name, nonnegative=name == "power_w"))
+    for name in ("run_id", "stage"):
+        if name in index:
+            plan[name] = (index[name], factors.setdefault(name, common.Factorizer()).converter())
+    return plan
+
+
+def read_trace(path: Path, zone: dt.tzinfo = dt.timezone.utc
+               ) -> tuple[common.Table, dict[str, common.Factorizer]]:
+    """Read the CSV; a short or cut-off line is an error (this is a curated export)."""
+    factors: dict[str, common.Factorizer] = {}
+    with common.CsvReader(path, cut_last="error") as reader:
+        header = reader.read_header()
+        table = reader.read(plan_columns(header, path, reader.header_line, factors, zone))
+    if len(table.lines) == 0:
+        raise InputError("no data rows after the header", file=path, line=table.last_line + 1,
+                         field="power_w")
+    return table, factors
+
+
+def build_devices(table: common.Table, path: Path) -> list[DeviceData]:
+    """One :class:`DeviceData` per ``gpu_id``, each on its own timestamps."""
+    cols = table.columns
+    gpu = cols["gpu"]
+    bad = ~np.isfinite(gpu) | (gpu != np.round(gpu)) | (gpu < 0)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise InputError("a gpu_id must be a whole number >= 0", file=path,
+                         line=int(table.lines[row]), field="gpu_id")
+    devices = []
+    for key in np.unique(gpu):
+        mask = gpu == key
+        signals = {k.split(":", 1)[1]: v[mask] for k, v in cols.items() if k.startswith("signal:")}
+        dev = DeviceData(gpu_index=int(key), ts_ms=cols["ts"][mask], lines=table.lines[mask],
+                         signals=signals)
+        common.check_increasing(dev, file=path)
+        devices.append(dev)
+    if not any(np.isfinite(d.signals["power_w"]).any() for d in devices):
+        raise InputError("no usable power value: every value is empty", file=path,
+                         line=int(table.lines[0]), field="power_w")
+    return devices
+
+
+def csv_run_id(table: common.Table, factors: dict[str, common.Factorizer],
+               path: Path) -> str | None:
+    """The CSV's one run id (``None`` when the column is absent or empty)."""
+    if "run_id" not in table.columns:
+        return None
+    codes = table.columns["run_id"]
+    valid = codes[codes >= 0]
+    if len(valid) == 0:
+        return None
+    first = int(valid[0])
+    other = (codes >= 0) & (codes != first)
+    if other.any():
+        row = int(np.flatnonzero(other)[0])
+        raise InputError(f"a second run id {factors['run_id'].levels[int(codes[row])]!r} (the file "
+                         f"starts with {factors['run_id'].levels[first]!r}); import one run per "
+                         "file", file=path, line=int(table.lines[row]), field="run_id")
+    row = int(np.flatnonzero(codes >= 0)[0])
+    return common.check_run_id(factors["run_id"].levels[first], file=path,
+                               line=int(table.lines[row]))
+
+
+def stage_events(table: common.Table, factors: dict[str, common.Factorizer]
+                 ) -> list[tuple[int, Event]]:
+    """One ``stage`` event (rank ``None``) at each change of the non-empty stage label."""
+    if "stage" not in table.columns:
+        return []
+    codes = table.columns["stage"]
+    order = np.argsort(table.columns["ts"], kind="stable")
+    labelled = order[codes[order] >= 0]
+    if len(labelled) == 0:
+        return []
+    seq = codes[labelled]
+    change = np.r_[True, seq[1:] != seq[:-1]]
+    levels = factors["stage"].levels
+    return [(int(table.columns["ts"][row]), Event(t_ms=0, kind="stage", label=levels[int(code)]))
+            for row, code in zip(labelled[change], seq[change], strict=True)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Import
+# ---------------------------------------------------------------------------------------------
+
+
+def import_powertrace_csv(path: str | Path, *, workload: str,
+                          meta_path: str | Path | None = None, platform: str | None = None,
+                          num_gpus: int | None = None,
+                          zone: dt.tzinfo = dt.timezone.utc) -> Run:
+    """Import one LLM-PowerTrace CSV (and its metadata JSON) as a :class:`Run`.
+
+    Args:
+        path: the CSV.
+        workload: ``finetune`` (what their traces are) or ``inference``.
+        meta_path: their metadata JSON (default: the ``.json`` beside the CSV, if any).
+        platform: the split slug (default: from their ``gpu_type``).
+        num_gpus: devices in the run (default: their ``gpu_count``, else the GPUs found).
+        zone: time zone of zone-less timestamps (theirs end in ``Z``: UTC).
+
+    Returns:
+        The run, with their run id.
+
+    Raises:
+        InputError: bad input, naming the file, the line and the field.
+    """
+    path = Path(path)
+    table, factors = read_trace(path, zone)
+    devices = build_devices(table, path)
+    meta = common.base_meta(FORMAT, workload)
+    json_path = meta_file(path, meta_path)
+    if json_path is not None:
+        meta.update(map_meta(common.load_meta_file(json_path), workload, file=json_path))
+    else:
+        log.warning("%s: no metadata JSON beside it; model and settings unknown", path)
+    run_id = csv_run_id(table, factors, path)
+    if run_id and meta.get("run_id") not in (None, run_id):
+        log.warning("%s: run id %r differs from the metadata's %r; kept the CSV's", path, run_id,
+                    meta["run_id"])
+    meta["run_id"] = run_id or meta.get("run_id") or \
+        f"import-{FORMAT}-{common.file_sha256(path)[:12]}"
+    meta["power_field"] = "power_usage"  # they logged nvidia-smi power.draw
+    common.apply_device_defaults(devices, common.split_device_meta(meta))
+    gpu_name = next((d.gpu_name for d in devices if d.gpu_name), None)
+    slug, flags = common.resolve_platform(platform or meta.pop("platform", None), gpu_name)
+    meta["platform"] = slug
+    meta["num_gpus"] = common.resolve_num_gpus(num_gpus, meta.get("num_gpus"), len(devices),
+                                               file=path)
+    all_flags = list(flags)
+    if common.is_1s_average("power_usage", gpu_name, slug):
+        all_flags.append("power_is_1s_average")
+    return common.assemble_run(devices, meta, file=path, flags=all_flags,
+                               events=stage_events(table, factors))

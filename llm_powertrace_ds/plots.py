@@ -1,0 +1,270 @@
+"""Pictures of runs, sweeps and fits (matplotlib, the optional ``plot`` extra).
+
+matplotlib is imported lazily, inside each function, and only through ``matplotlib.figure.Figure``
+whose ``savefig`` renders with the Agg canvas — no pyplot, no global backend switch, no window.
+When matplotlib is missing the functions raise :class:`MissingExtra` with a one-line message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import metrics as metrics_mod
+from .errors import InputError, PowerTraceError
+from .run import Run
+
+MAX_POINTS = 20_000
+"""Longest line drawn for an overview (longer traces are strided)."""
+PHASES = {  # begin kind -> (end kind, colour, label)
+    "idle_begin": ("idle_end", "#bbbbbb", "idle"),
+    "warmup_begin": ("warmup_end", "#f5d76e", "warm-up"),
+    "checkpoint_begin": ("checkpoint_end", "#e67e22", "checkpoint"),
+    "eval_begin": ("eval_end", "#9b59b6", "eval"),
+    "steady_begin": ("steady_end", "#2ecc71", "steady state"),
+}
+
+
+class MissingExtra(PowerTraceError, ImportError):
+    """An optional dependency is not installed."""
+
+
+def _figure(**kwargs: Any) -> Any:
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise MissingExtra("matplotlib is not installed: pip install 'llm-powertrace[plot]'"
+                           ) from None
+    return Figure(**kwargs)
+
+
+def _stride(n: int) -> int:
+    return max(1, int(np.ceil(n / MAX_POINTS)))
+
+
+def _save(fig: Any, out: str | Path) -> Path:
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def _no_data(ax: Any, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def plot_run(run: Run, out: str | Path, *, zoom_s: float = 10.0,
+             grid_ms: int = metrics_mod.GRID_MS) -> Path:
+    """One run: per-device power and the node total over time with events as shaded phases, a
+    ``zoom_s`` zoom around the largest 1 s ramp, the ramp-rate histogram and the spectrum.
+
+    Returns:
+        the written file.
+    """
+    fig = _figure(figsize=(12, 9), layout="constrained")
+    axes = fig.subplots(2, 2)
+    ax_t, ax_z, ax_h, ax_s = axes[0, 0], axes[0, 1], axes[1, 0], axes[1, 1]
+    fig.suptitle(f"{run.run_id} ({run.platform}, {len(run.devices)} device(s))")
+    al = metrics_mod.node_total(run, grid_ms)
+
+    # overview
+    for d in run.devices:
+        ok = np.isfinite(d.power_w)
+        t, p = d.t_ms[ok] / 1000.0, d.power_w[ok]
+        s = _stride(len(t))
+        ax_t.plot(t[::s], p[::s], lw=0.6, alpha=0.7, label=f"gpu {d.node_index}:{d.gpu_index}")
+    if al is not None:
+        s = _stride(len(al.grid_ms))
+        ax_t.plot(al.grid_ms[::s] / 1000.0, al.total[::s], color="black", lw=0.9,
+                  label="node total")
+    seen: set[str] = set()
+    for begin, (end, colour, label) in PHASES.items():
+        for b, e in metrics_mod.event_windows(run, begin, end):
+            ax_t.axvspan(b / 1000.0, e / 1000.0, color=colour, alpha=0.25,
+                         label=None if label in seen else label)
+            seen.add(label)
+    ax_t.set_xlabel("time since t0 (s)")
+    ax_t.set_ylabel("power (W)")
+    ax_t.set_title("power per device and node total")
+    if run.devices:
+        ax_t.legend(fontsize=7, loc="upper right", ncol=2)
+    else:
+        _no_data(ax_t, "no devices")
+
+    # zoom around the largest 1 s ramp
+    if al is not None and al.valid.sum() > 1:
+        k = int(round(1.0 / al.step_s))
+        ok = al.lag_pairs(k)
+        if ok.any():
+            d = np.where(ok, np.abs(np.nan_to_num(al.total[k:] - al.total[:-k])), -1.0)
+            centre = al.grid_ms[int(np.argmax(d))] / 1000.0
+        else:
+            centre = al.grid_ms[0] / 1000.0 + zoom_s / 2
+        lo, hi = centre - zoom_s / 2, centre + zoom_s / 2
+        for dev in run.devices:
+            sel = (dev.t_ms / 1000.0 >= lo) & (dev.t_ms / 1000.0 <= hi)
+            ax_z.plot(dev.t_ms[sel] / 1000.0, dev.power_w[sel], ".-", lw=0.6, ms=2)
+        sel = (al.grid_ms / 1000.0 >= lo) & (al.grid_ms / 1000.0 <= hi)
+        ax_z.plot(al.grid_ms[sel] / 1000.0, al.total[sel], "k.-", lw=1, ms=3, label="node total")
+        ax_z.set_title(f"{zoom_s:g} s zoom around the largest 1 s ramp")
+        ax_z.set_xlabel("time since t0 (s)")
+        ax_z.set_ylabel("power (W)")
+        ax_z.legend(fontsize=7)
+    else:
+        _no_data(ax_z, "no gap-free node total")
+
+    # ramp histogram
+    if al is not None:
+        drawn = False
+        for tag, delta in metrics_mod.RAMP_WINDOWS[:2]:
+            k = int(round(delta / al.step_s))
+            r = al.lag_diff(k) / (k * al.step_s)
+            if r.size:
+                ax_h.hist(r, bins=120, histtype="step", log=True, label=f"δ = {tag}")
+                drawn = True
+        if drawn:
+            ax_h.set_xlabel("ramp rate r_δ = (P(t+δ) − P(t)) / δ (W/s)")
+            ax_h.set_ylabel("count")
+            ax_h.set_title("ramp-rate histogram (node total)")
+            ax_h.legend(fontsize=7)
+        else:
+            _no_data(ax_h, "no ramps")
+    else:
+        _no_data(ax_h, "no gap-free node total")
+
+    # spectrum
+    spec = metrics_mod.welch_psd(al) if al is not None else None
+    if spec is not None:
+        f, psd = spec
+        band = (f >= metrics_mod.SPECTRUM_BAND_HZ[0]) & (f <= metrics_mod.SPECTRUM_BAND_HZ[1])
+        ax_s.semilogy(f[band], np.maximum(psd[band], 1e-12), lw=0.8)
+        for name, (b0, b1) in metrics_mod.BANDS_HZ.items():
+            ax_s.axvspan(b0, b1, alpha=0.08, color={"low": "C0", "mid": "C1", "high": "C2"}[name])
+        if band.any() and psd[band].max() > 0:
+            peak = f[band][np.argmax(psd[band])]
+            ax_s.axvline(peak, color="red", lw=0.8, ls="--", label=f"dominant {peak:.3g} Hz")
+            ax_s.legend(fontsize=7)
+        ax_s.set_xlabel("frequency (Hz; Nyquist 5 Hz at 0.1 s)")
+        ax_s.set_ylabel("PSD (W²/Hz)")
+        ax_s.set_title("Welch spectrum of the detrended node total")
+    else:
+        _no_data(ax_s, f"no gap-free stretch of {metrics_mod.MIN_SPECTRUM_S:g} s")
+    return _save(fig, out)
+
+
+def plot_sweep(rows: Iterable[Mapping[str, Any]], metric: str, axis: str, out: str | Path, *,
+               group: str = "platform") -> Path:
+    """A metric against a sweep axis, one line per platform (median of repeats, points shown).
+
+    Raises:
+        InputError: no row has both the metric and the axis.
+    """
+    data: dict[str, dict[float, list[float]]] = {}
+    for r in rows:
+        x, y = r.get(axis), r.get(metric)
+        if isinstance(x, bool) or isinstance(y, bool):
+            continue
+        try:
+            xf, yf = float(x), float(y)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            continue
+        if np.isfinite(xf) and np.isfinite(yf):
+            data.setdefault(str(r.get(group)), {}).setdefault(xf, []).append(yf)
+    if not data:
+        raise InputError(f"no run has both {metric} and {axis}", field=metric)
+    fig = _figure(figsize=(7, 5), layout="constrained")
+    ax = fig.subplots()
+    xs_all = []
+    for i, (name, points) in enumerate(sorted(data.items())):
+        xs = np.array(sorted(points))
+        med = np.array([np.median(points[x]) for x in xs])
+        colour = f"C{i % 10}"
+        ax.plot(xs, med, "-o", color=colour, label=name)
+        for x in xs:
+            ax.plot([x] * len(points[x]), points[x], ".", color=colour, alpha=0.4)
+        xs_all.extend(xs)
+    xs_all_arr = np.array(xs_all)
+    if (xs_all_arr > 0).all() and xs_all_arr.max() / xs_all_arr.min() > 20:
+        ax.set_xscale("log")
+    ax.set_xlabel(axis)
+    ax.set_ylabel(metric)
+    ax.set_title(f"{metric} vs {axis}")
+    ax.legend(title=group, fontsize=8)
+    return _save(fig, out)
+
+
+def plot_fit(fit_data: Mapping[str, Any] | str | Path, out: str | Path, *,
+             axis: str | None = None) -> Path:
+    """A fit: the log-linear law along one axis (others at their training medians, categorical
+    factors at their reference level) with its 95 % interval per platform, and the held-out
+    points — on the law panel and as predicted vs measured with their intervals.
+    """
+    from . import scaling
+
+    data = scaling.load_fit(fit_data)
+    holdout = data.get("holdout") or {}
+    # with a holdout, draw the law fitted without the held-out runs (the one they test)
+    ll = scaling.LogLinearLaw.from_json(holdout.get("loglinear_train") or data["loglinear"])
+    fig = _figure(figsize=(12, 5), layout="constrained")
+    ax_l, ax_p = fig.subplots(1, 2)
+    axis = axis or ("model_params" if "model_params" in ll.axes else (ll.axes[0] if ll.axes
+                                                                      else None))
+    if axis is None or axis not in ll.axis_stats:
+        _no_data(ax_l, "the law has no numeric axis")
+    else:
+        lo, med, hi = ll.axis_stats[axis]
+        top = max(hi, max((p.get(axis) or hi for p in holdout.get("points", [])), default=hi))
+        xs = np.geomspace(lo, top * 1.5, 60)
+        base = {a: ll.axis_stats[a][1] for a in ll.axes}
+        base.update({c: spec["reference"] for c, spec in ll.categorical.items()})
+        for i, plat in enumerate(ll.platforms):
+            rows = [{**base, axis: x, "platform": plat} for x in xs]
+            pred = np.array(ll.predict_rows(rows))
+            colour = f"C{i % 10}"
+            ax_l.plot(xs, pred[:, 0], color=colour, label=plat)
+            ax_l.fill_between(xs, pred[:, 1], pred[:, 2], color=colour, alpha=0.15)
+            pts = [p for p in holdout.get("points", []) if p.get("platform") == plat
+                   and p.get(axis)]
+            if pts:
+                ax_l.plot([p[axis] for p in pts], [p["actual"] for p in pts], "x", color=colour,
+                          label=f"held out ({plat})")
+        ax_l.axvspan(lo, hi, color="grey", alpha=0.07, label="training range")
+        ax_l.set_xscale("log")
+        ax_l.set_yscale("log")
+        ax_l.set_xlabel(f"{axis} ({scaling.AXES.get(axis, axis)}); other axes at training medians")
+        ax_l.set_ylabel(data["target"])
+        exps = ", ".join(f"{e['symbol']}^{e['exponent']:.2f}" for e in ll.exponents())
+        which = "fitted without the held-out runs" if holdout else "fitted on all runs"
+        ax_l.set_title(f"log-linear law ({which}): a · {exps}", fontsize=9)
+        ax_l.legend(fontsize=7)
+    points = holdout.get("points", [])
+    if points:
+        spec = holdout.get("spec")
+        for name, marker in (("loglinear", "o"), ("physics", "s")):
+            pts = [p for p in points if p.get(name)]
+            if not pts:
+                continue
+            act = np.array([p["actual"] for p in pts])
+            val = np.array([p[name]["value"] for p in pts])
+            err = np.array([[v - p[name]["lo"], p[name]["hi"] - v] for p, v in zip(pts, val,
+                                                                                     strict=True)]).T
+            m = holdout.get("mdape_pct", {}).get(name)
+            ax_p.errorbar(act, val, yerr=err, fmt=marker, ms=4, alpha=0.7, capsize=2,
+                          label=f"{name} (MdAPE {m:.1f} %)" if m is not None else name)
+        allv = np.array([p["actual"] for p in points])
+        span = [allv.min() * 0.8, allv.max() * 1.25]
+        ax_p.plot(span, span, "k--", lw=0.8)
+        ax_p.set_xscale("log")
+        ax_p.set_yscale("log")
+        ax_p.set_xlabel(f"measured {data['target']}")
+        ax_p.set_ylabel("predicted (95 % interval)")
+        ax_p.set_title(f"held out: {spec}")
+        ax_p.legend(fontsize=7)
+    else:
+        _no_data(ax_p, "no holdout (fit with --holdout)")
+    return _save(fig, out)

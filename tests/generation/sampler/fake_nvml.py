@@ -1,0 +1,244 @@
+"""A test double of the nvidia-ml-py functions the sampler uses.
+
+It keeps the binding's real constants, error classes and ctypes structures (``pynvml``), and
+replaces every function the sampler calls with a deterministic one. Each fake GPU yields
+a deterministic power and energy sequence (one step per ``nvmlDeviceGetFieldValues`` call) and can
+be told to fail: a field unsupported, the GPU lost from a given tick on, an error on chosen calls.
+Tests patch ``generation.sampler.nvml.pynvml`` (where the code looks the binding up) with it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pynvml as real
+
+NVML_SUCCESS = real.NVML_SUCCESS
+NOT_SUPPORTED = real.NVML_ERROR_NOT_SUPPORTED
+NO_PERMISSION = real.NVML_ERROR_NO_PERMISSION
+GPU_IS_LOST = real.NVML_ERROR_GPU_IS_LOST
+UNKNOWN = real.NVML_ERROR_UNKNOWN
+LIBRARY_NOT_FOUND = real.NVML_ERROR_LIBRARY_NOT_FOUND
+
+FaultRule = Callable[[int], "int | None"]
+"""call number (0-based, per GPU and function) -> NVML error code to raise, or None."""
+
+
+def on_calls(code: int, *numbers: int) -> FaultRule:
+    """Fail with ``code`` on the given call numbers."""
+    wanted = set(numbers)
+    return lambda n: code if n in wanted else None
+
+
+def from_call(code: int, first: int) -> FaultRule:
+    """Fail with ``code`` on every call from ``first`` on."""
+    return lambda n: code if n >= first else None
+
+
+def always(code: int) -> FaultRule:
+    return lambda n: code
+
+
+@dataclass
+class FakeGpu:
+    """One fake GPU.
+
+    Attributes:
+        name: as NVML reports it.
+        uuid: the raw UUID (must never appear in any output).
+        base_power_mw: instant power at tick 0; it rises ``step_mw`` per tick.
+        step_mw: power increment per tick.
+        period_s: the period the energy counter assumes (energy += power * period_s).
+        energy0_mj: counter value at the first read.
+        energy_scale: multiply the counter's increments (1.0 = consistent with power).
+        field_codes: field id -> return code of that field in every field-values call.
+        faults: function name -> rule; a rule's code is raised as ``NVMLError(code)``.
+        lost_from_tick: every call fails with GPU_IS_LOST from this field-values call on.
+        mig: MIG mode enabled.
+    """
+
+    name: str = "NVIDIA H100 80GB HBM3"
+    uuid: str = "GPU-11111111-2222-3333-4444-555555555555"
+    base_power_mw: int = 100_000
+    step_mw: int = 1_000
+    period_s: float = 0.1
+    energy0_mj: int = 5_000_000
+    energy_scale: float = 1.0
+    field_codes: dict[int, int] = field(default_factory=dict)
+    faults: dict[str, FaultRule] = field(default_factory=dict)
+    lost_from_tick: int | None = None
+    mig: bool = False
+    tick: int = -1
+    energy_mj: float = 0.0
+
+    def power_mw(self) -> int:
+        return self.base_power_mw + self.step_mw * max(self.tick, 0)
+
+
+class _Handle:
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __repr__(self) -> str:
+        return f"<handle {self.index}>"
+
+
+class FakeNvml:
+    """Module-like double of ``pynvml``. ``calls`` counts every function call."""
+
+    def __init__(self, gpus: list[FakeGpu] | None = None, *, init_code: int | None = None,
+                 driver: str = "550.54.15", cuda: int = 12040) -> None:
+        for name in dir(real):
+            if name.startswith(("NVML_", "NVMLError", "c_nvml", "nvmlPciInfo")):
+                setattr(self, name, getattr(real, name))
+        self.NVMLError = real.NVMLError
+        self.gpus = gpus if gpus is not None else [FakeGpu()]
+        self.init_code = init_code
+        self.driver = driver
+        self.cuda = cuda
+        self.calls: Counter[str] = Counter()
+        self._per_gpu: Counter[tuple[str, int]] = Counter()
+        self.initialised = 0
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _gpu(self, handle: _Handle, fn: str) -> FakeGpu:
+        self.calls[fn] += 1
+        gpu = self.gpus[handle.index]
+        n = self._per_gpu[(fn, handle.index)]
+        self._per_gpu[(fn, handle.index)] += 1
+        if gpu.lost_from_tick is not None and gpu.tick >= gpu.lost_from_tick:
+            raise real.NVMLError(GPU_IS_LOST)
+        rule = gpu.faults.get(fn)
+        if rule is not None:
+            code = rule(n)
+            if code is not None:
+                raise real.NVMLError(code)
+        return gpu
+
+    # -- system -----------------------------------------------------------------------------
+    def nvmlInit(self):
+        self.calls["nvmlInit"] += 1
+        if self.init_code is not None:
+            raise real.NVMLError(self.init_code)
+        self.initialised += 1
+
+    def nvmlShutdown(self):
+        self.calls["nvmlShutdown"] += 1
+        self.initialised -= 1
+
+    def nvmlSystemGetDriverVersion(self):
+        return self.driver
+
+    def nvmlSystemGetNVMLVersion(self):
+        return "12.550.54.15"
+
+    def nvmlSystemGetCudaDriverVersion(self):
+        return self.cuda
+
+    def nvmlDeviceGetCount(self):
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        if not 0 <= index < len(self.gpus):
+            raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+        return _Handle(index)
+
+    # -- static facts -----------------------------------------------------------------------
+    def nvmlDeviceGetName(self, handle):
+        return self._gpu(handle, "nvmlDeviceGetName").name
+
+    def nvmlDeviceGetUUID(self, handle):
+        return self._gpu(handle, "nvmlDeviceGetUUID").uuid
+
+    def nvmlDeviceGetPciInfo(self, handle):
+        self._gpu(handle, "nvmlDeviceGetPciInfo")
+        info = real.nvmlPciInfo_t()
+        info.busId = f"00000000:{handle.index + 1:02X}:00.0".encode()
+        return info
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle):
+        self._gpu(handle, "nvmlDeviceGetEnforcedPowerLimit")
+        return 700_000
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, handle):
+        self._gpu(handle, "nvmlDeviceGetPowerManagementDefaultLimit")
+        return 700_000
+
+    def nvmlDeviceGetPowerManagementLimitConstraints(self, handle):
+        self._gpu(handle, "nvmlDeviceGetPowerManagementLimitConstraints")
+        return [200_000, 700_000]
+
+    def nvmlDeviceGetMigMode(self, device):
+        gpu = self._gpu(device, "nvmlDeviceGetMigMode")
+        return [int(gpu.mig), int(gpu.mig)]
+
+    # -- per tick ---------------------------------------------------------------------------
+    def nvmlDeviceGetFieldValues(self, handle, fieldIds):
+        gpu = self.gpus[handle.index]
+        gpu.tick += 1
+        if gpu.tick == 0:
+            gpu.energy_mj = float(gpu.energy0_mj)
+        else:
+            gpu.energy_mj += gpu.power_mw() * gpu.period_s * gpu.energy_scale
+        self._gpu(handle, "nvmlDeviceGetFieldValues")
+        values = (real.c_nvmlFieldValue_t * len(fieldIds))()
+        for i, fid in enumerate(fieldIds):
+            v = values[i]
+            v.fieldId = fid
+            code = gpu.field_codes.get(fid, NVML_SUCCESS)
+            v.nvmlReturn = code
+            if code != NVML_SUCCESS:
+                continue
+            if fid == real.NVML_FI_DEV_POWER_INSTANT:
+                v.valueType, v.value.uiVal = real.NVML_VALUE_TYPE_UNSIGNED_INT, gpu.power_mw()
+            elif fid == real.NVML_FI_DEV_POWER_AVERAGE:
+                v.valueType = real.NVML_VALUE_TYPE_UNSIGNED_INT
+                v.value.uiVal = gpu.power_mw() - 500
+            elif fid == real.NVML_FI_DEV_ENERGY:
+                v.valueType = real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+                v.value.ullVal = int(round(gpu.energy_mj))
+            else:
+                v.nvmlReturn = NOT_SUPPORTED
+        return values
+
+    def nvmlDeviceGetPowerUsage(self, handle):
+        gpu = self._gpu(handle, "nvmlDeviceGetPowerUsage")
+        return gpu.power_mw() - 250
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle):
+        gpu = self._gpu(handle, "nvmlDeviceGetTotalEnergyConsumption")
+        return int(round(gpu.energy_mj))
+
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        gpu = self._gpu(handle, "nvmlDeviceGetUtilizationRates")
+        util = real.c_nvmlUtilization_t()
+        util.gpu, util.memory = min(100, 10 + gpu.tick), 5
+        return util
+
+    def nvmlDeviceGetMemoryInfo(self, handle, version=None):
+        self._gpu(handle, "nvmlDeviceGetMemoryInfo")
+        mem = real.c_nvmlMemory_t()
+        mem.total, mem.used = 80 * 2**30, 3 * 2**30
+        mem.free = mem.total - mem.used
+        return mem
+
+    def nvmlDeviceGetClockInfo(self, handle, type):  # noqa: A002 - the binding's name
+        self._gpu(handle, "nvmlDeviceGetClockInfo")
+        return 1980 if type == real.NVML_CLOCK_SM else 2619
+
+    def nvmlDeviceGetTemperature(self, handle, sensor):
+        self._gpu(handle, "nvmlDeviceGetTemperature")
+        return 41
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle):
+        self._gpu(handle, "nvmlDeviceGetCurrentClocksEventReasons")
+        return 0x1
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle):
+        self._gpu(handle, "nvmlDeviceGetCurrentClocksThrottleReasons")
+        return 0x1
+
+
+FAKED_FUNCTIONS = sorted(n for n in dir(FakeNvml) if n.startswith("nvml"))

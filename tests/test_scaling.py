@@ -1,0 +1,183 @@
+"""The scaling law: exponent recovery, holdout with baselines, physics form, predict intervals."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import numpy as np
+import pytest
+
+from llm_powertrace_ds import scaling
+from llm_powertrace_ds.errors import InputError
+
+TRUE = {"model_params": 0.7, "global_batch_size": -0.3, "seq_len": 0.2, "num_gpus": 0.1}
+INTERCEPT = {"h100_sxm_80gb": 2e-7, "l40s": 3.5e-7}
+METHOD = {"full": 1.0, "lora": 0.6}
+PRECISION = {"bf16": 1.0, "fp32": 1.8}
+
+
+def loglinear_rows(n: int = 240, noise: float = 0.05, seed: int = 1) -> list[dict]:
+    """Runs from a known log-linear law with 5 % multiplicative (log-normal) noise."""
+    rng = np.random.default_rng(seed)
+    grid = list(itertools.product([1e8, 3e8, 1e9, 3e9, 7e9], [4, 8, 16, 32], [256, 512, 1024, 2048],
+                                  [1, 2, 4, 8], list(INTERCEPT), list(METHOD), list(PRECISION)))
+    rows = []
+    for i in rng.choice(len(grid), size=n, replace=False):
+        npar, b, seq, g, plat, method, prec = grid[i]
+        y = INTERCEPT[plat] * METHOD[method] * PRECISION[prec]
+        for axis, value in zip(TRUE, (npar, b, seq, g), strict=True):
+            y *= value ** TRUE[axis]
+        y *= math.exp(rng.normal(0, noise))
+        tokens = b * seq * 200
+        rows.append({"run_id": f"ll-{i}", "workload": "finetune", "platform": plat,
+                     "model_family": "llama", "model_params": npar, "global_batch_size": b,
+                     "seq_len": seq, "num_gpus": g, "method": method, "precision": prec,
+                     "tokens": tokens, "energy_per_token_j": y, "energy_j": y * tokens,
+                     "duration_s": 100.0 + rng.uniform(0, 50)})
+    return rows
+
+
+PHYS = {"h100_sxm_80gb": (90.0, 0.9e-12, 3e14), "l40s": (45.0, 1.6e-12, 1.2e14)}
+
+
+def physics_rows(n: int = 200, noise: float = 0.05, seed: int = 2) -> list[dict]:
+    """Runs from energy = p_static · G · T + ε · FLOPs; T from a random model-FLOPs utilisation."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        plat = list(PHYS)[i % 2]
+        p_static, eps, peak = PHYS[plat]
+        npar = float(rng.choice([1e8, 3e8, 1e9, 3e9, 7e9]))
+        b = int(rng.choice([4, 8, 16, 32]))
+        seq = int(rng.choice([256, 512, 1024, 2048]))
+        g = int(rng.choice([1, 2, 4, 8]))
+        method = str(rng.choice(["full", "lora"]))
+        steps = int(rng.integers(50, 300))
+        tokens = b * seq * steps
+        row = {"run_id": f"ph-{i}", "workload": "finetune", "platform": plat,
+               "model_family": "llama", "model_params": npar, "global_batch_size": b,
+               "seq_len": seq, "num_gpus": g, "method": method, "precision": "bf16",
+               "gradient_checkpointing": bool(rng.integers(0, 2)), "tokens": tokens}
+        flops = scaling.training_flops(row)
+        mfu = rng.uniform(0.1, 0.55)
+        duration = flops / (g * peak * mfu)
+        energy = (p_static * g * duration + eps * flops) * math.exp(rng.normal(0, noise))
+        row.update(duration_s=duration, energy_j=energy, energy_per_token_j=energy / tokens,
+                   mean_power_w=energy / duration)
+        rows.append(row)
+    return rows
+
+
+def test_fit_recovers_exponents_within_005():
+    res = scaling.fit(loglinear_rows(), "energy_per_token_j", n_boot=300)
+    got = {e["axis"]: e for e in res.loglinear.exponents()}
+    assert set(got) == set(TRUE)
+    for axis, beta in TRUE.items():
+        assert abs(got[axis]["exponent"] - beta) <= 0.05, (axis, got[axis])
+        lo, hi = got[axis]["ci95"]
+        assert lo <= got[axis]["exponent"] <= hi and hi - lo < 0.1
+    js = res.to_json()
+    lora = js["loglinear"]["factors"]["method"]["levels"]["lora"]["factor"]
+    assert lora == pytest.approx(0.6, rel=0.05)
+    assert js["loglinear"]["platform_intercepts"]["l40s"]["a"] == pytest.approx(3.5e-7, rel=0.3)
+
+
+def _coverage(fit_json: dict, rows: list[dict], model: str) -> float:
+    hits = []
+    for r in rows:
+        p = scaling.predict(fit_json, r, model=model)
+        hits.append(p["lo95"] <= r["energy_per_token_j"] <= p["hi95"])
+    return float(np.mean(hits))
+
+
+def test_holdout_loglinear_reports_errors_baselines_and_coverage():
+    rows = loglinear_rows()
+    res = scaling.fit(rows, "energy_per_token_j", holdout="N=top", n_boot=200)
+    ho = res.holdout
+    assert ho["n_test"] == sum(r["model_params"] == 7e9 for r in rows)
+    m = ho["mdape_pct"]
+    for key in ("loglinear", "physics", "baseline_constant_j_per_token",
+                "baseline_mean_power_x_time"):
+        assert key in m
+    assert m["baseline_constant_j_per_token"] is not None
+    assert m["baseline_mean_power_x_time"] is not None
+    assert m["loglinear"] < 10 < m["baseline_constant_j_per_token"]
+    assert ho["coverage95"]["loglinear"] >= 0.9
+    # the same through predict() on a fit of the training runs only
+    train, test = scaling.split_holdout(rows, "model_params=top")
+    train_fit = scaling.fit(train, "energy_per_token_j", n_boot=100).to_json()
+    assert _coverage(train_fit, test, "loglinear") >= 0.9
+
+
+def test_physics_form_wins_on_physics_data_and_covers():
+    rows = physics_rows(300)
+    res = scaling.fit(rows, "energy_per_token_j", holdout="model_params=top", n_boot=100)
+    m = res.holdout["mdape_pct"]
+    assert m["physics"] < m["loglinear"], m
+    assert res.preferred == "physics"
+    assert res.holdout["coverage95"]["physics"] >= 0.9
+    p = res.physics
+    assert p is not None
+    i = p.platforms.index("h100_sxm_80gb")
+    assert p.static_w[i] == pytest.approx(90.0, rel=0.1)
+    assert p.joule_per_flop[i] == pytest.approx(0.9e-12, rel=0.1)
+    train, test = scaling.split_holdout(rows, "N=top")
+    train_fit = scaling.fit(train, "energy_per_token_j", n_boot=50).to_json()
+    assert _coverage(train_fit, test, "physics") >= 0.9
+
+
+def test_json_round_trip_and_predict(tmp_path):
+    res = scaling.fit(loglinear_rows(120), n_boot=50)
+    path = tmp_path / "fit.json"
+    res.save(path)
+    data = json.loads(path.read_text())
+    assert data["format"] == scaling.FORMAT and data["target"] == "energy_per_token_j"
+    setting = {"platform": "h100_sxm_80gb", "N": 7e9, "B": 8, "L": 1024, "G": 4,
+               "method": "lora", "precision": "bf16"}
+    out = scaling.predict(path, setting, model="loglinear")
+    truth = 2e-7 * 0.6 * 7e9 ** 0.7 * 8 ** -0.3 * 1024 ** 0.2 * 4 ** 0.1
+    assert out["lo95"] < out["value"] < out["hi95"]
+    assert out["lo95"] <= truth <= out["hi95"]
+    with pytest.raises(InputError, match="platform"):
+        scaling.predict(path, {**setting, "platform": "a100"}, model="loglinear")
+    with pytest.raises(InputError, match="method"):
+        scaling.predict(path, {**setting, "method": "qlora"}, model="loglinear")
+    with pytest.raises(InputError, match="seq_len"):
+        scaling.predict(path, {k: v for k, v in setting.items() if k != "L"}, model="loglinear")
+
+
+def test_holdout_family_and_errors():
+    rows = loglinear_rows(120)
+    for r in rows[:20]:
+        r["model_family"] = "qwen"
+    res = scaling.fit(rows, holdout="family=qwen", n_boot=50)
+    assert res.holdout["n_test"] == 20
+    with pytest.raises(InputError, match="selects no run"):
+        scaling.fit(rows, holdout="family=gemma", n_boot=10)
+    with pytest.raises(InputError, match="target"):
+        scaling.fit(rows, target="tokens")
+    with pytest.raises(InputError):
+        scaling.fit(rows[:3], n_boot=10)
+
+
+def test_other_targets_and_parse_value():
+    rows = physics_rows(80)
+    for target in ("mean_power_w", "energy_j"):
+        res = scaling.fit(rows, target, n_boot=20)
+        assert res.loglinear.target == target and res.physics is not None
+    assert scaling.parse_value("7B") == 7e9
+    assert scaling.parse_value("512") == 512.0
+    assert scaling.parse_value("true") is True
+    assert scaling.parse_value("lora") == "lora"
+
+
+def test_training_flops_conventions():
+    base = {"model_params": 1e9, "tokens": 1000}
+    assert scaling.training_flops({**base, "method": "full"}) == 6e12
+    assert scaling.training_flops({**base, "method": "lora"}) == 4e12
+    assert scaling.training_flops({**base, "method": "qlora", "gradient_checkpointing": True}) == 6e12
+    inf = {"workload": "inference", "model_params": 1e9, "tokens_in": 100, "tokens_out": 50}
+    assert scaling.training_flops(inf) == 2 * 1e9 * 150
+    assert scaling.training_flops({"model_params": 1e9}) is None

@@ -1,0 +1,573 @@
+#!/usr/bin/env python
+"""Publish a dataset folder to the Hugging Face Hub.
+
+::
+
+    python upload.py DIR --repo-id ORG/NAME [--private] [--revision BRANCH] [--tag vX.Y]
+                     [--create-pr] [--dry-run] [--file-format arrow|parquet] [--allow-proxy]
+
+Before any network call: every run passes validation, ``cpu_proxy`` runs are refused unless
+``--allow-proxy``, the folder's card is regenerated, and every (config, split) loads with
+``datasets.load_dataset``. The upload itself is a packed temporary copy (``pack``), in Arrow or,
+with ``--file-format parquet``, in Parquet (content-defined chunking and page index on where
+pyarrow supports them) with the card's globs following the format; that copy must load too and,
+for Parquet, equal the Arrow shards table for table. ``.staging/`` and lock files are never
+uploaded. ``--dry-run`` prints the plan (files, sizes, commits, card diff) and makes no network
+call.
+
+Large uploads go in several commits (data first, the card last). Re-running after an
+interruption is safe: ``huggingface_hub`` skips files whose content is already on the Hub and
+never makes an empty commit. Several commits are not atomic on a branch: for an atomic
+publication use ``--create-pr`` (every commit goes to one pull request) and merge it.
+
+The token comes from ``HF_TOKEN`` or the login cache (``hf auth login``); it is never printed,
+logged or written. Exit codes: 0 ok, 1 failure, 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import glob
+import inspect
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+LOGIN_HINT = ("run `hf auth login` (or set the HF_TOKEN environment variable to a token with "
+              "write access) and try again")
+MAX_COMMIT_FILES = 100
+"""Most files in one commit (the card and figures go in the last one)."""
+MAX_COMMIT_BYTES = 4 * 1024**3
+"""Most bytes in one commit."""
+NEVER_UPLOAD = [".staging/**", "**/.staging/**", "*.lock", "**/*.lock", ".*", "**/.*"]
+"""Passed as ``ignore_patterns`` on every upload, whatever the plan says."""
+CARD_FILES = ("README.md",)
+PARQUET_ROW_GROUP_BYTES = 64 * 1024**2
+REPO_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$")
+DIFF_MAX_LINES = 400
+
+
+class UploadError(Exception):
+    """A failure reported as one line (exit code 1)."""
+
+
+class _Printer:
+    """Every line this script prints goes through here, with the token scrubbed."""
+
+    def __init__(self) -> None:
+        self.secret: str | None = None
+
+    def scrub(self, text: str) -> str:
+        return text.replace(self.secret, "***") if self.secret else text
+
+    def out(self, text: str = "") -> None:
+        print(self.scrub(text))
+
+    def err(self, text: str) -> None:
+        print(self.scrub(text), file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``upload.py`` argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="upload.py",
+        description="Publish a dataset folder to the Hugging Face Hub (repo type dataset).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n"
+        "  HF_HUB_OFFLINE=1 python upload.py llm-powertrace --repo-id ORG/llm-powertrace "
+        "--dry-run\n"
+        "  python upload.py llm-powertrace --repo-id ORG/llm-powertrace --create-pr "
+        "--file-format parquet\n"
+        "exit codes: 0 ok, 1 failure, 2 bad usage.",
+    )
+    parser.add_argument("dir", type=Path, metavar="DIR", help="dataset folder to publish")
+    parser.add_argument("--repo-id", required=True, metavar="ORG/NAME",
+                        help="Hub dataset repository (required; there is no default organisation)")
+    parser.add_argument("--private", action="store_true",
+                        help="create the repository as private (default: public; an existing "
+                        "repository keeps its visibility)")
+    parser.add_argument("--revision", default=None, metavar="BRANCH",
+                        help="branch to upload to, created when missing (default: main)")
+    parser.add_argument("--tag", default=None, metavar="vX.Y",
+                        help="tag the uploaded revision (default: no tag)")
+    parser.add_argument("--create-pr", action="store_true",
+                        help="upload into one pull request instead of committing to the branch "
+                        "(atomic publication: merge it when it looks right; default: off)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the plan (files, sizes, commits, card diff); no network call")
+    parser.add_argument("--file-format", choices=("arrow", "parquet"), default="arrow",
+                        help="format of the uploaded shards (default: arrow)")
+    parser.add_argument("--allow-proxy", action="store_true",
+                        help="publish cpu_proxy runs too (not GPU measurements; default: refuse)")
+    parser.add_argument("--format", choices=("table", "json"), default="table",
+                        help="how the plan is printed (default: table)")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks (default: off)")
+    return parser
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks before any network call
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class FolderCheck:
+    """What the local checks found.
+
+    Attributes:
+        runs: published runs.
+        proxy_runs: run ids of ``cpu_proxy`` runs.
+        splits: (config, split) pairs that loaded.
+        unpublished: run folders in ``.staging/`` (not uploaded).
+    """
+
+    runs: int = 0
+    proxy_runs: list[str] = field(default_factory=list)
+    splits: list[tuple[str, str]] = field(default_factory=list)
+    unpublished: int = 0
+
+
+def validate_folder(root: Path) -> FolderCheck:
+    """Re-validate every published run; raise ``UploadError`` listing runs with errors."""
+    from cards.summary import is_cpu_proxy
+    from llm_powertrace_ds import schema
+    from llm_powertrace_ds.shards import list_runs, read_run
+    from llm_powertrace_ds.validate import validate_run
+
+    check = FolderCheck()
+    failed = []
+    for info in list_runs(root):
+        run = read_run(root, info["run_id"])
+        report = validate_run(run)
+        errors = sorted(set(report.errors) | {f for f in run.flags if f in schema.ERROR_FLAGS})
+        if errors:
+            failed.append(f"{run.run_id} ({', '.join(errors)})")
+        if is_cpu_proxy(info):
+            check.proxy_runs.append(run.run_id)
+        check.runs += 1
+    if failed:
+        raise UploadError(f"{len(failed)} run(s) fail validation: {'; '.join(failed)}; fix or "
+                          "remove them (llm-powertrace validate DIR shows why)")
+    staging = root / ".staging"
+    if staging.is_dir():
+        check.unpublished = sum(1 for p in staging.iterdir() if p.is_dir() and p.name != "locks")
+    return check
+
+
+def check_loads(root: Path, cache_dir: Path) -> list[tuple[str, str]]:
+    """Load every config of the card with ``load_dataset``; return the (config, split) pairs.
+
+    Each config is loaded once (``load_dataset`` prepares all its splits together) and every
+    split the card declares must be there and hold rows.
+
+    Raises:
+        UploadError: naming the first (config, split) that does not load.
+    """
+    import datasets
+    from huggingface_hub import DatasetCard
+
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()
+    card = DatasetCard.load(root / "README.md")
+    pairs = []
+    for entry in card.data.to_dict().get("configs") or []:
+        config = entry["config_name"]
+        try:
+            loaded = datasets.load_dataset(str(root), config, cache_dir=str(cache_dir))
+        except Exception as exc:  # any loader failure is reported as one line
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            raise UploadError(f"config {config!r} of '{root}' does not load: "
+                              f"{type(exc).__name__}: {first}") from exc
+        for files in entry["data_files"]:
+            split = files["split"]
+            if split not in loaded or len(loaded[split]) == 0:
+                raise UploadError(f"config {config!r} split {split!r} of '{root}' loads no rows")
+            pairs.append((config, split))
+    return pairs
+
+
+# ---------------------------------------------------------------------------------------------
+# The upload copy
+# ---------------------------------------------------------------------------------------------
+
+def parquet_writer_options() -> dict[str, Any]:
+    """Content-defined chunking and the page index, where the installed pyarrow has them."""
+    import pyarrow.parquet as pq
+
+    params = inspect.signature(pq.ParquetWriter.__init__).parameters
+    opts: dict[str, Any] = {"compression": "zstd"}
+    if "use_content_defined_chunking" in params:
+        opts["use_content_defined_chunking"] = True
+    if "write_page_index" in params:
+        opts["write_page_index"] = True
+    return opts
+
+
+def write_parquet_copy(src: Path, dst: Path) -> int:
+    """Write every Arrow shard of ``src`` as Parquet under the same path in ``dst``.
+
+    Each Parquet file is read back and compared with its Arrow shard (same schema, including the
+    ``huggingface`` metadata, and same rows).
+
+    Returns:
+        The number of files written.
+
+    Raises:
+        UploadError: a file does not round-trip.
+    """
+    import pyarrow.parquet as pq
+
+    from llm_powertrace_ds.shards import read_table
+
+    opts = parquet_writer_options()
+    n = 0
+    for path in sorted((src / "data").rglob("*.arrow")):
+        if any(part.startswith(".") for part in path.relative_to(src).parts):
+            continue
+        table = read_table(path)
+        out = dst / path.relative_to(src).with_suffix(".parquet")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        row_bytes = table.nbytes / max(1, table.num_rows)
+        rows_per_group = max(1, int(PARQUET_ROW_GROUP_BYTES // max(1.0, row_bytes)))
+        pq.write_table(table, out, row_group_size=rows_per_group, **opts)
+        back = pq.read_table(out)
+        if back.schema.metadata != table.schema.metadata or not back.equals(table):
+            raise UploadError(f"'{out}' does not round-trip to '{path}'")
+        n += 1
+    return n
+
+
+def upload_files(root: Path) -> list[tuple[str, int]]:
+    """``(path relative to root, size)`` of every file to upload: no hidden path, no lock."""
+    out = []
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if not path.is_file() or any(p.startswith(".") for p in rel.parts):
+            continue
+        if path.suffix == ".lock":
+            continue
+        out.append((rel.as_posix(), path.stat().st_size))
+    return out
+
+
+def plan_commits(files: list[tuple[str, int]], *, max_files: int | None = None,
+                 max_bytes: int | None = None) -> list[list[tuple[str, int]]]:
+    """Split the files into commits: data in batches, the card and figures in the last one.
+
+    Everything goes in one commit when it fits.
+    """
+    max_files = max_files or MAX_COMMIT_FILES
+    max_bytes = max_bytes or MAX_COMMIT_BYTES
+    if len(files) <= max_files and sum(s for _, s in files) <= max_bytes:
+        return [list(files)] if files else []
+    data = [f for f in files if f[0].startswith("data/")]
+    rest = [f for f in files if not f[0].startswith("data/")]
+    commits: list[list[tuple[str, int]]] = [[]]
+    size = 0
+    for f in data:
+        if commits[-1] and (len(commits[-1]) >= max_files or size + f[1] > max_bytes):
+            commits.append([])
+            size = 0
+        commits[-1].append(f)
+        size += f[1]
+    if rest:
+        commits.append(rest)
+    return [c for c in commits if c]
+
+
+def human_bytes(n: float) -> str:
+    """``1.2 MB`` style sizes (powers of 1000)."""
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def _commit_summary(commit: list[tuple[str, int]]) -> str:
+    data = sum(1 for p, _ in commit if p.startswith("data/"))
+    figs = sum(1 for p, _ in commit if p.startswith("figures/"))
+    parts = []
+    if data:
+        parts.append(f"data ({data} file(s))")
+    if any(p in CARD_FILES for p, _ in commit):
+        parts.append("README.md")
+    if figs:
+        parts.append(f"figures ({figs})")
+    other = len(commit) - data - figs - sum(1 for p, _ in commit if p in CARD_FILES)
+    if other:
+        parts.append(f"{other} other file(s)")
+    return ", ".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class Plan:
+    """What will be uploaded (printed by ``--dry-run`` and before a real upload)."""
+
+    dir: str
+    repo_id: str
+    revision: str
+    private: bool
+    create_pr: bool
+    tag: str | None
+    file_format: str
+    runs: int
+    proxy_runs: int
+    unpublished: int
+    splits_checked: int
+    files: list[tuple[str, int]]
+    commits: list[list[tuple[str, int]]]
+    card_diff: list[str]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "dir": self.dir, "repo_id": self.repo_id, "repo_type": "dataset",
+            "revision": self.revision, "private": self.private, "create_pr": self.create_pr,
+            "tag": self.tag, "file_format": self.file_format, "runs": self.runs,
+            "proxy_runs": self.proxy_runs, "unpublished_runs": self.unpublished,
+            "splits_checked": self.splits_checked,
+            "files": [{"path": p, "bytes": s} for p, s in self.files],
+            "total_bytes": sum(s for _, s in self.files),
+            "commits": [{"files": [p for p, _ in c], "bytes": sum(s for _, s in c)}
+                        for c in self.commits],
+            "card_diff": self.card_diff,
+        }
+
+    def lines(self) -> list[str]:
+        total = sum(s for _, s in self.files)
+        out = [
+            f"upload plan: {self.dir} -> https://huggingface.co/datasets/{self.repo_id}",
+            f"  revision {self.revision}, {'private' if self.private else 'public'} if created, "
+            f"file format {self.file_format}, pull request: {'yes' if self.create_pr else 'no'}, "
+            f"tag: {self.tag or '-'}",
+            f"checks: {self.runs} run(s) pass validation"
+            + (f" ({self.proxy_runs} cpu_proxy run(s) allowed)" if self.proxy_runs else "")
+            + f"; card regenerated; {self.splits_checked} (config, split) pair(s) load with "
+            "load_dataset, in the folder and in the upload copy",
+        ]
+        if self.unpublished:
+            out.append(f"not uploaded: {self.unpublished} unpublished run(s) in .staging/")
+        out.append(f"files: {len(self.files)} ({human_bytes(total)})")
+        out += [f"  {human_bytes(s):>10}  {p}" for p, s in self.files]
+        out.append(f"commits: {len(self.commits)}")
+        for i, commit in enumerate(self.commits, 1):
+            out.append(f"  {i}. {len(commit)} file(s), {human_bytes(sum(s for _, s in commit))}: "
+                       f"{_commit_summary(commit)}")
+        if not self.card_diff:
+            out.append("card diff: none (README.md in the folder is the card that is uploaded)")
+        else:
+            out.append("card diff (README.md in the folder -> the uploaded card):")
+            shown = self.card_diff[:DIFF_MAX_LINES]
+            out += ["  " + line for line in shown]
+            if len(self.card_diff) > len(shown):
+                out.append(f"  ... {len(self.card_diff) - len(shown)} more diff line(s)")
+        return out
+
+
+def _prepare(args: argparse.Namespace, work: Path) -> tuple[Plan, Path]:
+    """Every local step: checks, card, packed copy (and Parquet copy), the plan."""
+    from cards.builder import CardOptions, write_card
+    from llm_powertrace_ds import shards
+
+    root = args.dir
+    if not (root / "data").is_dir():
+        raise UploadError(f"'{root}' is not a dataset folder (it has no data/ folder)")
+    check = validate_folder(root)
+    if check.runs == 0:
+        raise UploadError(f"'{root}' holds no published run")
+    if check.proxy_runs and not args.allow_proxy:
+        raise UploadError(
+            f"'{root}' holds {len(check.proxy_runs)} cpu_proxy run(s) (modelled from CPU "
+            "activity, not GPU measurements); pass --allow-proxy to publish them anyway")
+    readme = root / "README.md"
+    old_card = readme.read_text(encoding="utf-8") if readme.exists() else ""
+    shards.refresh_readme(root)
+    pairs = check_loads(root, work / "cache")
+
+    packed = work / "arrow"
+    shards.pack(root, packed)
+    shutil.rmtree(packed / ".staging", ignore_errors=True)
+    options = CardOptions(repo_id=args.repo_id)
+    write_card(packed, options)
+    upload_root = packed
+    if args.file_format == "parquet":
+        upload_root = work / "parquet"
+        write_parquet_copy(packed, upload_root)
+        write_card(packed, CardOptions(repo_id=args.repo_id, file_format="parquet"),
+                   out_dir=upload_root)
+    shutil.rmtree(upload_root / ".staging", ignore_errors=True)
+    copy_pairs = check_loads(upload_root, work / "cache")
+    if sorted(copy_pairs) != sorted(pairs):
+        raise UploadError("the upload copy does not hold the same (config, split) pairs as "
+                          f"'{root}'")
+    new_card = (upload_root / "README.md").read_text(encoding="utf-8")
+    diff = list(difflib.unified_diff(old_card.splitlines(), new_card.splitlines(),
+                                     f"{root}/README.md", "README.md (uploaded)", lineterm=""))
+    files = upload_files(upload_root)
+    plan = Plan(dir=str(root), repo_id=args.repo_id, revision=args.revision or "main",
+                private=args.private, create_pr=args.create_pr, tag=args.tag,
+                file_format=args.file_format, runs=check.runs,
+                proxy_runs=len(check.proxy_runs), unpublished=check.unpublished,
+                splits_checked=len(pairs), files=files, commits=plan_commits(files),
+                card_diff=diff)
+    return plan, upload_root
+
+
+def _token() -> str:
+    from huggingface_hub import get_token
+
+    token = get_token()
+    if not token:
+        raise UploadError(f"no Hugging Face token found: {LOGIN_HINT}")
+    return token
+
+
+def _is_auth_error(exc: Exception) -> bool:
+    response = getattr(exc, "response", None)
+    return getattr(response, "status_code", None) in (401, 403)
+
+
+def _publish(api: Any, plan: Plan, upload_root: Path, printer: _Printer) -> dict[str, Any]:
+    """The network part: repo, branch, commits (one pull request with ``create_pr``), tag."""
+    from huggingface_hub.errors import RevisionNotFoundError
+
+    repo_id = plan.repo_id
+    try:
+        api.whoami()
+    except Exception as exc:
+        if _is_auth_error(exc):
+            raise UploadError(f"the Hugging Face token was rejected: {LOGIN_HINT}") from exc
+        raise
+    api.create_repo(repo_id, repo_type="dataset", private=plan.private, exist_ok=True)
+    revision = plan.revision
+    if revision != "main":
+        api.create_branch(repo_id, repo_type="dataset", branch=revision, exist_ok=True)
+    try:
+        remote = set(api.list_repo_files(repo_id, repo_type="dataset", revision=revision))
+    except RevisionNotFoundError:
+        remote = set()
+    planned = {p for p, _ in plan.files}
+    stale = sorted(p for p in remote - planned
+                   if p.startswith(("data/", "figures/")))
+    result: dict[str, Any] = {"repo_id": repo_id, "commits": [], "deleted": stale}
+    target, pr_url = revision, None
+    n = len(plan.commits)
+    for i, commit in enumerate(plan.commits, 1):
+        last = i == n
+        first_pr = plan.create_pr and i == 1
+        info = api.upload_folder(
+            repo_id=repo_id, repo_type="dataset", folder_path=str(upload_root),
+            allow_patterns=[glob.escape(p) for p, _ in commit],
+            ignore_patterns=list(NEVER_UPLOAD),
+            delete_patterns=[glob.escape(p) for p in stale] if last and stale else None,
+            revision=target, create_pr=first_pr or None,
+            commit_message=f"Upload LLM-PowerTrace ({i}/{n}): {_commit_summary(commit)}",
+            commit_description=f"{plan.runs} run(s), file format {plan.file_format}; "
+            "written by upload.py",
+        )
+        if first_pr:
+            target = getattr(info, "pr_revision", None) or target
+            pr_url = getattr(info, "pr_url", None)
+        result["commits"].append(getattr(info, "commit_url", None))
+        printer.out(f"commit {i}/{n}: {len(commit)} file(s) uploaded")
+    if plan.tag:
+        api.create_tag(repo_id, repo_type="dataset", tag=plan.tag, revision=revision,
+                       tag_message=f"LLM-PowerTrace {plan.tag}")
+    result["pr_url"] = pr_url
+    return result
+
+
+def main(argv: Sequence[str] | None = None, *, api: Any = None) -> int:
+    """Run ``upload.py``; returns the exit code.
+
+    Args:
+        argv: command-line arguments (default ``sys.argv[1:]``).
+        api: an ``huggingface_hub.HfApi``-like object (tests pass a test double); default: a
+            real ``HfApi`` with the token from ``HF_TOKEN`` or the login cache.
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or bad usage (argparse says why)
+        return EXIT_OK if not exc.code else EXIT_USAGE
+    printer = _Printer()
+    if not REPO_ID_RE.match(args.repo_id):
+        printer.err(f"error: --repo-id {args.repo_id!r} is not of the form ORG/NAME")
+        return EXIT_USAGE
+    if args.tag and args.create_pr:
+        printer.err("error: --tag cannot be combined with --create-pr: merge the pull request, "
+                    "then tag the merged revision")
+        return EXIT_USAGE
+    try:
+        return _run(args, api, printer)
+    except UploadError as exc:
+        if args.debug:
+            raise
+        printer.err(f"error: {exc}")
+        return EXIT_FAILURE
+    except Exception as exc:
+        if args.debug:
+            raise
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        printer.err(f"error: {type(exc).__name__}: {first}")
+        printer.err("hint: run with --debug for the traceback")
+        return EXIT_FAILURE
+
+
+def _offline() -> bool:
+    from huggingface_hub import constants
+
+    env = os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+    return env or constants.is_offline_mode()
+
+
+def _run(args: argparse.Namespace, api: Any, printer: _Printer) -> int:
+    token = None
+    if not args.dry_run:  # fail fast, before the (slow) local checks
+        if _offline():
+            raise UploadError("HF_HUB_OFFLINE is set: unset it to upload, or pass --dry-run")
+        token = _token()
+        printer.secret = token
+    with tempfile.TemporaryDirectory(prefix="llm-powertrace-upload-") as tmp:
+        plan, upload_root = _prepare(args, Path(tmp))
+        if args.format == "json" and args.dry_run:
+            printer.out(json.dumps(plan.as_json(), indent=2))
+        else:
+            for line in plan.lines():
+                printer.out(line)
+        if args.dry_run:
+            if args.format != "json":
+                printer.out("dry run: nothing was uploaded and no network call was made")
+            return EXIT_OK
+        if api is None:
+            from huggingface_hub import HfApi
+
+            api = HfApi(token=token)
+        result = _publish(api, plan, upload_root, printer)
+    where = result["pr_url"] or f"https://huggingface.co/datasets/{plan.repo_id}"
+    printer.out(f"uploaded {len(plan.files)} file(s) in {len(plan.commits)} commit(s) to {where}"
+                + (f"; deleted {len(result['deleted'])} stale file(s)" if result["deleted"] else "")
+                + (f"; tagged {plan.tag}" if plan.tag else ""))
+    if result["pr_url"]:
+        printer.out("merge the pull request to publish it atomically")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
