@@ -113,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--allow-proxy", action="store_true",
                         help="publish cpu_proxy runs too (not GPU measurements; default: refuse)")
     parser.add_argument("--format", choices=("table", "json"), default="table",
-                        help="how the plan is printed (default: table)")
+                        help="how the plan (and the result) is printed (default: table)")
     parser.add_argument("--debug", action="store_true", help="show tracebacks (default: off)")
     return parser
 
@@ -443,7 +443,8 @@ def _is_auth_error(exc: Exception) -> bool:
     return getattr(response, "status_code", None) in (401, 403)
 
 
-def _publish(api: Any, plan: Plan, upload_root: Path, printer: _Printer) -> dict[str, Any]:
+def _publish(api: Any, plan: Plan, upload_root: Path,
+             printer: _Printer | None) -> dict[str, Any]:
     """The network part: repo, branch, commits (one pull request with ``create_pr``), tag."""
     from huggingface_hub.errors import RevisionNotFoundError
 
@@ -485,7 +486,8 @@ def _publish(api: Any, plan: Plan, upload_root: Path, printer: _Printer) -> dict
             target = getattr(info, "pr_revision", None) or target
             pr_url = getattr(info, "pr_url", None)
         result["commits"].append(getattr(info, "commit_url", None))
-        printer.out(f"commit {i}/{n}: {len(commit)} file(s) uploaded")
+        if printer:
+            printer.out(f"commit {i}/{n}: {len(commit)} file(s) uploaded")
     if plan.tag:
         api.create_tag(repo_id, repo_type="dataset", tag=plan.tag, revision=revision,
                        tag_message=f"LLM-PowerTrace {plan.tag}")
@@ -546,20 +548,24 @@ def _run(args: argparse.Namespace, api: Any, printer: _Printer) -> int:
         printer.secret = token
     with tempfile.TemporaryDirectory(prefix="llm-powertrace-upload-") as tmp:
         plan, upload_root = _prepare(args, Path(tmp))
-        if args.format == "json" and args.dry_run:
+        as_json = args.format == "json"
+        if as_json and args.dry_run:
             printer.out(json.dumps(plan.as_json(), indent=2))
-        else:
+        elif not as_json:
             for line in plan.lines():
                 printer.out(line)
         if args.dry_run:
-            if args.format != "json":
+            if not as_json:
                 printer.out("dry run: nothing was uploaded and no network call was made")
             return EXIT_OK
         if api is None:
             from huggingface_hub import HfApi
 
             api = HfApi(token=token)
-        result = _publish(api, plan, upload_root, printer)
+        result = _publish(api, plan, upload_root, None if as_json else printer)
+    if as_json:
+        printer.out(json.dumps({**plan.as_json(), "result": result}, indent=2))
+        return EXIT_OK
     where = result["pr_url"] or f"https://huggingface.co/datasets/{plan.repo_id}"
     printer.out(f"uploaded {len(plan.files)} file(s) in {len(plan.commits)} commit(s) to {where}"
                 + (f"; deleted {len(result['deleted'])} stale file(s)" if result["deleted"] else "")

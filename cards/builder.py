@@ -72,13 +72,16 @@ class CardOptions:
     Attributes:
         repo_id: Hub repo id used in the snippets (default: ``REPO_PLACEHOLDER``).
         file_format: the shards' format; the YAML globs follow it (``arrow`` or ``parquet``).
-        figures: draw missing or stale figures (needs matplotlib; current ones are always kept).
+        figures: draw missing or stale figures (needs matplotlib; current ones are always
+            kept and linked). ``None`` (default): draw unless the environment variable
+            ``LLM_POWERTRACE_CARD_FIGURES`` is ``0`` — the switch for the card rebuilt after
+            every publish, e.g. in test suites or on a cluster writing many runs.
         pretty_name: the dataset's display name.
     """
 
     repo_id: str | None = None
     file_format: Literal["arrow", "parquet"] = "arrow"
-    figures: bool = True
+    figures: bool | None = None
     pretty_name: str = "LLM-PowerTrace"
 
     def __post_init__(self) -> None:
@@ -228,9 +231,14 @@ def _intro(summary: FolderSummary, options: CardOptions) -> list[str]:
         return lines + ["Time-resolved, per-device power traces of LLM fine-tuning and inference. "
                         "No run has been published to this folder yet.", ""]
     devices = sum(len(summary.devices.get(r["run_id"], [])) for r in summary.all_runs)
+    parts = ["every sweep axis"]
+    if any(c in summary.globs for c in schema.RUNS_CONFIGS):
+        parts.append("per-run power and energy metrics")
+    if schema.REQUESTS_CONFIG in summary.globs:
+        parts.append("per-request timing for inference")
+    what = ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1]
     lines += [
-        "Time-resolved, per-device power traces of LLM fine-tuning and inference, with every "
-        "sweep axis, per-run power and energy metrics, and per-request timing for inference.",
+        f"Time-resolved, per-device power traces of LLM fine-tuning and inference, with {what}.",
         "",
         f"This release holds **{n_runs} run(s)** ({counts['finetune']} fine-tuning, "
         f"{counts['inference']} inference) with **{devices} device trace(s)** on "
@@ -332,9 +340,10 @@ def _figures_section(figs: list[figures_mod.Figure], summary: FolderSummary) -> 
     lines = ["## Figures", ""]
     if not figs:
         if summary.all_runs:
-            lines += ["No figure is rendered in this folder (figures are drawn when matplotlib "
-                      "is installed: `pip install 'llm-powertrace[plot]'`, then "
-                      "`llm-powertrace card DIR`).", ""]
+            lines += ["No figure is rendered in this folder yet. `llm-powertrace card DIR` "
+                      "draws them when matplotlib is installed (`pip install "
+                      "'llm-powertrace[plot]'`) and `LLM_POWERTRACE_CARD_FIGURES` is not `0`.",
+                      ""]
         return lines if summary.all_runs else []
     lines += ["A representative run per workload and platform: the run with the median mean "
               "power of that platform (preferring runs without quality warnings). Each figure "
@@ -673,7 +682,8 @@ def write_card(root: str | Path, options: CardOptions | None = None, *,
     options = options or CardOptions()
     root = Path(root)
     summary = summarize(root)
-    figs = figures_mod.update_figures(summary, render=options.figures)
+    draw = options.figures if options.figures is not None else figures_mod.drawing_enabled()
+    figs = figures_mod.update_figures(summary, render=draw)
     text = render_card(root, options, summary=summary, figures=figs)
     dest = Path(out_dir) if out_dir is not None else root
     if dest.resolve() != root.resolve():

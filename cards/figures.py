@@ -31,6 +31,7 @@ from .summary import FolderSummary
 FIGURES_DIR = "figures"
 FIGURE_VERSION = "1"
 KEY_FIELD = "llm-powertrace-key"
+FIGURES_ENV = "LLM_POWERTRACE_CARD_FIGURES"
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
@@ -53,6 +54,12 @@ class Figure:
     path: str
     key: str
     available: bool
+
+
+def drawing_enabled() -> bool:
+    """Whether figures are drawn by default: unless ``LLM_POWERTRACE_CARD_FIGURES`` is ``0``."""
+    value = os.environ.get(FIGURES_ENV, "1").strip().lower()
+    return value not in ("0", "false", "no", "off")
 
 
 def matplotlib_available() -> bool:

@@ -183,7 +183,7 @@ def generate(sweep_path: str | Path, out: str | Path, *, task_index: int = 0, nu
         RunFailed: a run failed and ``fail_fast`` is set.
     """
     out = Path(out)
-    sweep = load_sweep(sweep_path)
+    sweep = load_sweep(sweep_path, strict=False)  # plan() reports every problem at once
     machine = detect_machine(sweep.sampler)
     runs = plan(sweep, machine)
     mine = task_subset(runs, task_index, num_tasks)
@@ -434,9 +434,13 @@ def _measure(sweep: Sweep, machine: MachineInfo, run: PlannedRun, sdir: Path, *,
              progress: bool) -> dict[str, Any]:
     """Sampler, idle padding, workload, idle padding; returns the workload's result."""
     nproc = run.num_processes
-    cap = run.settings.get("power_limit_setting_w")
     config = _sampler_config(sweep, machine, nproc)
-    with power_cap(_cap_indices(config, nproc) if cap is not None else [], cap):
+    indices = _cap_indices(config, nproc) if machine.source == "nvml" else []
+    settings = sweep.spec.device_settings(run.settings, indices)
+    if settings is None:
+        cap = run.settings.get("power_limit_setting_w")
+        settings = power_cap(indices if cap is not None else [], cap)
+    with settings:
         if sweep.launcher == "torchrun" or nproc > 1:
             return _measure_launched(sweep, config, machine, run, sdir, nproc,
                                      progress=progress)

@@ -117,6 +117,7 @@ class Sweep:
         base, grids, zips, include, exclude: the settings blocks (type-checked values);
             ``grids`` is a list of grids (one for a plain ``grid`` mapping).
         lines: the YAML line of each value, keyed by its path (``("grid", "batch_size", 1)``).
+        problems: what ``load_sweep(strict=False)`` left out (``plan`` reports them).
     """
 
     path: Path
@@ -137,6 +138,7 @@ class Sweep:
     include: list[dict[str, Any]] = field(default_factory=list)
     exclude: list[dict[str, Any]] = field(default_factory=list)
     lines: dict[tuple, int] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -232,6 +234,10 @@ def _coerce_float_text(value: Any) -> Any:
     return value
 
 
+INVALID: Any = object()
+"""A value that failed its check (reported; left out so the rest of the file is still planned)."""
+
+
 class _Loader:
     """Collects problems while checking one sweep file."""
 
@@ -276,13 +282,13 @@ class _Loader:
         if setting is None:
             self.add(path[:-1] + (key,), key, f"unknown setting '{key}' for workload "
                      f"{spec.name}{_did_you_mean(key, list(spec.settings))}", key=True)
-            return value
+            return INVALID
         if setting.dtype.startswith("float"):
             value = _coerce_float_text(value)
         coerced, message = setting.check(value)
         if message:
             self.add(path, key, message)
-            return value
+            return INVALID
         if key in PATH_SETTINGS and isinstance(coerced, str) and coerced != setting.default:
             p = Path(coerced)
             coerced = str(p if p.is_absolute() else (self.path.parent / p).resolve())
@@ -295,7 +301,8 @@ class _Loader:
             self.add(path, path[-1] if isinstance(path[-1], str) else str(path),
                      f"must be a mapping of settings, not {type(data).__name__}")
             return {}
-        return {k: self.setting(spec, path + (k,), k, v) for k, v in data.items()}
+        out = {k: self.setting(spec, path + (k,), k, v) for k, v in data.items()}
+        return {k: v for k, v in out.items() if v is not INVALID}
 
     def lists(self, spec: WorkloadSpec, data: Any, path: tuple) -> dict[str, list[Any]]:
         name = ".".join(map(str, path))
@@ -312,15 +319,25 @@ class _Loader:
                 if k not in spec.settings:
                     self.setting(spec, path + (k,), k, None)
                 continue
-            out[k] = [self.setting(spec, path + (k, i), k, v) for i, v in enumerate(values)]
+            checked = [self.setting(spec, path + (k, i), k, v) for i, v in enumerate(values)]
+            kept = [v for v in checked if v is not INVALID]
+            if kept:
+                out[k] = kept  # bad values are reported and left out, so planning goes on
         return out
 
 
-def load_sweep(path: str | Path) -> Sweep:
+def load_sweep(path: str | Path, *, strict: bool = True) -> Sweep:
     """Read and type-check a sweep file (keys, types, choices); no expansion yet.
 
+    Args:
+        path: the YAML file.
+        strict: raise on any problem. With ``strict=False`` bad keys and values are left out
+            and kept in ``Sweep.problems``, so that :func:`plan` reports them together with the
+            combination problems it finds (every problem of the file in one error).
+
     Raises:
-        SweepError: every problem found, each with its line.
+        SweepError: every problem found, each with its line (always when the file cannot be
+            planned at all: not YAML, not a mapping, no known workload).
         FileNotFoundError: no such file.
     """
     path = Path(path)
@@ -420,8 +437,9 @@ def load_sweep(path: str | Path) -> Sweep:
             target = sweep.include if block == "include" else sweep.exclude
             for i, entry in enumerate(entries):
                 target.append(ld.block(spec, entry, (block, i)))
-    if ld.problems:
+    if ld.problems and (strict or spec is None):
         raise SweepError(path, ld.problems)
+    sweep.problems = list(ld.problems)
     return sweep
 
 
@@ -548,6 +566,7 @@ def plan(sweep: Sweep, machine: MachineInfo) -> list[PlannedRun]:
                         {**{k: ("base", k) for k in sweep.base},
                          **{k: ("include", i, k) for k in entry}}))
     ld = _Loader(sweep.path, sweep.lines)
+    ld.problems.extend(sweep.problems)
     runs: list[PlannedRun] = []
     seen: dict[str, int] = {}
     sampler_key = {"source": machine.source, "period_ms": sweep.sampler.get("period_ms", 100.0)}

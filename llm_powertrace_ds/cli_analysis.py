@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
@@ -17,7 +16,6 @@ from . import schema
 from .cli_core import FORMATS, add_format, emit
 from .errors import InputError, RunNotFound
 
-REPO_ID_RE = re.compile(r"^[\w.-]+/[\w.-]+$")
 TABLE_METRICS = ["run_id", "num_gpus", "duration_s", "energy_j", "mean_power_w", "peak_power_w",
                  "par", "swing_w", "ramp_abs_p99_1s_w_per_s", "dominant_freq_hz",
                  "coincidence_factor", "energy_per_token_j"]
@@ -28,25 +26,24 @@ class _Usage(InputError):
 
 
 def resolve_dataset(dir_or_repo: str | Path) -> Path:
-    """A local folder as is; a Hub repo id (``org/name``) downloaded to the local cache.
+    """A local dataset folder as is; a Hub repo id (``org/name``) downloaded to the local cache.
+
+    Delegates to :func:`llm_powertrace_ds.hub.resolve_dataset`; a failed download becomes a
+    one-line ``InputError``.
 
     Raises:
-        InputError: neither an existing folder nor a repo id, or the download failed.
+        InputError: neither a dataset folder nor a repo id, or the download failed.
     """
-    path = Path(dir_or_repo)
-    if path.is_dir():
-        return path
-    text = str(dir_or_repo)
-    if REPO_ID_RE.match(text) and not path.exists():
-        try:
-            from huggingface_hub import snapshot_download
+    from .hub import resolve_dataset as resolve
 
-            return Path(snapshot_download(text, repo_type="dataset"))
-        except Exception as exc:  # network, auth, missing repo: one line for the user
-            raise InputError(f"cannot download dataset repo {text!r}: "
-                             f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-                             ) from None
-    raise InputError(f"{text!r} is neither a dataset folder nor a Hub repo id (org/name)")
+    try:
+        return resolve(dir_or_repo)
+    except InputError:
+        raise
+    except Exception as exc:  # network, auth, missing repo: one line for the user
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise InputError(f"cannot download dataset repo {str(dir_or_repo)!r}: "
+                         f"{type(exc).__name__}: {first}", field="DIR_OR_REPO") from None
 
 
 def _runs_configs(config: str | None) -> list[str]:

@@ -60,6 +60,7 @@ STEP_FRACTION_OF_LIMIT = 0.1
 STEP_WINDOW_S = 1.0
 CHECKPOINT_BASELINE_S = 10.0
 PROJECTED_DEVICES = 1000
+_CHUNK = 1 << 16
 
 PER_DEVICE_NAMES = ("gpu_energy_j", "gpu_energy_counter_j", "gpu_mean_power_w",
                     "gpu_peak_power_w")
@@ -117,18 +118,28 @@ class Aligned:
 
     Attributes:
         grid_ms: int64 grid times (ms on the run clock).
-        devices: float64 array (devices × grid) of interpolated per-device power.
+        devices: one float64 array per device: its power interpolated onto the grid.
         total: float64 node total, NaN where a device is inside a gap.
         valid: bool mask of gap-free grid points.
         step_s: grid step in seconds.
     """
 
     grid_ms: np.ndarray
-    devices: np.ndarray
+    devices: list[np.ndarray]
     total: np.ndarray
     valid: np.ndarray
     step_s: float
     _segid: np.ndarray | None = field(default=None, repr=False)
+    _pairs: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
+    _diffs: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
+    _values: np.ndarray | None = field(default=None, repr=False)
+
+    def values(self) -> np.ndarray:
+        """The node total at the gap-free points, in no particular order (cached, shared:
+        callers may reorder it in place, e.g. ``np.percentile(..., overwrite_input=True)``)."""
+        if self._values is None:
+            self._values = self.total.copy() if self.valid.all() else self.total[self.valid]
+        return self._values
 
     @property
     def segid(self) -> np.ndarray:
@@ -143,19 +154,28 @@ class Aligned:
         return np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
 
     def lag_pairs(self, k: int) -> np.ndarray:
-        """Bool mask over j in [0, n-k): points j and j+k lie in one gap-free segment."""
-        n = len(self.total)
-        if k >= n:
-            return np.zeros(0, dtype=bool)
-        seg = self.segid
-        return self.valid[:n - k] & (seg[k:] == seg[:n - k])
+        """Bool mask over j in [0, n-k): points j and j+k lie in one gap-free segment (cached)."""
+        if k not in self._pairs:
+            n = len(self.total)
+            if k >= n:
+                self._pairs[k] = np.zeros(0, dtype=bool)
+            elif self.valid.all():
+                self._pairs[k] = np.ones(n - k, dtype=bool)
+            else:
+                seg = self.segid
+                self._pairs[k] = self.valid[:n - k] & (seg[k:] == seg[:n - k])
+        return self._pairs[k]
 
     def lag_diff(self, k: int) -> np.ndarray:
-        """P(t + kΔ) − P(t) for every pair inside one gap-free segment."""
-        ok = self.lag_pairs(k)
-        if not ok.size:
-            return np.zeros(0)
-        return (self.total[k:] - self.total[:-k])[ok]
+        """P(t + kΔ) − P(t) for every pair inside one gap-free segment (cached: do not modify)."""
+        if k not in self._diffs:
+            ok = self.lag_pairs(k)
+            if not ok.size:
+                self._diffs[k] = np.zeros(0)
+            else:
+                d = self.total[k:] - self.total[:-k]
+                self._diffs[k] = d if ok.all() else d[ok]
+        return self._diffs[k]
 
 
 def _prepare_device(run: Run, dev: DeviceSeries, index: int,
@@ -169,7 +189,7 @@ def _prepare_device(run: Run, dev: DeviceSeries, index: int,
     if not ok.all():
         t, p = t[ok], p[ok]
     dt = np.diff(t)
-    if len(t) > 1 and not (dt > 0).all():
+    if len(t) > 1 and dt.min() <= 0:
         order = np.argsort(t, kind="stable")
         t, p = t[order], p[order]
         keep = np.concatenate(([True], t[1:] > t[:-1]))
@@ -182,7 +202,8 @@ def _prepare_device(run: Run, dev: DeviceSeries, index: int,
     median = float(np.median(dt[::stride]))
     declared = run.meta.get("sample_period_ms")
     period = max(float(declared), median) if declared else median
-    gap_idx = np.flatnonzero(dt > GAP_PERIODS * period)
+    limit = GAP_PERIODS * period
+    gap_idx = np.flatnonzero(dt > limit) if dt.max() > limit else np.zeros(0, dtype=np.int64)
     energy = 0.5 * float(np.dot(dt, p[:-1] + p[1:])) / 1000.0  # Σ (P_i + P_i+1)/2 · Δt_i
     return _Dev(index, t, p, period, gap_idx, energy)
 
@@ -198,18 +219,24 @@ def align(devs: list[_Dev], grid_ms: int = GRID_MS) -> Aligned | None:
         return None
     grid = np.arange(start, end + 1, grid_ms, dtype=np.int64)
     n = len(grid)
-    mat = np.empty((len(devs), n))
-    invalid = np.zeros(n, dtype=bool)
-    for row, d in enumerate(devs):
-        mat[row] = np.interp(grid, d.t_ms, d.p)
-        if d.gap_idx.size:
-            lo = np.searchsorted(grid, d.t_ms[d.gap_idx], side="right")
-            hi = np.searchsorted(grid, d.t_ms[d.gap_idx + 1], side="left")
-            mark = np.bincount(lo, minlength=n + 1)[:n + 1] - np.bincount(hi, minlength=n + 1)[:n + 1]
-            invalid |= np.cumsum(mark)[:n] > 0
-    total = mat.sum(axis=0)
-    total[invalid] = np.nan
-    return Aligned(grid, mat, total, ~invalid, grid_ms / 1000.0)
+    rows = []
+    total = np.zeros(n)
+    los, his = [], []
+    for d in devs:
+        row = np.interp(grid, d.t_ms, d.p)
+        total += row
+        rows.append(row)
+        if d.gap_idx.size:  # grid points strictly inside a gap: [lo, hi)
+            los.append(np.searchsorted(grid, d.t_ms[d.gap_idx], side="right"))
+            his.append(np.searchsorted(grid, d.t_ms[d.gap_idx + 1], side="left"))
+    if los:
+        mark = (np.bincount(np.concatenate(los), minlength=n + 1)[:n + 1]
+                - np.bincount(np.concatenate(his), minlength=n + 1)[:n + 1])
+        valid = np.cumsum(mark)[:n] == 0
+        total[~valid] = np.nan
+    else:
+        valid = np.ones(n, dtype=bool)
+    return Aligned(grid, rows, total, valid, grid_ms / 1000.0)
 
 
 def node_total(run: Run, grid_ms: int = GRID_MS) -> Aligned | None:
@@ -253,12 +280,14 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b
 
 
-def _window_means(total: np.ndarray, starts: np.ndarray, stops: np.ndarray, w: int) -> np.ndarray:
-    """Means of non-overlapping w-point windows anchored at each segment's start."""
+def _window_means(cs: np.ndarray, starts: np.ndarray, stops: np.ndarray, w: int) -> np.ndarray:
+    """Means of non-overlapping w-point windows anchored at each segment's start.
+
+    ``cs`` is the cumulative sum of the total with a leading 0 (invalid points as 0).
+    """
     counts = (stops - starts) // w
     if counts.sum() == 0:
         return np.zeros(0)
-    cs = np.concatenate(([0.0], np.cumsum(np.where(np.isfinite(total), total, 0.0))))
     first = np.repeat(starts, counts)
     offset = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
     wstart = first + w * offset
@@ -272,14 +301,14 @@ def _sliding_range(al: Aligned, k: int) -> float | None:
     ok = al.lag_pairs(k)
     if not ok.any():
         return None
-    x = np.where(al.valid, al.total, 0.0)
+    x = al.total if al.valid.all() else np.where(al.valid, al.total, 0.0)
     size = k + 1
     half = size // 2
-    mx = maximum_filter1d(x, size=size, mode="nearest")
-    mn = minimum_filter1d(x, size=size, mode="nearest")
-    j = np.flatnonzero(ok)
+    n = len(x)
     # the centred filter's output at i covers [i - half, i - half + k]: window start j is i = j + half
-    return float(np.max(mx[j + half] - mn[j + half]))
+    rng = maximum_filter1d(x, size=size, mode="nearest")[half:half + n - k]
+    rng -= minimum_filter1d(x, size=size, mode="nearest")[half:half + n - k]
+    return float(rng.max() if ok.all() else rng[ok].max())
 
 
 def _capacity_w(run: Run) -> float | None:
@@ -347,7 +376,7 @@ def _tokens(run: Run) -> float | None:
     if tokens is None and run.workload == "inference" and run.requests:
         outs = [r.get("output_tokens") for r in run.requests]
         if outs and all(o is not None for o in outs):
-            tokens = sum(outs)
+            tokens = float(np.sum(np.asarray(outs, dtype=np.float64)))
     return float(tokens) if tokens else None
 
 
@@ -409,10 +438,13 @@ def _group_energy(run: Run, devs: list[_Dev | None], out: _Out, ev: _EventIndex)
             means.append(float(e / span) if span > 0 else None)
             peaks.append(float(d.p.max()))
         c = dev.signals.get("energy_mj")
-        if c is None or len(c) != len(dev.t_ms) or np.isfinite(c).sum() < 2:
+        if c is None or len(c) != len(dev.t_ms):
+            counters.append(None)
+            continue
+        ok = np.isfinite(c)
+        if np.count_nonzero(ok) < 2:
             counters.append(None)
         else:
-            ok = np.isfinite(c)
             ct, cv = (dev.t_ms, c) if ok.all() else (dev.t_ms[ok], c[ok])
             if not np.all(ct[1:] > ct[:-1]):
                 cv = cv[np.argsort(ct, kind="stable")]
@@ -521,7 +553,7 @@ def _group_level(run: Run, devs: list[_Dev | None], al: Aligned | None, cap: flo
     if al is None or not al.valid.any():
         out.null(shape, "no gap-free node total (devices share no common span)")
         return
-    x = al.total[al.valid]
+    x = al.values()
     peak = float(x.max())
     p5, p50, p95, p99 = np.percentile(x, [5, 50, 95, 99], overwrite_input=True)
     out.set("p5_power_w", p5)
@@ -530,9 +562,12 @@ def _group_level(run: Run, devs: list[_Dev | None], al: Aligned | None, cap: flo
     out.set("p99_power_w", p99)
     out.set("peak_power_w", peak)
     starts, stops = al.segments()
+    cs = np.empty(len(al.total) + 1)
+    cs[0] = 0.0
+    np.cumsum(al.total if al.valid.all() else np.where(al.valid, al.total, 0.0), out=cs[1:])
     for name, seconds in (("peak_power_1s_w", 1.0), ("peak_power_60s_w", 60.0)):
-        w = int(round(seconds / al.step_s))
-        means = _window_means(al.total, starts, stops, w)
+        w = max(1, int(round(seconds / al.step_s)))
+        means = _window_means(cs, starts, stops, w)
         if means.size:
             out.set(name, means.max())
         else:
@@ -610,6 +645,9 @@ def _group_seed_ramps(al: Aligned | None, out: _Out) -> None:
         out.null(SEED_RAMP_NAMES, "no gap-free node total")
         return
     k = int(round(1.0 / al.step_s))
+    if k < 1:
+        out.null(SEED_RAMP_NAMES, f"grid step {al.step_s:g} s is longer than 1 s")
+        return
     r = al.lag_diff(k) / (k * al.step_s)
     up, down = r[r > 0], -r[r < 0]
     if up.size:
@@ -697,7 +735,7 @@ def _group_oscillations(ev: _EventIndex, al: Aligned | None, out: _Out) -> None:
     for name, seconds in (("dynamic_range_1s_w", 1.0), ("dynamic_range_10s_w", 10.0)):
         value = None
         if al is not None:
-            value = _sliding_range(al, int(round(seconds / al.step_s)))
+            value = _sliding_range(al, max(1, int(round(seconds / al.step_s))))
         if value is None:
             out.null(name, f"no gap-free {seconds:g} s window")
         else:
@@ -723,7 +761,7 @@ def _group_oscillations(ev: _EventIndex, al: Aligned | None, out: _Out) -> None:
                 out.set(f"band_fraction_{key}", power / band_power)
             else:
                 out.null(f"band_fraction_{key}", "no oscillation power in 0.05-5 Hz")
-        scale = max(1.0, float(np.nanmean(np.abs(al.total[al.valid])))) if al is not None else 1.0
+        scale = max(1.0, float(np.mean(np.abs(al.values())))) if al is not None else 1.0
         if not band.any() or band_power <= 1e-18 * scale ** 2:
             out.null(("dominant_freq_hz", "dominant_amplitude_w"),
                      "flat spectrum (no oscillation in 0.05-5 Hz)")
@@ -762,17 +800,22 @@ def _group_across(al: Aligned | None, out: _Out) -> None:
     if al is None or not al.valid.any():
         out.null(ACROSS_NAMES, "no gap-free node total")
         return
-    sub = al.devices if al.valid.all() else al.devices[:, al.valid]
-    peaks = sub.max(axis=1)
-    sum_peaks = float(peaks.sum())
-    peak_total = float(np.max(al.total[al.valid]))
+    allvalid = bool(al.valid.all())
+    peaks, swings = [], []
+    for row in al.devices:  # one copy per device, partitioned in place for its percentiles
+        v = row.copy() if allvalid else row[al.valid]
+        peaks.append(float(v.max()))
+        q5, q95 = np.percentile(v, [5, 95], overwrite_input=True)
+        swings.append(float(q95 - q5))
+    sum_peaks = float(sum(peaks))
+    peak_total = float(al.values().max())
     if sum_peaks > 0 and peak_total > 0:
         cf = peak_total / sum_peaks
         out.set("coincidence_factor", cf)
         out.set("diversity_factor", 1.0 / cf)
     else:
         out.null(("coincidence_factor", "diversity_factor"), "peak power is not positive")
-    ndev = al.devices.shape[0]
+    ndev = len(al.devices)
     if ndev < 2:
         out.null(("synchrony_index", "projected_swing_1000_w"), "needs at least 2 devices")
         return
@@ -788,10 +831,14 @@ def _group_across(al: Aligned | None, out: _Out) -> None:
     for a, b in zip(starts, stops, strict=True):
         if b - a < nmin:
             continue
-        x = al.devices[:, a:b]
-        y, _ = sosfilt(sos, x, axis=1, zi=zi[:, None, :] * x[None, :, 0, None])
-        s1 += y.sum(axis=1)
-        s2 += y @ y.T
+        state = [zi * row[a] for row in al.devices]
+        for c0 in range(a, b, _CHUNK):  # cache-sized chunks; the filter state carries over
+            c1 = min(b, c0 + _CHUNK)
+            y = np.empty((ndev, c1 - c0))
+            for i, row in enumerate(al.devices):
+                y[i], state[i] = sosfilt(sos, row[c0:c1], zi=state[i])
+            s1 += y.sum(axis=1)
+            s2 += y @ y.T
         count += b - a
     if count < 2:
         out.null(("synchrony_index", "projected_swing_1000_w"),
@@ -800,7 +847,7 @@ def _group_across(al: Aligned | None, out: _Out) -> None:
     mean = s1 / count
     cov = s2 / count - np.outer(mean, mean)
     var = np.diag(cov).copy()
-    scale = max(1.0, float(np.mean(np.abs(sub)))) ** 2
+    scale = max(1.0, float(np.mean(np.abs(al.values()))) / ndev) ** 2
     live = var > 1e-12 * scale
     if live.sum() < 2:
         out.null(("synchrony_index", "projected_swing_1000_w"),
@@ -812,8 +859,7 @@ def _group_across(al: Aligned | None, out: _Out) -> None:
     iu = np.triu_indices(len(sd), k=1)
     rho = float(corr[iu].mean())
     out.set("synchrony_index", rho)
-    q5, q95 = np.percentile(sub, [5, 95], axis=1)
-    swing = float(np.mean(q95 - q5))
+    swing = float(np.mean(swings))
     m = PROJECTED_DEVICES
     out.set("projected_swing_1000_w", swing * math.sqrt(m * (1 + (m - 1) * max(rho, 0.0))))
 
@@ -835,22 +881,24 @@ def _group_states(ev: _EventIndex, al: Aligned | None, cap: float | None, out: _
     if al is None or not al.valid.any():
         out.null(STATE_NAMES, "no gap-free node total")
         return
-    x = al.total[al.valid]
+    x = al.values()
     if cap is None:
         out.null(limit_names, "power limit unknown")
     else:
         out.set("idle_fraction", float(np.mean(x < IDLE_FRACTION_OF_LIMIT * cap)))
         out.set("near_limit_fraction", float(np.mean(x >= NEAR_LIMIT_FRACTION * cap)))
-        k = int(round(STEP_WINDOW_S / al.step_s))
+        k = max(1, int(round(STEP_WINDOW_S / al.step_s)))
         ok = al.lag_pairs(k)
         if not ok.size:
             out.set("step_count", 0)
         else:
-            d = al.total[k:] - al.total[:-k]
-            sign = np.where(ok & (np.abs(np.nan_to_num(d)) > STEP_FRACTION_OF_LIMIT * cap),
-                            np.sign(np.nan_to_num(d)), 0).astype(np.int8)
-            starts = (sign != 0) & (np.concatenate(([0], sign[:-1])) != sign)
-            out.set("step_count", int(np.count_nonzero(starts)))
+            d = al.total[k:] - al.total[:-k]  # NaN (never a step) where a point is invalid
+            thr = STEP_FRACTION_OF_LIMIT * cap
+            count = 0
+            for flag in (d > thr, d < -thr):  # a run of one sign is one step
+                flag &= ok
+                count += int(flag[0]) + int(np.count_nonzero(flag[1:] & ~flag[:-1]))
+            out.set("step_count", count)
 
     windows = event_windows(ev, "checkpoint_begin", "checkpoint_end")
     if not windows:
@@ -985,6 +1033,8 @@ _GROUPS: tuple[Callable[..., Any], ...] = (
     _group_energy, _group_level, _group_ramps, _group_seed_ramps, _group_oscillations,
     _group_across, _group_states, _group_gaps,
 )
+METRIC_GROUPS = _GROUPS
+"""The metric groups in column order; each docstring's first line is the group's title."""
 _BULLET_NAMES_RE = re.compile(r"^``[^`]+``(, ``[^`]+``)*$")
 
 

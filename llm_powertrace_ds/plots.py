@@ -101,8 +101,8 @@ def plot_run(run: Run, out: str | Path, *, zoom_s: float = 10.0,
         k = int(round(1.0 / al.step_s))
         ok = al.lag_pairs(k)
         if ok.any():
-            d = np.where(ok, np.abs(np.nan_to_num(al.total[k:] - al.total[:-k])), -1.0)
-            centre = al.grid_ms[int(np.argmax(d))] / 1000.0
+            jumps = np.where(ok, np.abs(np.nan_to_num(al.total[k:] - al.total[:-k])), -1.0)
+            centre = al.grid_ms[int(np.argmax(jumps))] / 1000.0
         else:
             centre = al.grid_ms[0] / 1000.0 + zoom_s / 2
         lo, hi = centre - zoom_s / 2, centre + zoom_s / 2
@@ -179,7 +179,7 @@ def plot_sweep(rows: Iterable[Mapping[str, Any]], metric: str, axis: str, out: s
         raise InputError(f"no run has both {metric} and {axis}", field=metric)
     fig = _figure(figsize=(7, 5), layout="constrained")
     ax = fig.subplots()
-    xs_all = []
+    xs_all: list[float] = []
     for i, (name, points) in enumerate(sorted(data.items())):
         xs = np.array(sorted(points))
         med = np.array([np.median(points[x]) for x in xs])
@@ -224,7 +224,7 @@ def plot_fit(fit_data: Mapping[str, Any] | str | Path, out: str | Path, *,
         base.update({c: spec["reference"] for c, spec in ll.categorical.items()})
         for i, plat in enumerate(ll.platforms):
             rows = [{**base, axis: x, "platform": plat} for x in xs]
-            pred = np.array(ll.predict_rows(rows))
+            pred = np.asarray(ll.predict_rows(rows), dtype=float)
             colour = f"C{i % 10}"
             ax_l.plot(xs, pred[:, 0], color=colour, label=plat)
             ax_l.fill_between(xs, pred[:, 1], pred[:, 2], color=colour, alpha=0.15)

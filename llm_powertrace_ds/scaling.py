@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -197,7 +197,7 @@ class LogLinearLaw:
     notes: list[str] = field(default_factory=list)
     axis_stats: dict[str, list[float]] = field(default_factory=dict)
 
-    def design(self, rows: list[Mapping[str, Any]]) -> np.ndarray:
+    def design(self, rows: Sequence[Mapping[str, Any]]) -> np.ndarray:
         """The design matrix of rows (raises ``InputError`` on an unknown level or a missing axis)."""
         x = np.zeros((len(rows), len(self.columns)))
         col = {c: i for i, c in enumerate(self.columns)}
@@ -224,7 +224,7 @@ class LogLinearLaw:
                 x[r, col[f"{name}={level}"]] = 1.0
         return x
 
-    def predict_rows(self, rows: list[Mapping[str, Any]]) -> list[tuple[float, float, float]]:
+    def predict_rows(self, rows: Sequence[Mapping[str, Any]]) -> list[tuple[float, float, float]]:
         """(value, lo95, hi95) per row."""
         x = self.design(rows)
         mu = x @ self.beta
@@ -409,7 +409,8 @@ class PhysicsLaw:
         half = _t975(self.dof) * self.sigma * math.sqrt(1.0 + max(h, 0.0))
         return e, e * math.exp(-half), e * math.exp(half)
 
-    def predict_rows(self, rows: list[Mapping[str, Any]]) -> list[tuple[float, float, float] | None]:
+    def predict_rows(self, rows: Sequence[Mapping[str, Any]]
+                     ) -> list[tuple[float, float, float] | None]:
         out: list[tuple[float, float, float] | None] = []
         for row in rows:
             e, lo, hi = self.energy(row)
@@ -547,21 +548,31 @@ def split_holdout(rows: list[Mapping[str, Any]], spec: str
 
 def _baselines(train: list[Mapping[str, Any]], test: list[Mapping[str, Any]], target: str
                ) -> dict[str, list[float | None]]:
-    e_tok = [(float(r["energy_j"]), _tokens(r)) for r in train
-             if _num(r.get("energy_j")) and _tokens(r)]
-    e_gt = [(float(r["energy_j"]), _num(r.get("num_gpus")), _num(r.get("duration_s")))
-            for r in train if _num(r.get("energy_j"))]
-    e_gt = [x for x in e_gt if x[1] and x[2]]
+    energy_sum = tokens_sum = gpu_time_sum = energy_gt_sum = 0.0
+    for r in train:
+        e, tok = _num(r.get("energy_j")), _tokens(r)
+        g, t = _num(r.get("num_gpus")), _num(r.get("duration_s"))
+        if e and tok:
+            energy_sum += e
+            tokens_sum += tok
+        if e and g and t:
+            energy_gt_sum += e
+            gpu_time_sum += g * t
     out: dict[str, list[float | None]] = {}
-    if e_tok:
-        k = sum(e for e, _ in e_tok) / sum(t for _, t in e_tok)  # type: ignore[misc]
-        out["constant_j_per_token"] = [
-            _from_energy(target, k * _tokens(r), r) if _tokens(r) else None for r in test]
-    if e_gt:
-        p = sum(e for e, _, _ in e_gt) / sum(g * t for _, g, t in e_gt)  # type: ignore[operator]
-        out["mean_power_x_time"] = [
-            _from_energy(target, p * float(r["num_gpus"]) * float(r["duration_s"]), r)
-            if _num(r.get("num_gpus")) and _num(r.get("duration_s")) else None for r in test]
+    if tokens_sum > 0:
+        k = energy_sum / tokens_sum  # J per token, pooled over the training runs
+        preds: list[float | None] = []
+        for r in test:
+            tok = _tokens(r)
+            preds.append(_from_energy(target, k * tok, r) if tok else None)
+        out["constant_j_per_token"] = preds
+    if gpu_time_sum > 0:
+        p = energy_gt_sum / gpu_time_sum  # W per device, pooled over the training runs
+        preds = []
+        for r in test:
+            g, t = _num(r.get("num_gpus")), _num(r.get("duration_s"))
+            preds.append(_from_energy(target, p * g * t, r) if g and t else None)
+        out["mean_power_x_time"] = preds
     return out
 
 

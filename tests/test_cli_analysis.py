@@ -194,3 +194,16 @@ def test_fit_errors(dataset, capsys):
     assert code == 1 and "selects no run" in err
     code, _, err = _main(capsys, "fit", dataset, "--config", "inference_runs")
     assert code == 1 and "no runs" in err
+
+
+def test_hub_download_failure_is_one_line(capsys, monkeypatch):
+    import huggingface_hub
+
+    def offline(repo_id, repo_type=None, **kw):
+        raise RuntimeError("no network\nlong traceback text")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
+    code, _, err = _main(capsys, "metrics", "some-org/not-here")
+    assert code == 1
+    assert "cannot download dataset repo 'some-org/not-here'" in err
+    assert "long traceback" not in err

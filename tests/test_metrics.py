@@ -412,7 +412,7 @@ def test_external_traces_energy_and_peaks(external_dir):
             ps = np.array([s[1] for s in samples])
             energy += float(np.sum((ps[1:] + ps[:-1]) / 2 * np.diff(ts)))
             peaks.append(ps.max())
-        assert m["energy_j"] == pytest.approx(energy, rel=1e-3), path.name
+        assert m["energy_j"] == pytest.approx(energy, rel=1e-9), path.name
         assert m["peak_power_w"] <= sum(peaks) + 1e-6
         assert m["peak_power_w"] <= sum(m["gpu_peak_power_w"]) + 1e-6
         assert m["coincidence_factor"] <= 1.0 + 1e-12

@@ -128,7 +128,7 @@ def env(tmp_path, monkeypatch):
 @pytest.fixture
 def no_figures(monkeypatch):
     """Skip drawing figures (slow on 2 cores) where a test is not about them."""
-    monkeypatch.setattr(figures, "matplotlib_available", lambda: False)
+    monkeypatch.setenv(figures.FIGURES_ENV, "0")
 
 
 @pytest.fixture
@@ -278,13 +278,17 @@ def test_create_pr_puts_every_commit_in_one_pull_request(env, make_run, monkeypa
     assert "discussions/1" in capsys.readouterr().out
 
 
-def test_revision_tag_and_stale_remote_files(env, make_run, no_figures):
+def test_revision_tag_and_stale_remote_files(env, make_run, no_figures, capsys):
     root = make_folder(env / "ds", make_run)
     api = FakeApi(remote_files=[".gitattributes", "README.md", "data/finetune/l40s/llama/old.arrow",
                                 "figures/trace-finetune-gone.png", "notes.txt"])
     argv = [str(root), "--repo-id", "org/name", "--revision", "v1-branch", "--tag", "v1.0",
-            "--private"]
+            "--private", "--format", "json"]
     assert main(argv, api=api) == 0
+    report = json.loads(capsys.readouterr().out)  # one JSON object: the plan and the result
+    assert report["revision"] == "v1-branch" and report["tag"] == "v1.0"
+    assert report["result"]["deleted"] == ["data/finetune/l40s/llama/old.arrow",
+                                           "figures/trace-finetune-gone.png"]
     (branch,) = api.kwargs("create_branch")
     assert branch["branch"] == "v1-branch" and branch["repo_type"] == "dataset"
     assert api.kwargs("create_repo")[0]["private"] is True

@@ -46,8 +46,8 @@ Public API (stable)::
 * ``read_spool(staging_dir) -> Spool`` — the raw ticks (monotonic ns, deadlines, missed
   counts, per-tick read latency), devices, anchors and summary, for benchmarks and tests.
 * Errors: ``SamplerError`` > ``SamplerConfigError`` (also ``ValueError``),
-  ``SourceUnavailable``, ``SourceError`` > ``NotSupported``, ``NoPermission``, ``GpuLost``,
-  ``UnknownError``.
+  ``SourceUnavailable`` > ``WrongBinding``, ``SourceError`` > ``NotSupported``,
+  ``NoPermission``, ``GpuLost``, ``UnknownError``.
 
 Staging files written here (``<staging_dir>/``): ``spool/`` (``header.json``,
 ``devices.json``, ``samples.bin``, ``anchors.json``, ``summary.json``, ``sampler.log``),
@@ -71,6 +71,7 @@ from .errors import (
     SourceError,
     SourceUnavailable,
     UnknownError,
+    WrongBinding,
 )
 from .process import Sampler, register_pid
 from .spool import SamplerSummary, Spool, archive_attempt, read_spool
@@ -89,6 +90,7 @@ __all__ = [
     "SourceUnavailable",
     "Spool",
     "UnknownError",
+    "WrongBinding",
     "archive_attempt",
     "provenance_meta",
     "read_spool",

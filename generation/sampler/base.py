@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
 from .config import SamplerConfig
-from .errors import SamplerConfigError, SourceUnavailable
+from .errors import SamplerConfigError, SourceUnavailable, WrongBinding
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +164,8 @@ def resolve_source(config: SamplerConfig) -> str:
 
     ``cpu_proxy`` is always usable. ``nvml`` needs the official binding and a usable GPU; when
     it was asked for explicitly and is unavailable this raises; ``auto`` falls back to
-    ``cpu_proxy``. The choice is logged.
+    ``cpu_proxy`` (except when a GPU works but the binding is the wrong one: fixing that beats
+    silently measuring a proxy). The choice is logged.
 
     Args:
         config: the sampler configuration.
@@ -174,7 +175,8 @@ def resolve_source(config: SamplerConfig) -> str:
 
     Raises:
         SamplerConfigError: ``nvml`` asked for where NVML is unavailable, a GPU index out of
-            range, a MIG GPU without ``allow_mig``.
+            range, a MIG GPU without ``allow_mig``, or (also with ``auto``) a working GPU read
+            through the unofficial ``pynvml`` binding.
 
     Example:
         >>> resolve_source(SamplerConfig(source="cpu_proxy"))
@@ -188,8 +190,9 @@ def resolve_source(config: SamplerConfig) -> str:
     try:
         summary = nvml.check_available(config.gpu_indices, allow_mig=config.allow_mig)
     except SourceUnavailable as exc:
-        if config.source == "nvml":
-            raise SamplerConfigError(f"sampler source 'nvml' was asked for but NVML is "
+        if config.source == "nvml" or isinstance(exc, WrongBinding):
+            asked = "was asked for" if config.source == "nvml" else "(auto) found a GPU"
+            raise SamplerConfigError(f"sampler source 'nvml' {asked} but NVML is "
                                      f"unavailable: {exc}") from exc
         log.info("sampler source: cpu_proxy (auto; NVML unavailable: %s)", exc)
         return "cpu_proxy"

@@ -23,6 +23,11 @@ class SourceUnavailable(SamplerError):
     """A source cannot be used on this machine (no driver, no binding, the wrong binding)."""
 
 
+class WrongBinding(SourceUnavailable):
+    """A GPU is there but the NVML binding is not the official one (``auto`` does not fall back
+    to ``cpu_proxy`` for this: the message says how to fix it)."""
+
+
 class SourceError(SamplerError):
     """Base of the device-layer errors a source raises while reading.
 

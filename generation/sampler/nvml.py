@@ -50,6 +50,7 @@ from .errors import (
     SourceError,
     SourceUnavailable,
     UnknownError,
+    WrongBinding,
 )
 
 try:  # the `generate` extra; without it only cpu_proxy is available
@@ -150,19 +151,20 @@ def check_binding() -> str:
     """Check that ``pynvml`` comes from nvidia-ml-py; return its version.
 
     Raises:
-        SourceUnavailable: the binding is missing, or the unofficial ``pynvml`` distribution
-            provides the module (the message says how to fix it).
+        SourceUnavailable: the binding is missing.
+        WrongBinding: the unofficial ``pynvml`` distribution provides the module (the message
+            says how to fix it).
     """
     if pynvml is None:
         raise SourceUnavailable("the NVML binding is not installed: pip install "
                                 "'llm-powertrace[generate]' (or pip install nvidia-ml-py)")
     providers = {_norm(p) for p in _module_providers("pynvml")}
     if "pynvml" in providers:
-        raise SourceUnavailable(
+        raise WrongBinding(
             "the module `pynvml` is provided by the unofficial 'pynvml' distribution, not by "
             f"NVIDIA's official binding nvidia-ml-py; fix: {_FIX_UNOFFICIAL}")
     if providers and "nvidia-ml-py" not in providers:
-        raise SourceUnavailable(f"the module `pynvml` comes from {sorted(providers)}, not "
+        raise WrongBinding(f"the module `pynvml` comes from {sorted(providers)}, not "
                                 f"nvidia-ml-py; fix: {_FIX_UNOFFICIAL}")
     try:
         return importlib.metadata.version("nvidia-ml-py")
@@ -265,9 +267,11 @@ def check_available(gpu_indices: Sequence[int] | None = None, *, allow_mig: bool
         SamplerConfigError: an index out of range, a bad ``CUDA_VISIBLE_DEVICES`` entry, a MIG
             GPU without ``allow_mig``.
     """
-    check_binding()
-    _init()
+    if pynvml is None:
+        check_binding()  # raises with the install hint
+    _init()  # first: on a machine without a driver this fails fast
     try:
+        check_binding()  # ~0.3 s (scans installed distributions), only where NVML works
         handles = _select_handles(gpu_indices, os.environ if env is None else env)
         names = []
         for index, handle in handles:
@@ -376,11 +380,12 @@ class NvmlSource(Source):
     def open(self) -> list[DeviceInfo]:
         if self._open:
             raise SamplerError("this NVML source is already open")
-        binding_version = check_binding()
+        if pynvml is None:
+            check_binding()
         _init()
         self._open = True
         try:
-            return self._open_devices(binding_version)
+            return self._open_devices(check_binding())
         except (NotSupported, NoPermission, UnknownError, GpuLost) as exc:
             self.close()
             raise SourceUnavailable(f"NVML is not usable: {exc}") from exc

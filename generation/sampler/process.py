@@ -285,7 +285,10 @@ def child_main(argv: Sequence[str] | None = None) -> int:
     write_json_atomic(staging / PROVENANCE_FILE, provenance)
 
     def ready(t_start_ns: int) -> None:
-        print(f"{READY} {t_start_ns}", flush=True)
+        try:
+            print(f"{READY} {t_start_ns}", flush=True)
+        except OSError:  # the parent is already gone; stdin will say so
+            pass
 
     def parent_check() -> None:
         if os.getppid() != args.parent_pid:
@@ -296,6 +299,9 @@ def child_main(argv: Sequence[str] | None = None) -> int:
                     flush_ns=int(config.flush_s * 1e9), rescan_ns=int(config.rescan_s * 1e9),
                     on_first_tick=ready, maintenance=parent_check)
     signal.signal(signal.SIGTERM, lambda *_: loop.request_stop("terminated", "SIGTERM"))
+    # Ctrl-C reaches the whole foreground process group: let the workload decide (its
+    # ``Sampler.__exit__`` stops us cleanly; if it dies instead, stdin closes).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_watch_stdin, args=(loop, sys.stdin), name="stdin-watch",
                      daemon=True).start()
     anchors: dict[str, Any] = {"start": anchor_pair()}

@@ -211,6 +211,16 @@ class WorkloadSpec:
         """The run metadata columns known before running (axes, model, identity parts)."""
         return {k: v for k, v in resolved.items() if k in self.settings and self.settings[k].column}
 
+    def device_settings(self, resolved: dict[str, Any], gpu_indices: list[int]) -> Any:
+        """A context manager applying the GPU settings the run asks for, or ``None``.
+
+        The runner enters it before the sampler starts (so the sampler reads the enforced
+        values) and leaves it after the sampler stops; it must restore the original settings.
+        ``None`` (the default) lets the runner apply ``power_limit_setting_w`` itself
+        (``generation.runner.power_cap``).
+        """
+        return None
+
     def run(self, resolved: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
         """Do the work in this process and return result columns (rank 0's are published)."""
         raise NotImplementedError

@@ -23,8 +23,9 @@ the architecture does not have, an unsupported parallelism (``tp``).
   ``tokens_per_s`` (tokens over the span from the first ``step_begin`` to the last
   ``step_end``), ``final_loss`` (the loss logged at the last step).
 
-Training stops at ``max_steps`` or, with ``target_duration_s``, at the first step end after
-that many seconds of training (all ranks agree on the step through one all-reduce).
+Training stops at ``max_steps`` or, with ``target_duration_s``, at the first step end at least
+that many seconds after the first step began (all ranks agree on the step through one
+all-reduce per step).
 """
 
 from __future__ import annotations
@@ -262,10 +263,11 @@ def _callback_class() -> type:
         or after ``eval_end`` when both follow.
         """
 
-        def __init__(self, mark: Any, *, deadline_ns: int | None, world_size: int,
+        def __init__(self, mark: Any, *, duration_ns: int | None, world_size: int,
                      sync: Any = None) -> None:
             self.mark = mark
-            self.deadline_ns = deadline_ns
+            self.duration_ns = duration_ns
+            self.deadline_ns: int | None = None
             self.world_size = world_size
             self.sync = sync
             self.first_begin_ns: int | None = None
@@ -276,6 +278,8 @@ def _callback_class() -> type:
             now = time.monotonic_ns()
             if self.first_begin_ns is None:
                 self.first_begin_ns = now
+                if self.duration_ns is not None:  # the duration counts training, not set-up
+                    self.deadline_ns = now + self.duration_ns
             self.mark("step_begin", step=state.global_step + 1)
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -458,11 +462,11 @@ def train(r: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
         if "gradient_checkpointing_kwargs" in kwargs:
             kwargs["activation_checkpointing_kwargs"] = kwargs.pop("gradient_checkpointing_kwargs")
     args = SFTConfig(**kwargs)
-    deadline = None
+    duration = None
     if r["target_duration_s"] is not None:
-        deadline = time.monotonic_ns() + int(r["target_duration_s"] * 1e9)
+        duration = int(r["target_duration_s"] * 1e9)
     sync = torch.cuda.synchronize if cuda else None
-    callback = _callback_class()(ctx.mark, deadline_ns=deadline, world_size=ctx.world_size,
+    callback = _callback_class()(ctx.mark, duration_ns=duration, world_size=ctx.world_size,
                                  sync=sync)
     with _library_bars_off():
         trainer = SFTTrainer(model=model, args=args, train_dataset=train_ds,
@@ -470,8 +474,6 @@ def train(r: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
                              peft_config=peft_config, callbacks=[callback])
         _quiet_progress(trainer)
         ctx.mark("warmup_end", label="setup")
-        if deadline is not None:  # the duration counts training, not set-up
-            callback.deadline_ns = time.monotonic_ns() + int(r["target_duration_s"] * 1e9)
         trainer.train()
 
     steps = int(trainer.state.global_step)

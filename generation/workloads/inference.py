@@ -20,8 +20,9 @@ parallelism.
   (``model.init_continuous_batching`` -> ``ContinuousBatchingManager``; requests are added with
   ``add_request`` as they are admitted and their per-token timestamps are recorded).
 
-Both engines run generation in a worker thread; the loop thread only waits on one inbox (arrivals
-are due / results are in), so recorded arrival times are not held up by a running batch.
+Both engines generate in a thread of their own (the static worker, the manager's generation
+thread); the loop thread only waits for completions with a timeout that ends when the next
+arrival is due, so recorded arrival times are not held up by a running batch.
 Output lengths are forced: EOS is ignored (``min_new_tokens = max_new_tokens`` with
 ``generate``; ``eos_token_id = -1`` with continuous batching) so every request generates exactly
 ``requested_output_tokens``.
@@ -821,9 +822,6 @@ class Completion:
     error: str | None = None
 
 
-Deliver = Callable[[list[Completion]], None]
-
-
 def _perf_offset_ns() -> int:
     """``monotonic_ns - perf_counter_ns`` (0 where both are CLOCK_MONOTONIC, e.g. Linux)."""
     best = None
@@ -840,24 +838,27 @@ def _perf_offset_ns() -> int:
 class StaticEngine:
     """Static batching: one ``model.generate`` per batch, run to completion in a worker thread.
 
+    The engine interface (shared with :class:`ContinuousEngine`): ``start()``, ``warmup(jobs)``
+    (synchronous, not recorded), ``submit(jobs)`` (non-blocking), ``wait(timeout_s)`` (the
+    completions that are ready, ``[]`` after ``timeout_s``; ``None`` waits), ``stop()``, and
+    ``admits_while_busy`` (whether the loop may add requests while others are running).
+
     Args:
         model: a causal LM in eval mode.
-        deliver: called (from the worker thread) with a batch's completions.
         pad_id: the pad token id (prompts are left-padded).
         generate_kwargs: extra ``generate`` keyword arguments (e.g. the quantised cache).
     """
 
     admits_while_busy = False
 
-    def __init__(self, model: Any, deliver: Deliver, *, pad_id: int = models.PAD_ID,
+    def __init__(self, model: Any, *, pad_id: int = models.PAD_ID,
                  generate_kwargs: dict[str, Any] | None = None) -> None:
         self.model = model
-        self.deliver = deliver
         self.pad_id = pad_id
         self.generate_kwargs = dict(generate_kwargs or {})
         self._jobs: queue.Queue[list[Job] | None] = queue.Queue()
+        self._done: queue.Queue[list[Completion]] = queue.Queue()
         self._thread: threading.Thread | None = None
-        self._batches = 0
         self.batches: list[list[str]] = []
         """Request ids of each batch, in order (what the benchmark replays directly)."""
 
@@ -917,25 +918,31 @@ class StaticEngine:
         self.batches.append([j.request_id for j in jobs])
         self._jobs.put(jobs)
 
+    def wait(self, timeout_s: float | None) -> list[Completion]:
+        try:
+            return self._done.get(timeout=timeout_s)
+        except queue.Empty:
+            return []
+
     def _work(self) -> None:
         import torch
 
+        batch = 0
         with torch.inference_mode():
             while True:
                 jobs = self._jobs.get()
                 if jobs is None:
                     return
-                batch = self._batches
-                self._batches += 1
                 try:
                     done = self.run_batch(jobs, batch)
-                except Exception as exc:  # delivered as failed requests, then re-raised by the loop
+                except Exception as exc:  # noqa: BLE001 - reported per request; the loop raises
                     now = time.monotonic_ns()
                     msg = f"{type(exc).__name__}: {exc}"
                     log.error("static batch %d failed: %s", batch, msg)
                     done = [Completion(j.request_id, None, now, 0, batch=batch, error=msg)
                             for j in jobs]
-                self.deliver(done)
+                batch += 1
+                self._done.put(done)
 
     def warmup(self, jobs: list[Job]) -> None:
         """Run a batch synchronously (not recorded)."""
@@ -973,34 +980,38 @@ def continuous_batching_config(*, concurrency: int, max_prompt: int, max_output:
 
 
 class ContinuousEngine:
-    """``transformers`` continuous batching: a ``ContinuousBatchingManager`` and a forwarder.
+    """``transformers`` continuous batching through a ``ContinuousBatchingManager``.
+
+    Requests are added with ``add_request`` (``eos_token_id = -1``: EOS never ends a request;
+    ``record_timestamps``: per-token stamps give the first-token time); finished results are
+    read from the manager's output queue by the loop thread itself (:meth:`wait`). Same engine
+    interface as :class:`StaticEngine`.
 
     Args:
         model: a causal LM in eval mode.
-        deliver: called (from the forwarder thread) with each finished request.
         concurrency, max_prompt, max_output: the workload's bounds (sizing the paged cache).
     """
 
     admits_while_busy = True
+    POLL_S = 0.1
 
-    def __init__(self, model: Any, deliver: Deliver, *, concurrency: int, max_prompt: int,
+    def __init__(self, model: Any, *, concurrency: int, max_prompt: int,
                  max_output: int) -> None:
         self.model = model
-        self.deliver = deliver
         self.concurrency = concurrency
         self.max_prompt = max_prompt
         self.max_output = max_output
         self.manager: Any = None
-        self._forwarder: threading.Thread | None = None
-        self._stop = threading.Event()
         self._offset_ns = _perf_offset_ns()
-        self._pending: dict[str, int] = {}
-        self._lock = threading.Lock()
-        self._warm: queue.Queue[Completion] | None = None
+        self._pending: set[str] = set()
+        self._refused: list[Completion] = []
 
     def start(self) -> None:
         from transformers import GenerationConfig
 
+        cb_log = logging.getLogger("ContinuousBatchingLogger")  # transformers' own, propagate off
+        if cb_log.level == logging.NOTSET and not log.isEnabledFor(logging.DEBUG):
+            cb_log.setLevel(logging.WARNING)  # its INFO lines would flood every run's output
         gen = GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=models.PAD_ID,
                                max_new_tokens=self.max_output)
         cfg = continuous_batching_config(concurrency=self.concurrency, max_prompt=self.max_prompt,
@@ -1009,24 +1020,21 @@ class ContinuousEngine:
         self.manager = self.model.init_continuous_batching(generation_config=gen,
                                                            continuous_batching_config=cfg)
         self.manager.start()
-        self._stop.clear()
-        self._forwarder = threading.Thread(target=self._forward, name="cb-forwarder",
-                                           daemon=True)
-        self._forwarder.start()
 
     def _ns(self, perf_s: float) -> int:
         return int(round(perf_s * 1e9)) + self._offset_ns
 
     def submit(self, jobs: list[Job]) -> None:
         for j in jobs:
-            with self._lock:
-                self._pending[j.request_id] = j.output_tokens
+            self._pending.add(j.request_id)
             rid = self.manager.add_request(j.prompt, request_id=j.request_id,
                                            max_new_tokens=j.output_tokens,
                                            record_timestamps=True, eos_token_id=-1)
             if rid is None:
-                self.deliver([Completion(j.request_id, None, time.monotonic_ns(), 0,
-                                         error="the continuous-batching manager refused it")])
+                self._pending.discard(j.request_id)
+                self._refused.append(Completion(j.request_id, None, time.monotonic_ns(), 0,
+                                                error="the continuous-batching manager "
+                                                "refused it"))
 
     def _completion(self, res: Any) -> Completion:
         stamps = res.timestamps or []
@@ -1036,44 +1044,43 @@ class ContinuousEngine:
         return Completion(res.request_id, first, finish, len(res.generated_tokens),
                           prefill_begin_ns=begin, error=res.error)
 
-    def _forward(self) -> None:
-        while not self._stop.is_set():
-            res = self.manager.get_result(timeout=0.05)
-            if res is None:
-                if not self.manager.is_running() and not self._stop.is_set():
-                    err = self.manager.background_thread_status.fatal_error
-                    with self._lock:
-                        lost = list(self._pending)
-                        self._pending.clear()
-                    now = time.monotonic_ns()
-                    self.deliver([Completion(rid, None, now, 0, error=f"engine stopped: {err}")
-                                  for rid in lost])
-                    return
-                continue
-            if not res.is_finished():
-                continue
-            with self._lock:
-                self._pending.pop(res.request_id, None)
-            done = self._completion(res)
-            if self._warm is not None and res.request_id.startswith("warmup-"):
-                self._warm.put(done)
-                continue
-            self.deliver([done])
+    def wait(self, timeout_s: float | None) -> list[Completion]:
+        if self._refused:
+            out, self._refused = self._refused, []
+            return out
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            left = self.POLL_S if deadline is None else min(self.POLL_S,
+                                                             deadline - time.monotonic())
+            res = self.manager.get_result(timeout=max(left, 0.0))
+            if res is not None:
+                if not res.is_finished():
+                    continue
+                self._pending.discard(res.request_id)
+                return [self._completion(res)]
+            if not self.manager.is_running():  # the generation thread died
+                err = self.manager.background_thread_status.fatal_error
+                now = time.monotonic_ns()
+                lost, self._pending = sorted(self._pending), set()
+                return [Completion(rid, None, now, 0, error=f"engine stopped: {err}")
+                        for rid in lost]
+            if deadline is not None and time.monotonic() >= deadline:
+                return []
 
     def warmup(self, jobs: list[Job]) -> None:
         """Serve ``jobs`` and wait for them (not recorded)."""
-        self._warm = queue.Queue()
-        warm = [Job(f"warmup-{j.request_id}", j.prompt, j.output_tokens) for j in jobs]
-        self.submit(warm)
-        for _ in warm:
-            self._warm.get(timeout=600)
-        self._warm = None
+        self.submit([Job(f"warmup-{j.request_id}", j.prompt, j.output_tokens) for j in jobs])
+        left = len(jobs)
+        while left:
+            done = self.wait(600)
+            if not done:
+                raise RuntimeError("continuous-batching warm-up timed out")
+            for c in done:
+                if c.error:
+                    raise RuntimeError(f"continuous-batching warm-up failed: {c.error}")
+            left -= len(done)
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._forwarder is not None:
-            self._forwarder.join(timeout=10)
-            self._forwarder = None
         if self.manager is not None:
             self.manager.stop(block=True, timeout=30)
             self.manager.destroy()
@@ -1093,7 +1100,8 @@ class ServingLoop:
         concurrency: the most requests in flight (the closed loop's clients).
         events: where run-level events go (``None``: nowhere).
 
-    The engine is attached with :meth:`bind` (it needs the loop's :meth:`deliver`).
+    The engine (:class:`StaticEngine` or :class:`ContinuousEngine`) is attached with
+    :meth:`bind`.
     """
 
     def __init__(self, stream: arr.RequestStream, prompts: Callable[[arr.Request], list[int]],
@@ -1103,17 +1111,12 @@ class ServingLoop:
         self.concurrency = int(concurrency)
         self.events = events or EventSink(None)
         self.engine: Any = None
-        self._inbox: queue.Queue[list[Completion]] = queue.Queue()
         self.records: dict[str, RequestRecord] = {}
         self.max_in_flight = 0
         self.t_start_ns: int | None = None
 
     def bind(self, engine: Any) -> None:
         self.engine = engine
-
-    def deliver(self, completions: list[Completion]) -> None:
-        """Thread-safe: an engine reports finished requests."""
-        self._inbox.put(completions)
 
     def _arrive(self, req: arr.Request, now: int) -> RequestRecord:
         rec = RequestRecord(req.request_id, req.prompt_tokens, req.output_tokens, now)
@@ -1188,11 +1191,7 @@ class ServingLoop:
             timeout = None
             if next_req is not None:
                 timeout = max(0.0, (due_ns(next_req) - time.monotonic_ns()) / 1e9)
-            try:
-                completions = self._inbox.get(timeout=timeout)
-            except queue.Empty:
-                continue
-            for done in completions:
+            for done in engine.wait(timeout):
                 in_flight.pop(done.request_id)
                 self._complete(self.records[done.request_id], done)
                 if done.error:
@@ -1307,13 +1306,12 @@ def make_prompts(stream: arr.RequestStream, vocab_size: int) -> Callable[[arr.Re
     return prompt
 
 
-def make_engine(batching: str, model: Any, loop: ServingLoop, *, concurrency: int,
-                max_prompt: int, max_output: int,
-                generate_kw: dict[str, Any] | None = None) -> Any:
-    """A static or continuous engine delivering into ``loop``."""
+def make_engine(batching: str, model: Any, *, concurrency: int, max_prompt: int,
+                max_output: int, generate_kw: dict[str, Any] | None = None) -> Any:
+    """A static or continuous engine."""
     if batching == "static":
-        return StaticEngine(model, loop.deliver, generate_kwargs=generate_kw)
-    return ContinuousEngine(model, loop.deliver, concurrency=concurrency, max_prompt=max_prompt,
+        return StaticEngine(model, generate_kwargs=generate_kw)
+    return ContinuousEngine(model, concurrency=concurrency, max_prompt=max_prompt,
                             max_output=max_output)
 
 
@@ -1339,7 +1337,7 @@ def serve_stream(model: Any, stream: arr.RequestStream, *, batching: str, concur
     prompts = make_prompts(stream, vocab_size)
     max_prompt, max_output = stream.lengths.max_lengths()
     loop = ServingLoop(stream, prompts, concurrency=concurrency, events=events)
-    engine = make_engine(batching, model, loop, concurrency=concurrency, max_prompt=max_prompt,
+    engine = make_engine(batching, model, concurrency=concurrency, max_prompt=max_prompt,
                          max_output=max_output, generate_kw=generate_kw)
     loop.bind(engine)
     if mark is not None:

@@ -364,6 +364,23 @@ def test_stale_figures_are_removed_and_changed_runs_redrawn(tmp_path):
     assert figures.png_text(fig)[figures.KEY_FIELD]
 
 
+def test_figures_switched_off_keeps_current_ones(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    root = tmp_path / "ds"
+    shards.publish_run(root, synthetic_run("r1", n=40), refresh_card=True)
+    fig = root / "figures" / "trace-finetune-l40s.png"
+    assert fig.exists()
+    monkeypatch.setenv(figures.FIGURES_ENV, "0")
+    shards.publish_run(root, synthetic_run("r2", n=40, seed=3, platform="a10g"),
+                       refresh_card=True)
+    text = (root / "README.md").read_text(encoding="utf-8")
+    assert "(figures/trace-finetune-l40s.png)" in text  # still current: kept and linked
+    assert "trace-finetune-a10g" not in text and not (root / "figures" /
+                                                      "trace-finetune-a10g.png").exists()
+    write_card(root, CardOptions(figures=True))  # an explicit option wins over the switch
+    assert (root / "figures" / "trace-finetune-a10g.png").exists()
+
+
 def test_without_matplotlib_no_figures_and_base_import(tmp_path, monkeypatch):
     monkeypatch.setattr(figures, "matplotlib_available", lambda: False)
     root = tmp_path / "ds"

@@ -59,7 +59,8 @@ class FakeClock:
 
 
 class ScriptedSource(Source):
-    """A source of fixed readings (power = 100 W + slot) with no hardware."""
+    """A source of fixed readings (power = 100 W + slot; its energy counter assumes 100 ms
+    ticks) with no hardware."""
 
     name = "cpu_proxy"
 
@@ -67,6 +68,7 @@ class ScriptedSource(Source):
         self.n = n
         self.power_field = "cpu_proxy_model"
         self.reads = 0
+        self.per_slot: dict[int, int] = {}
         self.rescans = 0
         self.new_at_rescan = new_at_rescan
 
@@ -75,7 +77,9 @@ class ScriptedSource(Source):
 
     def read(self, slot: int) -> Reading:
         self.reads += 1
-        return Reading(power_mw=(100.0 + slot) * 1000.0, energy_mj=float(self.reads))
+        self.per_slot[slot] = self.per_slot.get(slot, 0) + 1
+        return Reading(power_mw=(100.0 + slot) * 1000.0,
+                       energy_mj=self.per_slot[slot] * (100.0 + slot) * 100.0)
 
     def rescan(self) -> list[DeviceInfo]:
         self.rescans += 1

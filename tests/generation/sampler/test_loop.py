@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from generation.sampler import read_spool
 from generation.sampler.errors import SamplerConfigError
@@ -111,3 +113,23 @@ def test_stop_request_ends_the_loop_promptly(tmp_path):
 def test_bad_period_is_refused(tmp_path):
     with pytest.raises(SamplerConfigError):
         TickLoop(ScriptedSource(), None, [], 0)  # type: ignore[arg-type]
+
+
+@given(over=st.lists(st.integers(min_value=0, max_value=450_000_000), min_size=1, max_size=40),
+       read_ns=st.integers(min_value=0, max_value=3_000_000))
+@settings(max_examples=40, deadline=None)
+def test_schedule_invariants(tmp_path_factory, over, read_ns):
+    """Whatever the wake-up delays: deadlines stay on the start + k*period grid, no tick is
+    back-dated, and every grid deadline is either served or counted missed."""
+    tmp = tmp_path_factory.mktemp("h")
+    clock = FakeClock(read_ns=read_ns, oversleep_ns=over)
+    loop = drive_loop(ScriptedSource(), tmp, ticks=len(over) + 3, clock=clock)
+    ticks = read_spool(tmp).ticks()
+    d = ticks["deadline_ns"] - loop.t_start_ns
+    assert (d % PERIOD_NS == 0).all() and (np.diff(d) > 0).all()
+    assert (ticks["t_before_ns"] >= ticks["deadline_ns"]).all()
+    assert (ticks["t_after_ns"] >= ticks["t_before_ns"]).all()
+    served_or_missed = len(ticks) + int(ticks["missed"].sum())
+    assert served_or_missed == d[-1] // PERIOD_NS  # grid deadlines 1..k, none lost silently
+    expected_missed = (ticks["t_before_ns"] - read_ns - ticks["deadline_ns"]) // PERIOD_NS
+    assert (ticks["missed"] == np.maximum(expected_missed, 0)).all()

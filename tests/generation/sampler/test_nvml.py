@@ -102,6 +102,14 @@ def test_unofficial_pynvml_distribution_is_refused(monkeypatch):
         check_binding()
 
 
+def test_auto_does_not_hide_a_wrong_binding_behind_cpu_proxy(fake_nvml, monkeypatch):
+    fake_nvml()
+    monkeypatch.setattr(importlib.metadata, "packages_distributions",
+                        lambda: {"pynvml": ["pynvml"]})
+    with pytest.raises(SamplerConfigError, match="unofficial"):
+        resolve_source(SamplerConfig(source="auto"))
+
+
 def test_missing_binding_is_unavailable(monkeypatch):
     monkeypatch.setattr(nvml_mod, "pynvml", None)
     with pytest.raises(SourceUnavailable, match="nvidia-ml-py"):

@@ -1,0 +1,601 @@
+"""The inference workload: settings and validation, the serving loop on a tiny model, the
+request log, steady state, quantisation, GPU settings against an NVML double, end to end."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pynvml as real_nvml
+import pytest
+from scipy import stats
+
+from generation.workloads import MachineInfo, RunContext
+from generation.workloads import arrivals as arr
+from generation.workloads import inference as inf
+from llm_powertrace_ds.errors import InputError
+
+REPO = Path(__file__).resolve().parents[3]
+CPU = MachineInfo(source="cpu_proxy", platform="cpu_proxy", num_devices=2, cuda=False, bf16=True)
+GPU_NO_ROOT = MachineInfo(source="nvml", platform="h100_sxm_80gb", num_devices=1, cuda=True,
+                          bf16=True, bitsandbytes=False, can_set_power_limit=False)
+GPU_ROOT = MachineInfo(source="nvml", platform="h100_sxm_80gb", num_devices=1, cuda=True,
+                       bf16=True, bitsandbytes=True, can_set_power_limit=True)
+
+
+def resolved(machine: MachineInfo = CPU, **values) -> dict:
+    base = {"model": "llama-tiny", "prompt_len": 16, "output_len": 8, "num_requests": 12}
+    base.update(values)
+    return inf.SPEC.resolve(base, machine)
+
+
+def problems(machine: MachineInfo = CPU, **values) -> dict[str, str]:
+    return dict(inf.SPEC.check(resolved(machine, **values), machine))
+
+
+# ---------------------------------------------------------------------------------------------
+# Settings, resolution, validation (no torch)
+# ---------------------------------------------------------------------------------------------
+
+def test_registered_with_the_workload_registry():
+    from generation.workloads import get_workload
+
+    spec = get_workload("inference")
+    assert spec is inf.SPEC
+    from llm_powertrace_ds import schema
+
+    for col in schema.INFERENCE_AXES:
+        assert col.name in spec.settings, col.name
+
+
+def test_resolve_defaults_and_derived_columns():
+    r = resolved()
+    assert r["serving_engine"] == "transformers" and r["precision"] == "fp32"
+    assert r["arrival_rate_rps"] is None and r["arrival_cv"] is None  # closed loop
+    assert r["weight_quant_backend"] is None and r["kv_cache_backend"] is None
+    assert r["model_family"] == "llama" and r["model_name"] == "llama-tiny"
+    cols = inf.SPEC.columns(r)
+    assert "model" not in cols and cols["concurrency"] == 4
+    assert resolved(GPU_ROOT)["precision"] == "bf16"
+    p = resolved(arrival_pattern="poisson", arrival_rate_rps=3, arrival_cv=5)
+    assert p["arrival_cv"] == 1.0 and p["arrival_rate_rps"] == 3
+    u = resolved(length_distribution="uniform",
+                 length_params=json.dumps({"prompt_len": [4, 8], "output_len": 2}))
+    assert u["prompt_len"] is None and u["output_len"] is None
+    assert json.loads(u["length_params"]) == {"output_len": 2, "prompt_len": [4, 8]}
+    q = resolved(weight_quant="int8", kv_cache_quant="int4")
+    assert q["weight_quant_backend"] == "quanto" and q["kv_cache_backend"] == "quanto"
+    assert resolved(GPU_ROOT, weight_quant="int4")["weight_quant_backend"] == "bitsandbytes"
+    assert resolved(num_requests=None)["num_requests"] == inf.DEFAULT_NUM_REQUESTS
+    assert resolved(num_requests=None, target_duration_s=5.0)["num_requests"] is None
+    assert inf.SPEC.slug(resolved(batching="static")) == \
+        "inf-llama-tiny-static-c4-closed-p16o8-n12-fp32"
+
+
+def test_resolve_replay_records_file_name_hash_rate_and_cv(tmp_path):
+    path = tmp_path / "trace.csv"
+    path.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,3\n1,20,4\n3,30,5\n")
+    r = resolved(arrival_pattern="replay", length_distribution="replay", replay_file=str(path),
+                 replay_time_scale=0.5)
+    params = json.loads(r["length_params"])
+    assert params["replay_file"] == "trace.csv" and len(params["replay_sha256"]) == 64
+    assert params["replay_time_scale"] == 0.5
+    assert r["replay_file"] == "trace.csv" and r["_replay_path"] == str(path)
+    assert r["arrival_rate_rps"] == pytest.approx(2 / 3 / 0.5)
+    assert r["arrival_cv"] == pytest.approx(1 / 3)  # gaps 1 and 2
+    assert inf.SPEC.check(r, CPU) == []
+    reqs = list(inf.build_stream(r))
+    assert [(q.prompt_tokens, q.output_tokens, q.offset_s) for q in reqs] == \
+        [(10, 3, 0.0), (20, 4, 0.5), (30, 5, 1.5)]
+
+
+def test_valid_settings_pass():
+    assert problems() == {}
+    assert problems(arrival_pattern="gamma", arrival_rate_rps=5, arrival_cv=2) == {}
+    assert problems(batching="static", kv_cache_quant="int4") == {}
+    assert problems(weight_quant="int8") == {}
+
+
+@pytest.mark.parametrize("values, key, reason", [
+    ({"batching": "continuous", "kv_cache_quant": "int4"}, "kv_cache_quant", "paged"),
+    ({"arrival_pattern": "poisson"}, "arrival_rate_rps", "needs arrival_rate_rps"),
+    ({"arrival_pattern": "gamma", "arrival_rate_rps": 2}, "arrival_cv", "needs arrival_cv"),
+    ({"arrival_pattern": "replay"}, "arrival_pattern", "needs replay_file"),
+    ({"length_distribution": "uniform"}, "length_params", "needs length_params"),
+    ({"prompt_len": 1000, "output_len": 100}, "prompt_len", "1024 positions"),
+    ({"num_requests": 3, "concurrency": 4}, "num_requests", "never reached"),
+    ({"gpu_clock_mhz": 1410}, "gpu_clock_mhz", "cpu_proxy has no GPU clocks"),
+    ({"power_limit_setting_w": 300}, "power_limit_setting_w", "cpu_proxy"),
+    ({"weight_quant": "int8", "weight_quant_backend": "bitsandbytes"}, "weight_quant_backend",
+     "needs CUDA"),
+    ({"tp_size": 2}, "tp_size", "not supported"),
+    ({"model": "no-such-model"}, "model", "unknown model"),
+])
+def test_impossible_settings_are_rejected(values, key, reason):
+    found = problems(**values)
+    assert key in found, found
+    assert reason in found[key]
+
+
+def test_clocks_and_caps_need_permission_on_gpus():
+    found = problems(GPU_NO_ROOT, gpu_clock_mhz=1410, power_limit_setting_w=300)
+    assert "needs root" in found["gpu_clock_mhz"]
+    assert "needs root" in found["power_limit_setting_w"]
+    assert problems(GPU_ROOT, gpu_clock_mhz=1410, power_limit_setting_w=300) == {}
+
+
+def test_missing_backends_are_rejected(monkeypatch):
+    monkeypatch.setattr(inf, "_installed", lambda module: False)
+    found = problems(batching="static", kv_cache_quant="int4", weight_quant="int8")
+    assert "pip install optimum-quanto" in found["kv_cache_backend"]
+    assert "pip install optimum-quanto" in found["weight_quant_backend"]
+    found = problems(batching="static", kv_cache_quant="int2", kv_cache_backend="hqq")
+    assert "pip install hqq" in found["kv_cache_backend"]
+
+
+def test_continuous_batching_on_an_unverified_architecture(monkeypatch):
+    monkeypatch.setattr(inf, "CONTINUOUS_BATCHING_ARCHS", frozenset({"llama"}))
+    found = problems(model="gpt2-tiny", batching="continuous")
+    assert "not verified for the gpt2 architecture" in found["batching"]
+    assert problems(model="gpt2-tiny", batching="static") == {}
+
+
+SWEEP = """\
+name: bad-inference
+workload: inference
+sampler: {source: cpu_proxy}
+base:
+  model: llama-tiny
+  prompt_len: 16
+  output_len: 8
+  num_requests: 8
+grid:
+  batching: [static, continuous]
+include:
+  - {model: gpt2-tiny, batching: continuous}
+  - {batching: continuous, kv_cache_quant: int4}
+  - {batching: static, kv_cache_quant: int2}
+  - {gpu_clock_mhz: 1410}
+  - {power_limit_setting_w: 250}
+  - {length_distribution: list, length_params: {prompt_len: [8, 16], output_len: [4]}}
+"""
+
+
+def test_sweep_validation_names_axis_and_reason_before_running(tmp_path, monkeypatch):
+    from generation.sweep import SweepError, load_sweep, plan
+
+    monkeypatch.setattr(inf, "CONTINUOUS_BATCHING_ARCHS", frozenset({"llama"}))
+    real_installed = inf._installed
+    monkeypatch.setattr(inf, "_installed",
+                        lambda m: False if m == "optimum.quanto" else real_installed(m))
+    path = tmp_path / "bad.yaml"
+    path.write_text(SWEEP)
+    sweep = load_sweep(path)
+    assert json.loads(sweep.include[-1]["length_params"]) == {"output_len": [4],
+                                                              "prompt_len": [8, 16]}
+    with pytest.raises(SweepError) as exc:
+        plan(sweep, CPU)
+    text = str(exc.value)
+    by_field = {p.field: p for p in exc.value.problems}
+    assert by_field["batching"].line == 12 and "gpt2" in by_field["batching"].message
+    assert "paged KV cache" in by_field["kv_cache_quant"].message
+    assert "optimum-quanto" in by_field["kv_cache_backend"].message
+    assert "cpu_proxy" in by_field["gpu_clock_mhz"].message
+    assert "cpu_proxy" in by_field["power_limit_setting_w"].message
+    assert "nothing was run" in text
+    assert "length_params" not in by_field
+
+
+def test_json_setting_accepts_mappings_and_json_text():
+    s = inf.SETTINGS["length_params"]
+    assert s.check({"b": 1, "a": [1, 2]}) == ('{"a": [1, 2], "b": 1}', None)
+    assert s.check('{"a": 1}') == ('{"a": 1}', None)
+    assert s.check([1, 2])[1] is not None
+    assert s.check("not json")[1] is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# Steady state, results, the request log (pure)
+# ---------------------------------------------------------------------------------------------
+
+def rec(rid: str, a: int, s: int, f: int, e: int, *, out: int = 4, status: str = "ok"):
+    return inf.RequestRecord(rid, 8, 4, a, s, f, e, out, status)
+
+
+def test_steady_window_closed_static_with_partial_last_batch():
+    # two full batches of 2, then a partial batch of 1
+    records = [rec("a", 0, 0, 5, 10), rec("b", 0, 0, 5, 10), rec("c", 10, 11, 15, 20),
+               rec("d", 10, 11, 15, 20), rec("e", 20, 21, 25, 30)]
+    w = inf.steady_window(records, concurrency=2)
+    assert (w.begin_ns, w.end_ns, w.target, w.concurrency_reached) == (0, 20, 2, True)
+    timeline = inf.in_flight_timeline(records)
+    assert max(level for _, level in timeline) == 2
+
+
+def test_steady_window_falls_back_to_the_peak():
+    records = [rec("a", 0, 0, 5, 10), rec("b", 20, 20, 25, 30), rec("c", 22, 22, 26, 40)]
+    w = inf.steady_window(records, concurrency=8)
+    assert (w.begin_ns, w.end_ns, w.target, w.concurrency_reached) == (22, 30, 2, False)
+    assert "peak" in w.label
+    assert inf.steady_window([], concurrency=2) is None
+
+
+def test_summarise():
+    records = [rec("a", 0, 0, 1_000_000, 10_000_000), rec("b", 0, 0, 3_000_000, 20_000_000),
+               rec("c", 5, 6, None, 7, out=0, status="error")]
+    out = inf.summarise(records)
+    assert out["requests_completed"] == 2 and out["num_requests"] == 3
+    assert out["tokens_in"] == 16 and out["tokens_out"] == 8
+    assert out["tokens_per_s"] == pytest.approx(8 / 0.02)
+    assert out["ttft_p50_ms"] == pytest.approx(2.0)
+    assert out["latency_p99_ms"] == pytest.approx(19.9)
+
+
+def test_request_log_round_trip_and_run_clock(tmp_path):
+    t0 = 1_000_000_000
+    records = [rec("a", t0 + 1_500_000, t0 + 1_999_999, t0 + 2_000_000, t0 + 9_000_001)]
+    inf.write_requests(tmp_path / inf.REQUESTS_FILE, records)
+    assert inf.read_requests(tmp_path / inf.REQUESTS_FILE) == records
+    rows = inf.load_requests(tmp_path, t0)
+    assert rows == [{"request_id": "a", "arrival_ms": 1, "start_ms": 1, "first_token_ms": 2,
+                     "finish_ms": 9, "prompt_tokens": 8, "requested_output_tokens": 4,
+                     "output_tokens": 4, "status": "ok"}]
+    assert inf.load_requests(tmp_path / "nothing", t0) == []
+
+
+def test_event_sink_records_explicit_times(tmp_path):
+    from generation.events import read_raw_events
+
+    sink = inf.EventSink(tmp_path)
+    sink.mark("request_finish", 123, request_id="r1")
+    sink.mark("steady_begin", 100, label="x")
+    sink.close()
+    assert read_raw_events(tmp_path) == [(100, "steady_begin", None, None, None, "x"),
+                                         (123, "request_finish", None, None, "r1", None)]
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU clocks and power caps against an NVML double
+# ---------------------------------------------------------------------------------------------
+
+class SettingsNvml:
+    """A double of the NVML functions ``GpuSettings`` uses (real error class and constants)."""
+
+    NVMLError = real_nvml.NVMLError
+    NVML_CLOCK_SM = real_nvml.NVML_CLOCK_SM
+
+    def __init__(self, n: int = 2, *, deny: dict[str, set[int]] | None = None) -> None:
+        self.limit_mw = {i: 700_000 for i in range(n)}
+        self.locked = {i: None for i in range(n)}
+        self.deny = deny or {}
+        self.log: list[tuple] = []
+        self.inits = 0
+
+    def _check(self, fn: str, h: int) -> None:
+        self.log.append((fn, h))
+        if h in self.deny.get(fn, set()):
+            raise real_nvml.NVMLError(real_nvml.NVML_ERROR_NO_PERMISSION)
+
+    def nvmlInit(self):
+        self.inits += 1
+
+    def nvmlShutdown(self):
+        self.inits -= 1
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetPowerManagementLimitConstraints(self, h):
+        return (200_000, 700_000)
+
+    def nvmlDeviceGetPowerManagementLimit(self, h):
+        return self.limit_mw[h]
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h):
+        return self.limit_mw[h]
+
+    def nvmlDeviceSetPowerManagementLimit(self, h, mw):
+        self._check("nvmlDeviceSetPowerManagementLimit", h)
+        self.limit_mw[h] = mw
+
+    def nvmlDeviceSetGpuLockedClocks(self, h, lo, hi):
+        self._check("nvmlDeviceSetGpuLockedClocks", h)
+        self.locked[h] = (lo, hi)
+
+    def nvmlDeviceResetGpuLockedClocks(self, h):
+        self._check("nvmlDeviceResetGpuLockedClocks", h)
+        self.locked[h] = None
+
+    def nvmlDeviceGetClockInfo(self, h, which):
+        return self.locked[h][0] if self.locked[h] else 1980
+
+
+@pytest.fixture
+def settings_nvml(monkeypatch):
+    from generation.sampler import nvml
+
+    def install(**kwargs) -> SettingsNvml:
+        fake = SettingsNvml(**kwargs)
+        monkeypatch.setattr(nvml, "pynvml", fake)
+        return fake
+
+    return install
+
+
+def test_gpu_settings_set_observe_and_restore(settings_nvml):
+    fake = settings_nvml()
+    r = resolved(GPU_ROOT, gpu_clock_mhz=1410, power_limit_setting_w=350)
+    with inf.SPEC.device_settings(r, [0, 1]) as gs:
+        assert fake.limit_mw == {0: 350_000, 1: 350_000}
+        assert fake.locked == {0: (1410, 1410), 1: (1410, 1410)}
+        assert gs.observed[1] == {"power_limit_w": 350.0, "sm_clock_mhz": 1410.0}
+    assert fake.limit_mw == {0: 700_000, 1: 700_000} and fake.locked == {0: None, 1: None}
+    assert fake.inits == 0
+
+
+def test_gpu_settings_restored_when_the_run_fails(settings_nvml):
+    fake = settings_nvml()
+    with pytest.raises(RuntimeError, match="boom"), \
+            inf.GpuSettings([0], clock_mhz=1200, power_limit_w=300):
+        raise RuntimeError("boom")
+    assert fake.limit_mw[0] == 700_000 and fake.locked[0] is None and fake.inits == 0
+
+
+def test_gpu_settings_no_permission_half_way_undoes_the_rest(settings_nvml):
+    from generation.sampler import NoPermission
+
+    fake = settings_nvml(deny={"nvmlDeviceSetGpuLockedClocks": {1}})
+    with pytest.raises(NoPermission), inf.GpuSettings([0, 1], clock_mhz=1200, power_limit_w=300):
+        pass
+    assert fake.limit_mw == {0: 700_000, 1: 700_000} and fake.locked == {0: None, 1: None}
+
+
+def test_gpu_settings_range_and_nothing_requested(settings_nvml):
+    fake = settings_nvml()
+    with pytest.raises(InputError) as exc, inf.GpuSettings([0], power_limit_w=900):
+        pass
+    assert exc.value.field == "power_limit_setting_w" and "200-700 W" in str(exc.value)
+    with inf.GpuSettings([0]):
+        pass
+    assert fake.log == [] and fake.limit_mw[0] == 700_000
+
+
+# ---------------------------------------------------------------------------------------------
+# The serving loop on a tiny model (CPU)
+# ---------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny():
+    pytest.importorskip("torch")
+    r = resolved(batching="static")
+    return inf.load_model(r, "cpu")
+
+
+def serve_tiny(model, *, batching: str, concurrency: int, pattern: str = "closed",
+               rate: float | None = None, n: int = 12, lengths: arr.Lengths | None = None,
+               events: inf.EventSink | None = None, **kw) -> inf.Served:
+    import torch
+
+    stream = arr.RequestStream(arr.ArrivalProcess(pattern, rate_rps=rate),
+                               lengths or arr.Lengths.fixed(16, 6), num_requests=n, seed=0)
+    with torch.inference_mode():
+        return inf.serve_stream(model, stream, batching=batching, concurrency=concurrency,
+                                vocab_size=2048, events=events, **kw)
+
+
+def check_log(served: inf.Served, concurrency: int) -> None:
+    for r in served.records:
+        assert r.status == "ok", r
+        assert r.arrival_ns <= r.start_ns <= r.first_token_ns <= r.finish_ns, r
+        assert r.output_tokens == r.requested_output_tokens
+    levels = [level for _, level in inf.in_flight_timeline(served.records)]
+    assert max(levels) <= concurrency
+    assert served.steady is not None and served.steady.end_ns > served.steady.begin_ns
+
+
+@pytest.mark.parametrize("batching", ["static", "continuous"])
+def test_closed_loop_reaches_and_never_exceeds_concurrency(tiny, batching):
+    served = serve_tiny(tiny, batching=batching, concurrency=3, n=11)
+    check_log(served, 3)
+    assert len(served.records) == 11
+    levels = [level for _, level in inf.in_flight_timeline(served.records)]
+    assert max(levels) == 3 and served.max_in_flight == 3
+    assert served.steady.concurrency_reached and served.steady.target == 3
+    # a closed-loop client sends its next request when its previous one finishes
+    finishes = sorted(r.finish_ns for r in served.records)
+    later = sorted(r.arrival_ns for r in served.records)[3:]
+    assert all(a >= f for a, f in zip(later, finishes, strict=False))
+
+
+def test_static_batches_form_from_waiting_requests(tiny):
+    served = serve_tiny(tiny, batching="static", concurrency=4, n=8)
+    assert [len(b) for b in served.engine.batches] == [4, 4]
+    first = [r for r in served.records if r.request_id in served.engine.batches[0]]
+    assert len({r.finish_ns for r in first}) == 1  # a static batch is delivered at once
+
+
+@pytest.mark.parametrize("batching", ["static", "continuous"])
+def test_variable_lengths_are_forced_per_request(tiny, batching):
+    lengths = arr.Lengths("uniform", params={"prompt_len": [3, 20], "output_len": [1, 9]})
+    served = serve_tiny(tiny, batching=batching, concurrency=4, n=10, lengths=lengths)
+    check_log(served, 4)
+    assert len({r.requested_output_tokens for r in served.records}) > 2
+
+
+def test_events_of_a_served_stream(tiny, tmp_path):
+    from generation.events import read_raw_events
+
+    sink = inf.EventSink(tmp_path)
+    served = serve_tiny(tiny, batching="continuous", concurrency=2, n=4, events=sink)
+    sink.close()
+    kinds: dict[str, int] = {}
+    for _t, kind, _step, rank, rid, _label in read_raw_events(tmp_path):
+        kinds[kind] = kinds.get(kind, 0) + 1
+        assert rank is None
+        if kind.startswith("request_"):
+            assert rid is not None
+    assert kinds["request_arrival"] == kinds["request_finish"] == 4
+    assert kinds["prefill_begin"] == kinds["decode_end"] == 4
+    assert served.steady is not None
+
+
+def test_poisson_recorded_arrivals_are_exponential(tiny):
+    """A real Poisson run of 240 requests: the *recorded* inter-arrival times against Exp(λ)."""
+    rate = 60.0
+    t = time.monotonic()
+    served = serve_tiny(tiny, batching="continuous", concurrency=8, pattern="poisson", rate=rate,
+                        n=240, lengths=arr.Lengths.fixed(8, 2))
+    assert time.monotonic() - t < 60
+    check_log(served, 8)
+    arrivals = np.sort(np.array([r.arrival_ns for r in served.records], dtype=np.float64))
+    gaps = np.diff(arrivals) / 1e9
+    assert len(gaps) == 239
+    result = stats.kstest(gaps, "expon", args=(0, 1 / rate))
+    assert result.pvalue > 0.01, result
+
+
+def test_open_loop_bounded_by_duration(tiny):
+    import torch
+
+    stream = arr.RequestStream(arr.ArrivalProcess("poisson", rate_rps=40.0),
+                               arr.Lengths.fixed(8, 2), target_duration_s=0.5, seed=0)
+    with torch.inference_mode():
+        served = inf.serve_stream(tiny, stream, batching="static", concurrency=4,
+                                  vocab_size=2048)
+    check_log(served, 4)
+    span = (max(r.arrival_ns for r in served.records)
+            - min(r.arrival_ns for r in served.records)) / 1e9
+    assert span <= 0.6 and len(served.records) >= 5
+
+
+def test_quantised_kv_cache_run(tiny):
+    served = serve_tiny(tiny, batching="static", concurrency=2, n=4,
+                        generate_kw=inf.generate_kwargs(resolved(batching="static",
+                                                                 kv_cache_quant="int4")))
+    check_log(served, 2)
+
+
+def test_quantised_weights_run():
+    pytest.importorskip("optimum.quanto")
+    r = resolved(batching="continuous", weight_quant="int8")
+    model = inf.load_model(r, "cpu")
+    assert type(model.model.layers[0].self_attn.q_proj).__name__ == "QLinear"
+    served = serve_tiny(model, batching="continuous", concurrency=2, n=4)
+    check_log(served, 2)
+
+
+def test_serve_writes_the_log_and_returns_results(tmp_path, caplog):
+    from generation.events import EventRecorder, read_raw_events
+
+    r = resolved(batching="static", concurrency=2, num_requests=4)
+    rec = EventRecorder(tmp_path, rank=0)
+    ctx = RunContext(run_id="x", staging_dir=tmp_path, mark=rec.mark)
+    out = inf.SPEC.run(r, ctx)
+    rec.close()
+    assert out["requests_completed"] == 4 and out["tokens_out"] == 4 * 8
+    assert out["model_params"] > 0 and out["transformers_version"]
+    rows = out["_requests"]
+    assert [row["arrival_ms"] for row in rows][0] == 0  # no sampler: relative to 1st arrival
+    assert all(row["arrival_ms"] <= row["start_ms"] <= row["first_token_ms"] <= row["finish_ms"]
+               for row in rows)
+    assert (tmp_path / inf.REQUESTS_FILE).exists()
+    kinds = [e[1] for e in read_raw_events(tmp_path)]
+    assert kinds.count("steady_begin") == kinds.count("steady_end") == 1
+    assert kinds.count("warmup_begin") == kinds.count("warmup_end") == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# End to end through the runner
+# ---------------------------------------------------------------------------------------------
+
+MINI = """\
+name: mini-inference
+workload: inference
+sampler: {source: cpu_proxy, period_ms: 50}
+base: {model: llama-tiny, prompt_len: 16, output_len: 8, num_requests: 12, concurrency: 3,
+       arrival_rate_rps: 50}
+include:
+  - {batching: static, arrival_pattern: closed}
+  - {batching: continuous, arrival_pattern: poisson}
+"""
+
+
+def _check_dataset(out: Path, n_runs: int) -> None:
+    from datasets import load_dataset
+
+    trace = load_dataset(str(out), "inference", split="cpu_proxy")
+    runs = load_dataset(str(out), "inference_runs", split="cpu_proxy")
+    reqs = load_dataset(str(out), "inference_requests", split="cpu_proxy")
+    assert len(trace) == n_runs and len(runs) == n_runs
+    for name, dtype in (("concurrency", "int32"), ("arrival_rate_rps", "float32"),
+                        ("output_len", "int32"), ("tp_size", "int16"),
+                        ("batching", "string")):
+        assert trace.features[name].dtype == dtype
+    for r in reqs:
+        assert r["arrival_ms"] <= r["start_ms"] <= r["first_token_ms"] <= r["finish_ms"]
+        assert r["output_tokens"] == r["requested_output_tokens"] and r["status"] == "ok"
+    for row in trace:
+        kinds = [e["kind"] for e in row["events"]]
+        begin = [e["t_ms"] for e in row["events"] if e["kind"] == "steady_begin"]
+        end = [e["t_ms"] for e in row["events"] if e["kind"] == "steady_end"]
+        assert len(begin) == len(end) == 1 and end[0] > begin[0]
+        assert kinds.count("request_arrival") == kinds.count("request_finish")
+    for row in runs:
+        assert row["steady_energy_j"] > 0 and row["steady_energy_per_token_j"] > 0
+        assert row["requests_completed"] == row["num_requests"]
+
+
+def test_runner_end_to_end(tmp_path):
+    from generation.runner import generate
+
+    sweep = tmp_path / "mini.yaml"
+    sweep.write_text(MINI)
+    report = generate(sweep, tmp_path / "ds", progress=False)
+    assert [o.status for o in report.outcomes] == ["published", "published"], report.outcomes
+    _check_dataset(tmp_path / "ds", 2)
+
+
+@pytest.mark.slow
+def test_demo_inference_sweep(tmp_path):
+    """The acceptance run: the whole demo sweep under 4 minutes, every run loadable."""
+    from generation.runner import generate
+
+    t = time.monotonic()
+    report = generate(REPO / "generation" / "sweeps" / "demo-inference.yaml", tmp_path / "inf",
+                      progress=False)
+    elapsed = time.monotonic() - t
+    assert not report.failed, report.failed
+    assert elapsed < 240, elapsed
+    _check_dataset(tmp_path / "inf", len(report.outcomes))
+
+
+@pytest.mark.parametrize("name", ["demo-inference", "inference-concurrency",
+                                  "inference-frequency", "inference-powercap",
+                                  "inference-quant", "inference-lengths", "inference-arrivals"])
+def test_shipped_sweeps_load(name):
+    from generation.sweep import load_sweep, plan
+
+    sweep = load_sweep(REPO / "generation" / "sweeps" / f"{name}.yaml")
+    assert sweep.workload == "inference"
+    if name == "demo-inference":
+        runs = plan(sweep, CPU)
+        assert len(runs) >= 14
+        settings = [r.settings for r in runs]
+        assert {s["arrival_pattern"] for s in settings} >= {"closed", "poisson", "gamma"}
+        assert {s["batching"] for s in settings} == {"static", "continuous"}
+        assert len({s["concurrency"] for s in settings}) >= 2
+        assert len({s["output_len"] for s in settings}) >= 2
+        assert any(s["weight_quant"] != "none" for s in settings)
+        assert any(s["kv_cache_quant"] != "none" for s in settings)
+    else:
+        with_root = MachineInfo(source="nvml", platform="h100_sxm_80gb", num_devices=8,
+                                cuda=True, bf16=True, bitsandbytes=True,
+                                can_set_power_limit=True)
+        try:
+            runs = plan(sweep, with_root)
+        except InputError as exc:  # only a model not in the local Hub cache may be refused
+            assert all(p.field == "model_source" for p in exc.problems), exc
+            return
+        assert runs
