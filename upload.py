@@ -32,7 +32,6 @@ import glob
 import inspect
 import json
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -52,7 +51,6 @@ NEVER_UPLOAD = [".staging/**", "**/.staging/**", "*.lock", "**/*.lock", ".*", "*
 """Passed as ``ignore_patterns`` on every upload, whatever the plan says."""
 CARD_FILES = ("README.md",)
 PARQUET_ROW_GROUP_BYTES = 64 * 1024**2
-REPO_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$")
 DIFF_MAX_LINES = 400
 
 
@@ -383,6 +381,7 @@ class Plan:
 def _prepare(args: argparse.Namespace, work: Path) -> tuple[Plan, Path]:
     """Every local step: checks, card, packed copy (and Parquet copy), the plan."""
     from cards.builder import CardOptions, write_card
+    from cards.figures import FIGURES_DIR
     from llm_powertrace_ds import shards
 
     root = args.dir
@@ -401,8 +400,13 @@ def _prepare(args: argparse.Namespace, work: Path) -> tuple[Plan, Path]:
     pairs = check_loads(root, work / "cache")
 
     packed = work / "arrow"
-    shards.pack(root, packed)
+    shards.pack(root, packed, refresh_card=False)  # the card is written below, with the repo id
     shutil.rmtree(packed / ".staging", ignore_errors=True)
+    for png in sorted((root / FIGURES_DIR).glob("trace-*.png")):  # current ones are reused
+        target = packed / FIGURES_DIR / png.name
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(png, target)
     options = CardOptions(repo_id=args.repo_id)
     write_card(packed, options)
     upload_root = packed
@@ -508,6 +512,8 @@ def main(argv: Sequence[str] | None = None, *, api: Any = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help (0) or bad usage (argparse says why)
         return EXIT_OK if not exc.code else EXIT_USAGE
+    from llm_powertrace_ds.hub import REPO_ID_RE
+
     printer = _Printer()
     if not REPO_ID_RE.match(args.repo_id):
         printer.err(f"error: --repo-id {args.repo_id!r} is not of the form ORG/NAME")

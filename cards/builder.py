@@ -210,13 +210,13 @@ def _proxy_warning(summary: FolderSummary) -> list[str]:
     proxy_runs = [r for r in summary.all_runs if is_cpu_proxy(r)]
     if not summary.has_cpu_proxy:
         return []
+    model = schema.POWER_FIELDS["cpu_proxy_model"].split(": ", 1)[-1]
     splits = sorted({r["platform"] for r in proxy_runs} | (
         {"cpu_proxy"} if "cpu_proxy" in summary.platforms else set()))
     return [
         f"> **Warning: {len(proxy_runs)} run(s) in this dataset are `cpu_proxy` data — NOT GPU "
-        "power measurements.** Their \"power\" is a documented model of the workload process's "
-        f"real CPU activity ({schema.POWER_FIELDS['cpu_proxy_model']}), recorded on a machine "
-        f"without a usable GPU. They are in split(s) {', '.join(_code(s) for s in splits)} and "
+        f"power measurements.** Their \"power\" is {model}, used where no GPU is available. "
+        f"They are in split(s) {', '.join(_code(s) for s in splits)} and "
         "labelled in every row (`sampler = cpu_proxy`, `power_field = cpu_proxy_model`, "
         "`quality_flags` contains `cpu_proxy`). Exclude them from any analysis of GPU power.",
         "",
@@ -594,8 +594,10 @@ def _dictionary_section(summary: FolderSummary) -> list[str]:
             inner = getattr(col.feature, "feature", None)
             if isinstance(inner, dict):
                 for name, sub in inner.items():
+                    text = (event_docs.get(name, "").replace("`None`", "null")
+                            .replace("`schema.EVENT_KINDS`", f"the kinds listed under `{col.name}`"))
                     rows.append([_code(f"{col.name}[].{name}"), _feature_type(sub),
-                                 event_units.get(name, "—"), event_docs.get(name, "")])
+                                 event_units.get(name, "—"), text])
         lines += _table(["column", "type", "unit", "description"], rows) + [""]
     return lines
 

@@ -182,8 +182,9 @@ def update_figures(summary: FolderSummary, *, render: bool = True) -> list[Figur
     """Bring ``figures/`` up to date and return the figures the card can link.
 
     Draws each figure whose PNG is missing or stale (when ``render`` and matplotlib is
-    installed), removes trace figures of (workload, platform) pairs no longer present, and
-    returns only figures whose PNG is current.
+    installed) and removes every other trace figure (stale ones it could not redraw, and those
+    of (workload, platform) pairs no longer present), so ``figures/`` holds exactly what the
+    card links.
     """
     planned = planned_figures(summary)
     can_draw = render and matplotlib_available()
@@ -196,7 +197,7 @@ def update_figures(summary: FolderSummary, *, render: bool = True) -> list[Figur
                 fig = Figure(fig.workload, fig.platform, fig.run_id, fig.path, fig.key, True)
         if fig.available:
             out.append(fig)
-    wanted = {summary.root / f.path for f in planned}
+    wanted = {summary.root / f.path for f in out}
     fig_dir = summary.root / FIGURES_DIR
     if fig_dir.is_dir():
         for stale in sorted(fig_dir.glob("trace-*.png")):

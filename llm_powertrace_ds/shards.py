@@ -411,7 +411,7 @@ class PackResult:
 
 
 def pack(src: str | Path, dst: str | Path, *,
-         max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES) -> PackResult:
+         max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES, refresh_card: bool = True) -> PackResult:
     """Merge a folder's per-run files into ``<platform>-NNNNN-of-MMMMM.arrow`` shards in a new folder.
 
     Rows are never lost or duplicated: the row count of every output folder is checked against
@@ -421,6 +421,7 @@ def pack(src: str | Path, dst: str | Path, *,
         src: dataset folder to read.
         dst: new folder to write.
         max_shard_bytes: upper bound of a shard's in-memory Arrow size.
+        refresh_card: write the new folder's ``README.md`` (the caller may write it itself).
 
     Raises:
         ShardError: ``dst`` is not empty, or a count does not match.
@@ -463,5 +464,6 @@ def pack(src: str | Path, dst: str | Path, *,
             raise ShardError(f"pack lost rows in '{rel}': {in_rows} in, {out_rows} out")
         rows[rel.as_posix()] = out_rows
         shards[rel.as_posix()] = total
-    refresh_readme(dst) if folders else None
+    if folders and refresh_card:
+        refresh_readme(dst)
     return PackResult(rows=rows, shards=shards)

@@ -53,6 +53,13 @@ def synthetic_run(run_id: str = "run-a", *, workload: str = "finetune", platform
     return Run(base, devs, events, requests)
 
 
+@pytest.fixture(autouse=True)
+def _no_card_figures_by_default(monkeypatch):
+    """Drawing card figures after every publish costs ~1 s each; tests that check figures
+    opt in with ``cards.builder.CardOptions(figures=True)``."""
+    monkeypatch.setenv("LLM_POWERTRACE_CARD_FIGURES", "0")
+
+
 @pytest.fixture
 def make_run():
     """Factory fixture for synthetic runs (see ``synthetic_run``)."""

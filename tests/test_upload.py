@@ -16,6 +16,7 @@ from datasets import load_dataset
 from huggingface_hub.utils import filter_repo_objects
 
 from cards import figures
+from cards.builder import CardOptions, write_card
 from llm_powertrace_ds import layout, shards
 
 REPO = Path(__file__).resolve().parents[1]
@@ -265,8 +266,13 @@ def test_create_pr_puts_every_commit_in_one_pull_request(env, make_run, monkeypa
                                                          no_figures, capsys):
     monkeypatch.setattr(upload, "MAX_COMMIT_FILES", 3)
     root = make_folder(env / "ds", make_run)
+    pytest.importorskip("matplotlib")
+    write_card(root, CardOptions(figures=True))  # drawn once; the upload reuses them
+    drawn = sorted(p.name for p in (root / "figures").glob("*.png"))
     api = FakeApi()
     assert main([str(root), "--repo-id", "org/name", "--create-pr"], api=api) == 0
+    assert sorted(Path(p).name for p in api.commits[-1] if p.startswith("figures/")) == drawn
+    assert all(f"(figures/{name})" in api.commits[-1]["README.md"].decode() for name in drawn)
     uploads = api.kwargs("upload_folder")
     assert len(uploads) == len(api.commits) > 2
     assert uploads[0]["create_pr"] is True and uploads[0]["revision"] == "main"

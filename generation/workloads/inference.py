@@ -52,12 +52,12 @@ the library versions.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import logging
 import math
 import os
 import queue
+import shutil
 import threading
 import time
 from collections import deque
@@ -69,7 +69,7 @@ from typing import Any
 from llm_powertrace_ds import schema
 from llm_powertrace_ds.errors import InputError
 
-from . import MachineInfo, RunContext, Setting, WorkloadSpec, models, settings_from_columns
+from . import MachineInfo, RunContext, Setting, WorkloadSpec, models, quant, settings_from_columns
 from . import arrivals as arr
 
 log = logging.getLogger(__name__)
@@ -77,13 +77,11 @@ log = logging.getLogger(__name__)
 SERVING_ENGINES = ("transformers",)
 BATCHING = ("static", "continuous")
 PRECISIONS = ("fp32", "bf16", "fp16")
-WEIGHT_QUANT = ("none", "int8", "int4", "fp8")
-WEIGHT_QUANT_BACKENDS = ("quanto", "bitsandbytes")
-KV_CACHE_QUANT = ("none", "int4", "int2")
-KV_CACHE_BACKENDS = ("quanto", "hqq")
-KV_BITS = {"int4": 4, "int2": 2}
 CONTINUOUS_BATCHING_ARCHS = frozenset({"llama", "qwen2", "qwen3", "mistral", "gpt2"})
 """Architectures whose continuous batching (paged attention) is verified by the test suite."""
+TENSOR_PARALLEL_ARCHS = frozenset({"llama", "qwen2", "qwen3", "mistral"})
+"""Architectures with a ``transformers`` ``base_model_tp_plan`` (``tp_plan="auto"``)."""
+TP_CHECKPOINT = "tp-checkpoint"
 DEFAULT_NUM_REQUESTS = 64
 REQUESTS_FILE = "requests.jsonl"
 WARMUP_TOKENS = 2
@@ -124,10 +122,10 @@ _AXES = settings_from_columns(
     length_distribution={"default": "fixed", "choices": arr.LENGTH_DISTRIBUTIONS},
     num_requests={"minimum": 1},
     precision={"choices": PRECISIONS},
-    weight_quant={"default": "none", "choices": WEIGHT_QUANT},
-    weight_quant_backend={"choices": WEIGHT_QUANT_BACKENDS},
-    kv_cache_quant={"default": "none", "choices": KV_CACHE_QUANT},
-    kv_cache_backend={"choices": KV_CACHE_BACKENDS},
+    weight_quant={"default": "none", "choices": quant.WEIGHT_QUANT},
+    weight_quant_backend={"choices": quant.WEIGHT_QUANT_BACKENDS},
+    kv_cache_quant={"default": "none", "choices": quant.KV_CACHE_QUANT},
+    kv_cache_backend={"choices": quant.KV_CACHE_BACKENDS},
     gpu_clock_mhz={"minimum": 1},
     power_limit_setting_w={"minimum": 1.0},
     tp_size={"default": 1, "minimum": 1},
@@ -151,14 +149,6 @@ SETTINGS: dict[str, Setting] = {
                                  doc="Multiplies replayed arrival offsets (0.5 = twice as fast)"),
     **_AXES,
 }
-
-
-def _installed(module: str) -> bool:
-    """Whether a module can be imported (without importing it)."""
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def _replay_path(r: dict[str, Any]) -> str | None:
@@ -267,17 +257,8 @@ class InferenceSpec(WorkloadSpec):
         r["length_params"] = json.dumps(params, sort_keys=True) if params else None
         if r["num_requests"] is None and r["target_duration_s"] is None:
             r["num_requests"] = DEFAULT_NUM_REQUESTS
-        # quantisation
-        if r["weight_quant"] == "none":
-            r["weight_quant_backend"] = None
-        elif r["weight_quant_backend"] is None:
-            cuda_bnb = machine.cuda and machine.bitsandbytes and r["weight_quant"] in ("int8", "int4")
-            r["weight_quant_backend"] = "bitsandbytes" if cuda_bnb else "quanto"
-        if r["kv_cache_quant"] == "none":
-            r["kv_cache_backend"] = None
-        elif r["kv_cache_backend"] is None:
-            r["kv_cache_backend"] = "quanto"
-        r["num_gpus"] = int(r["tp_size"]) if machine.source == "nvml" else 1
+        quant.resolve_backends(r, machine)
+        r["num_gpus"] = int(r["tp_size"])
         return r
 
     def check(self, r: dict[str, Any], machine: MachineInfo) -> list[tuple[str, str]]:
@@ -313,7 +294,7 @@ class InferenceSpec(WorkloadSpec):
         return "-".join(parts)
 
     def num_processes(self, r: dict[str, Any]) -> int:
-        return 1
+        return int(r["tp_size"])
 
     def columns(self, r: dict[str, Any]) -> dict[str, Any]:
         names = schema.RUN_LEVEL_FIELDS["inference"]
@@ -399,32 +380,7 @@ def validate_settings(r: dict[str, Any], machine: MachineInfo) -> list[tuple[str
     if r["precision"] == "bf16" and machine.cuda and not machine.bf16:
         problems.append(("precision", "bf16 is not supported by this GPU (needs compute "
                          "capability >= 8.0)"))
-    # quantisation
-    wq, wb = r["weight_quant"], r["weight_quant_backend"]
-    if wq != "none":
-        if wb == "quanto" and not _installed("optimum.quanto"):
-            problems.append(("weight_quant_backend", f"weight_quant {wq} with quanto needs "
-                             "optimum-quanto: pip install optimum-quanto"))
-        if wb == "bitsandbytes":
-            if wq == "fp8":
-                problems.append(("weight_quant", "bitsandbytes has no fp8 weights; use "
-                                 "weight_quant_backend quanto"))
-            if not machine.cuda:
-                problems.append(("weight_quant_backend", "bitsandbytes weight quantisation needs "
-                                 f"CUDA; this machine samples with {machine.source}"))
-            elif not machine.bitsandbytes:
-                problems.append(("weight_quant_backend", "bitsandbytes is not installed: pip "
-                                 "install bitsandbytes"))
-    kq, kb = r["kv_cache_quant"], r["kv_cache_backend"]
-    if kq != "none":
-        if r["batching"] == "continuous":
-            problems.append(("kv_cache_quant", "continuous batching uses transformers' paged "
-                             "KV cache, which has no quantised form; use batching static"))
-        module = {"quanto": "optimum.quanto", "hqq": "hqq"}[kb]
-        if not _installed(module):
-            package = {"quanto": "optimum-quanto", "hqq": "hqq"}[kb]
-            problems.append(("kv_cache_backend", f"kv_cache_quant {kq} with the {kb} backend "
-                             f"needs {package}: pip install {package}"))
+    problems.extend(quant.quant_problems(r, machine))
     # device settings (root only; never on cpu_proxy)
     for key, what in (("gpu_clock_mhz", "lock the GPU clock"),
                       ("power_limit_setting_w", "apply a power cap")):
@@ -436,9 +392,26 @@ def validate_settings(r: dict[str, Any], machine: MachineInfo) -> list[tuple[str
         elif not machine.can_set_power_limit:
             problems.append((key, f"cannot {what}: it needs root and NVML permission on this "
                              "machine (and is never done on a lent device machine)"))
-    if r["tp_size"] != 1:
-        problems.append(("tp_size", "tensor parallelism (tp_size > 1) is not supported by the "
-                         "inference workload yet"))
+    tp = int(r["tp_size"])
+    if tp > 1:
+        if r["batching"] != "continuous":
+            problems.append(("tp_size", "tensor parallelism needs batching continuous (the "
+                             "static engine does not drive several ranks)"))
+        if spec.arch not in TENSOR_PARALLEL_ARCHS:
+            problems.append(("tp_size", f"the {spec.arch} architecture of {spec.name} has no "
+                             "transformers tensor-parallel plan"))
+        heads = spec.shape.get("num_attention_heads", spec.shape.get("n_head", 0))
+        kv_heads = spec.shape.get("num_key_value_heads", heads)
+        if heads % tp or kv_heads % tp:
+            problems.append(("tp_size", f"tp_size {tp} does not divide {spec.name}'s {heads} "
+                             f"attention and {kv_heads} key-value heads"))
+        if r["weight_quant"] != "none":
+            problems.append(("tp_size", "tensor parallelism with quantised weights is not "
+                             "supported"))
+        if tp > machine.num_devices:
+            unit = "GPUs" if machine.source == "nvml" else "CPU cores"
+            problems.append(("tp_size", f"tp_size {tp} exceeds the {machine.num_devices} {unit} "
+                             "of this machine"))
     if r["serving_engine"] != "transformers":
         problems.append(("serving_engine", "only the transformers serving engine is built in"))
     return problems
@@ -1258,32 +1231,74 @@ def load_model(r: dict[str, Any], device: str) -> Any:
     dtype = getattr(torch, _DTYPES[r["precision"]])
     wq, backend = r["weight_quant"], r["weight_quant_backend"]
     if wq != "none" and backend == "bitsandbytes":
-        from transformers import BitsAndBytesConfig
-
-        quant = (BitsAndBytesConfig(load_in_8bit=True) if wq == "int8" else
-                 BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
-                                    bnb_4bit_compute_dtype=dtype))
         model = models.build_model(spec, r["model_source"], seed=int(r["seed"]),
-                                   quantization_config=quant, device_map={"": 0})
+                                   quantization_config=quant.bitsandbytes_config(wq, dtype),
+                                   device_map={"": 0})
         return model.eval()
     model = models.build_model(spec, r["model_source"], seed=int(r["seed"]))
     model = model.to(device=device, dtype=dtype).eval()
     if wq != "none":
-        from optimum.quanto import freeze, qfloat8, qint4, qint8, quantize
-
-        qtype = {"int8": qint8, "int4": qint4, "fp8": qfloat8}[wq]
-        quantize(model, weights=qtype, exclude=["lm_head"])
-        freeze(model)
+        quant.quantize_weights_quanto(model, wq)
     return model
+
+
+def load_model_tp(r: dict[str, Any], ctx: RunContext, *, poll_s: float = 0.2,
+                  timeout_s: float = 3600.0) -> Any:
+    """The model of a tensor-parallel run, sharded over the ranks (``tp_plan="auto"``).
+
+    Every rank of the ``torchrun`` launch calls it. A Hub model loads from the local cache; a
+    zoo model is written once as a random-weight checkpoint by rank 0 into the staging folder
+    (the other ranks wait for it), then every rank loads its shard of it.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    spec = models.get_spec(r["model"])
+    dtype = getattr(torch, _DTYPES[r["precision"]])
+    kwargs: dict[str, Any] = {"tp_plan": "auto", "dtype": dtype}
+    if r["model_source"] == "hub":
+        return AutoModelForCausalLM.from_pretrained(spec.hub_id, local_files_only=True,
+                                                    **kwargs).eval()
+    path = Path(ctx.staging_dir) / TP_CHECKPOINT
+    marker = path / ".complete"
+    if ctx.rank == 0:
+        if not marker.exists():
+            model = models.build_model(spec, "zoo", seed=int(r["seed"])).to(dtype)
+            model.save_pretrained(path)
+            del model
+            marker.write_text("ok")
+    else:
+        deadline = time.monotonic() + timeout_s
+        while not marker.exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"rank 0 did not write {path} within {timeout_s:g} s")
+            time.sleep(poll_s)
+    return AutoModelForCausalLM.from_pretrained(str(path), **kwargs).eval()
+
+
+def follow_tp(model: Any, r: dict[str, Any]) -> None:
+    """A non-driver rank of a tensor-parallel continuous-batching run: run the manager's
+    generation loop, which follows the driver (rank 0) step by step until it stops."""
+    import torch
+
+    stream = build_stream(r)
+    max_prompt, max_output = stream.lengths.max_lengths()
+    engine = ContinuousEngine(model, concurrency=int(r["concurrency"]), max_prompt=max_prompt,
+                              max_output=max_output)
+    with torch.inference_mode():
+        engine.start()
+        try:
+            thread = engine.manager._generation_thread
+            if thread is not None:
+                thread.join()
+        finally:
+            engine.manager.destroy()
+            engine.manager = None
 
 
 def generate_kwargs(r: dict[str, Any]) -> dict[str, Any]:
     """``generate`` keyword arguments of the static engine (the quantised KV cache)."""
-    if r["kv_cache_quant"] == "none":
-        return {}
-    return {"cache_implementation": "quantized",
-            "cache_config": {"backend": r["kv_cache_backend"],
-                             "nbits": KV_BITS[r["kv_cache_quant"]]}}
+    return quant.kv_cache_kwargs(r)
 
 
 @dataclass
@@ -1387,9 +1402,13 @@ def serve(r: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
 
     ctx.mark("warmup_begin", label="model")
     spec = models.get_spec(r["model"])
-    model = load_model(r, ctx.device)
-    model_params = models.count_params(model)
+    tp = ctx.world_size > 1
+    model = load_model_tp(r, ctx) if tp else load_model(r, ctx.device)
+    model_params = models.count_params(model)  # sharded weights are DTensors: global sizes
     ctx.mark("warmup_end", label="model")
+    if tp and ctx.rank != 0:
+        follow_tp(model, r)
+        return {}
     stream = build_stream(r)
     events = EventSink(ctx.staging_dir)
     try:
@@ -1414,6 +1433,8 @@ def serve(r: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
                   transformers_version=transformers.__version__,
                   _requests=load_requests(ctx.staging_dir, t0))
     del model
+    if tp:
+        shutil.rmtree(Path(ctx.staging_dir) / TP_CHECKPOINT, ignore_errors=True)
     if ctx.device == "cuda":
         torch.cuda.empty_cache()
     return result

@@ -12,7 +12,7 @@ import pynvml as real_nvml
 import pytest
 from scipy import stats
 
-from generation.workloads import MachineInfo, RunContext
+from generation.workloads import MachineInfo, RunContext, quant
 from generation.workloads import arrivals as arr
 from generation.workloads import inference as inf
 from llm_powertrace_ds.errors import InputError
@@ -32,7 +32,11 @@ def resolved(machine: MachineInfo = CPU, **values) -> dict:
 
 
 def problems(machine: MachineInfo = CPU, **values) -> dict[str, str]:
-    return dict(inf.SPEC.check(resolved(machine, **values), machine))
+    """setting -> its problems' messages, joined."""
+    out: dict[str, str] = {}
+    for key, message in inf.SPEC.check(resolved(machine, **values), machine):
+        out[key] = f"{out[key]}; {message}" if key in out else message
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -110,7 +114,11 @@ def test_valid_settings_pass():
     ({"power_limit_setting_w": 300}, "power_limit_setting_w", "cpu_proxy"),
     ({"weight_quant": "int8", "weight_quant_backend": "bitsandbytes"}, "weight_quant_backend",
      "needs CUDA"),
-    ({"tp_size": 2}, "tp_size", "not supported"),
+    ({"tp_size": 2, "batching": "static"}, "tp_size", "needs batching continuous"),
+    ({"tp_size": 3, "batching": "continuous"}, "tp_size", "does not divide"),
+    ({"tp_size": 4, "batching": "continuous"}, "tp_size", "exceeds the 2 CPU cores"),
+    ({"tp_size": 2, "batching": "continuous", "model": "gpt2-tiny"}, "tp_size",
+     "no transformers tensor-parallel plan"),
     ({"model": "no-such-model"}, "model", "unknown model"),
 ])
 def test_impossible_settings_are_rejected(values, key, reason):
@@ -127,7 +135,7 @@ def test_clocks_and_caps_need_permission_on_gpus():
 
 
 def test_missing_backends_are_rejected(monkeypatch):
-    monkeypatch.setattr(inf, "_installed", lambda module: False)
+    monkeypatch.setattr(quant, "installed", lambda module: False)
     found = problems(batching="static", kv_cache_quant="int4", weight_quant="int8")
     assert "pip install optimum-quanto" in found["kv_cache_backend"]
     assert "pip install optimum-quanto" in found["weight_quant_backend"]
@@ -167,8 +175,8 @@ def test_sweep_validation_names_axis_and_reason_before_running(tmp_path, monkeyp
     from generation.sweep import SweepError, load_sweep, plan
 
     monkeypatch.setattr(inf, "CONTINUOUS_BATCHING_ARCHS", frozenset({"llama"}))
-    real_installed = inf._installed
-    monkeypatch.setattr(inf, "_installed",
+    real_installed = quant.installed
+    monkeypatch.setattr(quant, "installed",
                         lambda m: False if m == "optimum.quanto" else real_installed(m))
     path = tmp_path / "bad.yaml"
     path.write_text(SWEEP)
@@ -569,6 +577,24 @@ def test_demo_inference_sweep(tmp_path):
     assert not report.failed, report.failed
     assert elapsed < 240, elapsed
     _check_dataset(tmp_path / "inf", len(report.outcomes))
+
+
+@pytest.mark.slow
+def test_tensor_parallel_run_through_torchrun(tmp_path):
+    """tp_size 2 on a CPU: two torchrun ranks (gloo), rank 0 drives continuous batching."""
+    from datasets import load_dataset
+
+    from generation.runner import generate
+
+    sweep = tmp_path / "tp.yaml"
+    sweep.write_text(MINI.split("include:")[0].replace("concurrency: 3,",
+                                                       "concurrency: 3, tp_size: 2,")
+                     + "include:\n  - {batching: continuous, arrival_pattern: closed}\n")
+    report = generate(sweep, tmp_path / "ds", progress=False)
+    assert [o.status for o in report.outcomes] == ["published"], report.outcomes
+    _check_dataset(tmp_path / "ds", 1)
+    trace = load_dataset(str(tmp_path / "ds"), "inference", split="cpu_proxy")
+    assert len(trace) == 2 and set(trace["tp_size"]) == {2} and set(trace["num_gpus"]) == {2}
 
 
 @pytest.mark.parametrize("name", ["demo-inference", "inference-concurrency",
