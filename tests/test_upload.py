@@ -201,7 +201,8 @@ def test_dry_run_json_plan(env, make_run, no_network, no_figures, capsys):
 # The upload through the test double
 # ---------------------------------------------------------------------------------------------
 
-def test_upload_records_calls_and_files(env, make_run, capsys):
+def test_upload_records_calls_and_files(env, make_run, capsys, monkeypatch):
+    monkeypatch.setenv("LLM_POWERTRACE_CARD_FIGURES", "1")  # this test checks the figures too
     root = make_folder(env / "ds", make_run)
     api = FakeApi()
     assert main([str(root), "--repo-id", "org/llm-powertrace"], api=api) == 0
