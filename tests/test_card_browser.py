@@ -56,8 +56,9 @@ def _render(root):
 
 
 @pytest.mark.slow
-def test_card_renders_with_images_in_chromium(tmp_path, make_run):
+def test_card_renders_with_images_in_chromium(tmp_path, make_run, monkeypatch):
     pytest.importorskip("matplotlib")
+    monkeypatch.setenv("LLM_POWERTRACE_CARD_FIGURES", "1")
     chromium = _chromium()
     root = tmp_path / "ds"
     shards.publish_run(root, make_run("ft-a"))

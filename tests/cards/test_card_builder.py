@@ -350,8 +350,9 @@ def test_card_cli_command(folder, capsys):
     assert (folder / "README.md").read_bytes() == before
 
 
-def test_stale_figures_are_removed_and_changed_runs_redrawn(tmp_path):
+def test_stale_figures_are_removed_and_changed_runs_redrawn(tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
+    monkeypatch.setenv(figures.FIGURES_ENV, "1")  # conftest switches figures off
     root = tmp_path / "ds"
     shards.publish_run(root, synthetic_run("r1", n=40), refresh_card=True)
     fig = root / "figures" / "trace-finetune-l40s.png"
@@ -366,6 +367,7 @@ def test_stale_figures_are_removed_and_changed_runs_redrawn(tmp_path):
 
 def test_figures_switched_off_keeps_current_ones(tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
+    monkeypatch.setenv(figures.FIGURES_ENV, "1")  # conftest switches figures off
     root = tmp_path / "ds"
     shards.publish_run(root, synthetic_run("r1", n=40), refresh_card=True)
     fig = root / "figures" / "trace-finetune-l40s.png"
