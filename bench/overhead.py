@@ -108,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="sampler source (default: auto)")
     parser.add_argument("--period-ms", type=float, default=100.0,
                         help="sampling period (default: 100)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch intra-op threads (default: torch's own choice)")
     args = parser.parse_args(argv)
     if args.repeats < 2:
         parser.error("--repeats must be >= 2 for an interval")
@@ -119,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     machine = detect_machine({"source": args.source, "period_ms": args.period_ms})
     settings = _settings(args, machine)
     get_workload("finetune").prepare()
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
     on: list[float] = []
     off: list[float] = []
     started = time.monotonic()
@@ -134,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     out = summarise(on, off)
     out.update(source=machine.source, platform=machine.platform, period_ms=args.period_ms,
                model=args.model, steps=args.steps, batch_size=args.batch_size,
-               seq_len=args.seq_len, wall_s=round(time.monotonic() - started, 1),
+               seq_len=args.seq_len, threads=torch.get_num_threads(),
+               wall_s=round(time.monotonic() - started, 1),
                tokens_per_s_on_runs=[round(x, 1) for x in on],
                tokens_per_s_off_runs=[round(x, 1) for x in off])
     print(json.dumps(out))

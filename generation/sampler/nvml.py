@@ -22,7 +22,6 @@ field 186 is unsupported on some GPU, and then for every GPU so that ``power_fie
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib.metadata
 import logging
 import os
@@ -30,6 +29,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+
+from llm_powertrace_ds.privacy import hash_identifier
 
 from .base import (
     FAULT_FIELD_ERROR,
@@ -91,8 +92,6 @@ UNAVAILABLE_CODES = frozenset({NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_LIBRARY_
                                NVML_ERROR_UNINITIALIZED})
 """Codes that, at ``nvmlInit``, mean there is no usable NVML on this machine."""
 
-DEFAULT_SALT = "llm-powertrace/gpu-uuid/v1"
-"""Salt of ``gpu_uuid_hash`` when neither the config nor ``$LLM_POWERTRACE_SALT`` sets one."""
 
 _FIX_UNOFFICIAL = ("pip uninstall -y pynvml && pip install --force-reinstall 'nvidia-ml-py>=12.535'")
 
@@ -292,9 +291,12 @@ def _mig_message(index: int) -> str:
 
 
 def uuid_hash(uuid: str, salt: str | None = None) -> str:
-    """Salted SHA-256 of a GPU UUID (first 16 hex digits); the UUID itself is never stored."""
-    salt = salt if salt is not None else os.environ.get("LLM_POWERTRACE_SALT", DEFAULT_SALT)
-    return hashlib.sha256(f"{salt}:{uuid}".encode()).hexdigest()[:16]
+    """Salted SHA-256 of a GPU UUID (first 16 hex digits); the UUID itself is never stored.
+
+    The same function as the importers' (``llm_powertrace_ds.privacy``), so a device hashes the
+    same whether measured or imported.
+    """
+    return hash_identifier(uuid, salt)
 
 
 def _cuda_version(raw: int) -> str:

@@ -31,6 +31,7 @@ all-reduce per step).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import time
@@ -190,13 +191,13 @@ class FinetuneSpec(WorkloadSpec):
                    "setting a power cap needs root and NVML permission on this machine")
             problems.append(("power_limit_setting_w", f"cannot apply a power cap: {why}"))
         if "_dataset_path" in r:
-            try:
-                data_mod.text_files(r["_dataset_path"])
-                if spec.vocab_size < models.BYTE_OFFSET + 256:
-                    problems.append(("dataset_name", f"{spec.name}'s vocabulary is too small "
-                                     "for byte-level text"))
-            except InputError as exc:
-                problems.append(("dataset_name", exc.reason))
+            if spec.vocab_size < models.BYTE_OFFSET + 256:
+                problems.append(("dataset_name", f"{spec.name}'s vocabulary is too small "
+                                 "for byte-level text"))
+            else:
+                message = _local_dataset_problem(r["_dataset_path"])
+                if message:
+                    problems.append(("dataset_name", message))
         return problems
 
     def slug(self, r: dict[str, Any]) -> str:
@@ -228,6 +229,16 @@ class FinetuneSpec(WorkloadSpec):
 
 
 SPEC = FinetuneSpec()
+
+
+@functools.lru_cache(maxsize=64)
+def _local_dataset_problem(path: str) -> str | None:
+    """Read a local dataset once at validation (a bad line fails here, not mid-sweep)."""
+    try:
+        data_mod.local_token_ids(path, 1, 2, vocab_size=models.BYTE_OFFSET + 256)
+    except InputError as exc:
+        return str(exc)
+    return None
 
 
 # ---------------------------------------------------------------------------------------------

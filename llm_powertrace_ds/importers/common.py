@@ -36,19 +36,12 @@ from ..run import DeviceSeries, Event, Run, coerce_meta
 log = logging.getLogger("llm_powertrace_ds.importers")
 
 CHUNK_ROWS = 65_536
-UUID_SALT = "llm-powertrace:gpu-uuid:v1"
-"""Salt of :func:`hash_identifier`: fixed, so one device hashes the same in every import."""
 
 _MS_PER_S = 1000
 
 # ---------------------------------------------------------------------------------------------
 # Small helpers
 # ---------------------------------------------------------------------------------------------
-
-
-def hash_identifier(value: str, salt: str = UUID_SALT) -> str:
-    """Return the salted SHA-256 (hex) of an identifier such as a GPU UUID; never the value."""
-    return hashlib.sha256(f"{salt}\x00{value.strip()}".encode()).hexdigest()
 
 
 def file_sha256(path: Path) -> str:

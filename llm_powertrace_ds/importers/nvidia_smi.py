@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
+from ..privacy import hash_identifier
 from ..run import Run, coerce_meta
 from . import common
 from .common import Converter, DeviceData
@@ -288,7 +289,7 @@ def build_devices(table: common.Table, keys: np.ndarray, power_key: str,
         dev = DeviceData(
             gpu_index=int(key), ts_ms=cols["ts"][mask], lines=table.lines[mask], signals=signals,
             gpu_name=_text_mode(cols["name"][mask], factors.get("name")) if "name" in cols else None,
-            gpu_uuid_hash=common.hash_identifier(uuid) if uuid else None,
+            gpu_uuid_hash=hash_identifier(uuid) if uuid else None,
             power_limit_w=common.mode_of(cols["limit:power_limit_w"][mask])
             if "limit:power_limit_w" in cols else None,
             default_power_limit_w=common.mode_of(cols["limit:default_power_limit_w"][mask])

@@ -519,3 +519,23 @@ def test_task_split_and_merge_of_real_runs(tmp_path):
     rows = json.loads(dry.stdout)
     assert len(rows) == 4 and {r["status"] for r in rows} == {"done"}
     assert runs_ids(tmp_path / "all") == sorted(r["run_id"] for r in rows)
+
+
+@pytest.mark.slow
+def test_two_generate_processes_share_one_folder(tmp_path):
+    from datasets import load_dataset
+
+    sweep = write_sweep(tmp_path, SMALL_REAL)
+    out = tmp_path / "ds"
+    cmd = [sys.executable, "-m", "llm_powertrace_ds.cli", "-q", "generate", str(sweep), "--out",
+           str(out), "--format", "json"]
+    procs = [subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    results = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [r[1][-2000:] for r in results]
+    statuses = [r["status"] for out_, _ in results for r in json.loads(out_)]
+    assert statuses.count("published") == 4  # each run measured by exactly one process
+    ids = runs_ids(out)
+    assert len(ids) == 4 and len(set(ids)) == 4
+    ds = load_dataset(str(out), "finetune", split="cpu_proxy")
+    assert sorted(ds["run_id"]) == ids

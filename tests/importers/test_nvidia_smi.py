@@ -16,7 +16,8 @@ from llm_powertrace_ds import schema
 from llm_powertrace_ds.cli import main
 from llm_powertrace_ds.errors import InputError
 from llm_powertrace_ds.importers import FORMATS, import_file
-from llm_powertrace_ds.importers.common import family_from_name, hash_identifier, scrub_text
+from llm_powertrace_ds.importers.common import family_from_name, scrub_text
+from llm_powertrace_ds.privacy import hash_identifier
 from llm_powertrace_ds.shards import publish_run
 
 T0 = dt.datetime(2024, 4, 3, 10, 55, 35, 13000)

@@ -66,6 +66,18 @@ def test_impossible_settings_are_named(values, machine, field):
     assert field in [p[0] for p in problems], problems
 
 
+def test_a_bad_local_dataset_is_caught_at_validation(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "ok"}\nnot json\n')
+    r = SPEC.resolve({"model": "llama-tiny", "dataset_name": str(bad)}, CPU)
+    (field, message), = SPEC.check(r, CPU)
+    assert field == "dataset_name" and "line 2" in message and "bad.jsonl" in message
+    good = tmp_path / "good.txt"
+    good.write_text("some text")
+    r = SPEC.resolve({"model": "llama-tiny", "dataset_name": str(good)}, CPU)
+    assert SPEC.check(r, CPU) == [] and r["dataset_name"] == "local:good.txt"
+
+
 def test_valid_settings_have_no_problems():
     for machine, values in ((CPU, {"parallelism": "ddp", "dp_size": 2}),
                             (GPU, {"method": "qlora", "precision": "bf16",
