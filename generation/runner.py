@@ -221,6 +221,10 @@ def _run_all(sweep: Sweep, machine: MachineInfo, todo: list[PlannedRun], out: Pa
              fail_fast: bool, progress: bool, emit: Callable[[Outcome], None]) -> None:
     from tqdm.auto import tqdm
 
+    if any(sweep.launcher != "torchrun" and r.num_processes == 1 for r in todo):
+        # A missing library (the `generate` extra) stops the sweep here with one clear error
+        # instead of failing every run; launched runs import in their own processes.
+        sweep.spec.prepare()
     bar = tqdm(total=len(todo), desc=f"{sweep.name}", unit="run", disable=not progress,
                dynamic_ncols=True)
     try:

@@ -14,7 +14,7 @@ A stream is a seeded, lazily drawn sequence of :class:`Request` objects. Arrival
 
 Every stream is bounded by ``num_requests`` and/or ``target_duration_s`` (open loops stop at the
 first arrival later than the duration; the serving loop stops releasing closed-loop requests
-after it), whichever comes first.
+after it), whichever comes first; a replayed trace also ends with its last row.
 
 Lengths (``length_distribution`` with ``length_params``):
 
@@ -445,14 +445,14 @@ class RequestStream:
         seed: the stream's seed.
 
     Raises:
-        InputError: neither bound given, or a replay stream without a count bound that would be
-            unbounded.
+        InputError: neither bound given (a replay stream is bounded by its trace), or a bound
+            out of range.
     """
 
     def __init__(self, arrivals: ArrivalProcess, lengths: Lengths, *,
                  num_requests: int | None = None, target_duration_s: float | None = None,
                  seed: int = 0) -> None:
-        if num_requests is None and target_duration_s is None:
+        if num_requests is None and target_duration_s is None and arrivals.pattern != "replay":
             raise InputError("a request stream needs num_requests or target_duration_s",
                              field="num_requests")
         if num_requests is not None and num_requests < 1:

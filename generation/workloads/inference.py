@@ -2,12 +2,13 @@
 
 Settings (the ``inference`` axes of ``llm_powertrace_ds.schema`` plus ``model``,
 ``model_source``, ``seed``, ``target_duration_s``, ``replay_file`` and ``replay_time_scale``)
-are declared in :data:`SPEC`. :meth:`InferenceSpec.check` rejects what the machine cannot honour
-before any run starts: continuous batching on an architecture it was not verified on, a
-quantised KV cache with continuous batching (its paged cache has no quantised form) or without
-its backend installed, weight quantisation without its backend, clocks and power caps on
-``cpu_proxy`` or without NVML permission, lengths beyond the model's positions, tensor
-parallelism.
+are declared in :data:`SPEC`. :meth:`InferenceSpec.check` (:func:`validate_settings`) rejects
+what the machine cannot honour before any run starts, naming the setting and the reason:
+continuous batching on an architecture it was not verified on, a quantised KV cache with
+continuous batching (its paged cache has no quantised form) or without its backend installed,
+weight quantisation without its backend (``quant.py``), clocks and power caps on ``cpu_proxy``
+or without NVML permission, lengths beyond the model's positions, impossible tensor
+parallelism, missing arrival or length parameters.
 
 **The serving loop** (:class:`ServingLoop`) admits requests as they arrive, up to
 ``concurrency`` in flight, into one of two engines:
@@ -27,15 +28,21 @@ Output lengths are forced: EOS is ignored (``min_new_tokens = max_new_tokens`` w
 ``generate``; ``eos_token_id = -1`` with continuous batching) so every request generates exactly
 ``requested_output_tokens``.
 
+**Tensor parallelism** (``tp_size > 1``, continuous batching): the runner launches ``tp_size``
+ranks through ``torchrun``; every rank loads its shard (``tp_plan="auto"``), rank 0 drives the
+manager and runs the loop, the other ranks follow its generation loop (:func:`follow_tp`).
+
 **Clock.** Every time is ``time.monotonic_ns()`` (CLOCK_MONOTONIC, the sampler's clock; the
 continuous-batching manager's ``perf_counter`` stamps are the same clock on Linux and are
-converted with a measured offset). Events go through :class:`generation.events.EventRecorder`
-(run-level: ``request_arrival``/``request_finish`` with ``request_id``;
+converted with a measured offset). Run-level events go through
+:class:`generation.events.EventRecorder` at their exact times (:class:`EventSink`):
+``request_arrival``/``request_finish`` with ``request_id``;
 ``prefill_begin``/``prefill_end``/``decode_begin``/``decode_end`` per static batch (label
-``batch-<k>``) or per request with continuous batching; ``steady_begin``/``steady_end``);
-``warmup_begin``/``warmup_end`` (label ``setup``) through the runner's ``ctx.mark``. The
-request log is written to ``<staging>/requests.jsonl`` in monotonic ns and converted to the run
-clock by :func:`load_requests` once t0 (the sampler's first tick) is known.
+``batch-<k>``) or per request with continuous batching; ``steady_begin``/``steady_end``. The
+rank's ``warmup_begin``/``warmup_end`` (labels ``model``: loading, ``setup``: engine start and
+warm-up requests) go through the runner's ``ctx.mark``. The request log is written to
+``<staging>/requests.jsonl`` in monotonic ns and returned as ``_requests`` on the run clock
+(:func:`load_requests`, t0 = the sampler's first tick, read from its spool).
 
 **Steady state** (:func:`steady_window`, the ML.ENERGY benchmark's definition): from the moment
 the number of in-flight requests first reaches the target (the configured ``concurrency``, or
@@ -45,8 +52,11 @@ moment it drops below the target (in-flight requests start draining).
 **Results**: ``requests_completed``, ``tokens_in``, ``tokens_out`` (completed requests),
 ``tokens_per_s`` (``tokens_out`` over the span from the first arrival to the last finish),
 ``ttft_p50_ms``/``ttft_p99_ms`` (first token - arrival) and ``latency_p50_ms``/
-``latency_p99_ms`` (finish - arrival), plus ``num_requests`` (the requests that arrived) and
-the library versions.
+``latency_p99_ms`` (finish - arrival), plus ``num_requests`` (the requests that arrived),
+``model_params`` and the library versions.
+
+**Locked clocks and power caps**: :class:`GpuSettings` (``SPEC.device_settings``) sets and
+restores them through the sampler's NVML layer; the runner enters it around the sampler.
 """
 
 from __future__ import annotations
@@ -245,17 +255,18 @@ class InferenceSpec(WorkloadSpec):
                     r["arrival_cv"] = math.sqrt(var) / mean
         # lengths: prompt_len/output_len hold the value only when fixed
         params = {}
-        if r["length_params"]:
-            params = json.loads(r["length_params"])
         if r["length_distribution"] != "fixed":
             r["prompt_len"] = None
             r["output_len"] = None
+            if r["length_params"]:
+                params = json.loads(r["length_params"])
         if trace is not None:
             params.update(replay_file=trace.name, replay_sha256=trace.sha256)
             if pattern == "replay" and float(r["replay_time_scale"] or 1.0) != 1.0:
                 params["replay_time_scale"] = float(r["replay_time_scale"])
         r["length_params"] = json.dumps(params, sort_keys=True) if params else None
-        if r["num_requests"] is None and r["target_duration_s"] is None:
+        if (r["num_requests"] is None and r["target_duration_s"] is None
+                and pattern != "replay"):  # a replayed trace is bounded by its rows
             r["num_requests"] = DEFAULT_NUM_REQUESTS
         quant.resolve_backends(r, machine)
         r["num_gpus"] = int(r["tp_size"])

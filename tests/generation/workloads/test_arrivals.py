@@ -189,8 +189,9 @@ def test_replay_stream_and_clipped_lengths(tmp_path):
     assert [r.offset_s for r in reqs] == [0.0, 0.25, 1.5]
     assert [(r.prompt_tokens, r.output_tokens) for r in reqs] == [(50, 10), (512, 64), (100, 20)]
     assert lengths.max_lengths() == (512, 64)
-    # bounded by duration too
+    # bounded by duration too, and by the trace alone
     assert len(list(arr.RequestStream(proc, lengths, target_duration_s=1.0))) == 2
+    assert len(list(arr.RequestStream(proc, lengths))) == 3
     params = json.loads(arr.length_params_json(lengths))
     assert params["replay_file"] == "burst.csv" and params["replay_sha256"] == trace.sha256
     assert arr.length_params_json(arr.Lengths.fixed(4, 4)) is None
