@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import hashlib
 import importlib.metadata
 import json
 import logging
@@ -50,7 +49,6 @@ from .workloads import MachineInfo
 
 log = logging.getLogger(__name__)
 
-HOST_SALT = "llm-powertrace/host/v1"
 STATUS_DONE = ("published",)
 LAUNCH_READY_TIMEOUT_S = 900.0
 
@@ -106,10 +104,12 @@ class Report:
 def host_hash() -> str:
     """Salted SHA-256 of the host name (16 hex digits); the name itself is never stored.
 
-    The salt is ``$LLM_POWERTRACE_SALT`` or the project's default.
+    The project's one salted hash (``llm_powertrace_ds.privacy``; salt ``$LLM_POWERTRACE_SALT``
+    or its default), as for GPU UUIDs.
     """
-    salt = os.environ.get("LLM_POWERTRACE_SALT", HOST_SALT)
-    return hashlib.sha256(f"{salt}:{socket.gethostname()}".encode()).hexdigest()[:16]
+    from llm_powertrace_ds.privacy import hash_identifier
+
+    return hash_identifier(f"host:{socket.gethostname()}")
 
 
 def package_version() -> str | None:

@@ -1246,7 +1246,11 @@ def load_model(r: dict[str, Any], device: str) -> Any:
                                    quantization_config=quant.bitsandbytes_config(wq, dtype),
                                    device_map={"": 0})
         return model.eval()
-    model = models.build_model(spec, r["model_source"], seed=int(r["seed"]))
+    # A zoo model is initialised where it will run (random init of 8B parameters on a CPU
+    # takes minutes); a Hub checkpoint loads on the CPU and moves.
+    where = torch.device(device) if device != "cpu" else contextlib.nullcontext()
+    with where:
+        model = models.build_model(spec, r["model_source"], seed=int(r["seed"]))
     model = model.to(device=device, dtype=dtype).eval()
     if wq != "none":
         quant.quantize_weights_quanto(model, wq)
