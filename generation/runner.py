@@ -213,7 +213,7 @@ def generate(sweep_path: str | Path, out: str | Path, *, task_index: int = 0, nu
 def _info(run: PlannedRun) -> dict[str, Any]:
     s = run.settings
     keys = ("model", "method", "batch_size", "seq_len", "precision", "gradient_checkpointing",
-            "parallelism", "dp_size")
+            "parallelism", "dp_size", "batching", "concurrency", "arrival_pattern", "output_len")
     return {k: s.get(k) for k in keys if k in s}
 
 

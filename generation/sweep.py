@@ -61,7 +61,7 @@ TOP_KEYS = ("name", "workload", "description", "sampler", "idle_before_s", "idle
 SAMPLER_KEYS = ("source", "period_ms", "idle_w", "max_w")
 SAMPLER_SOURCES = ("auto", "nvml", "cpu_proxy")
 LAUNCHERS = ("auto", "inline", "torchrun")
-PATH_SETTINGS = frozenset({"dataset_name"})
+PATH_SETTINGS = frozenset({"dataset_name", "replay_file"})
 """Settings whose non-keyword values are paths, resolved against the sweep file's folder."""
 HASH_LEN = 10
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
