@@ -40,6 +40,22 @@ def emit(rows: list[dict[str, Any]], fmt: str, columns: list[str] | None = None)
         print("  ".join(v.ljust(w) for v, w in zip(t, widths, strict=True)))
 
 
+def out_dir(path: Path, option: str = "--out") -> Path:
+    """Check that an output folder argument is not an existing file."""
+    from .errors import InputError
+
+    if path.exists() and not path.is_dir():
+        raise InputError(f"'{path}' is a file; {option} takes a folder", field=option)
+    return path
+
+
+def dataset_dir(path: Path | str) -> Path:
+    """Resolve a dataset argument (folder or Hub repo id), or raise a one-line error."""
+    from .hub import resolve_dataset
+
+    return resolve_dataset(path)
+
+
 def add_format(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=FORMATS, default="table",
                    help="output format (default: table)")
@@ -122,6 +138,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     from .importers import import_file
     from .shards import publish_run, refresh_readme
 
+    out_dir(args.out)
     results = []
     for path in args.files:
         run = import_file(args.log_format, path, workload=args.workload, meta_path=args.meta,
@@ -142,8 +159,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     rows = []
     failed = False
-    for info in list_runs(args.dir):
-        run = read_run(args.dir, info["run_id"])
+    root = dataset_dir(args.dir)
+    for info in list_runs(root):
+        run = read_run(root, info["run_id"])
         rep = validate_run(run)
         flags = sorted(set(rep.flags) | set(run.flags), key=schema.QUALITY_FLAGS.index)
         errors = [f for f in flags if f in schema.ERROR_FLAGS]
@@ -160,14 +178,15 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     cols = ["run_id", "workload", "platform", "model_family", "num_gpus", "duration_s",
             "energy_j", "mean_power_w", "peak_power_w", "quality_flags"]
-    emit([{c: r.get(c) for c in cols} for r in list_runs(args.dir)], args.format, cols)
+    emit([{c: r.get(c) for c in cols} for r in list_runs(dataset_dir(args.dir))], args.format,
+         cols)
     return 0
 
 
 def cmd_pack(args: argparse.Namespace) -> int:
     from .shards import pack
 
-    res = pack(args.src, args.out, max_shard_bytes=int(args.max_shard_mb * 1024 * 1024))
+    res = pack(dataset_dir(args.src), out_dir(args.out), max_shard_bytes=int(args.max_shard_mb * 1024 * 1024))
     emit([{"folder": k, "rows": v, "shards": res.shards[k]} for k, v in res.rows.items()],
          args.format, ["folder", "rows", "shards"])
     return 0
@@ -176,8 +195,14 @@ def cmd_pack(args: argparse.Namespace) -> int:
 def cmd_card(args: argparse.Namespace) -> int:
     from .shards import refresh_readme
 
-    refresh_readme(args.dir)
-    print(args.dir / "README.md")
+    from . import layout
+    from .errors import InputError
+
+    root = Path(args.dir)
+    if not layout.data_root(root).is_dir():
+        raise InputError(f"'{root}' is not a dataset folder (no data/ inside)", field="DIR")
+    refresh_readme(root)
+    print(root / "README.md")
     return 0
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import layout
-from .cli_core import add_format, emit
+from .cli_core import add_format, emit, out_dir
 from .errors import InputError, PowerTraceError, ShardError
 
 EXTRA_HINT = "pip install 'llm-powertrace[generate]'"
@@ -116,6 +116,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
         # one line per sampler start is noise over a sweep; warnings still show
         logging.getLogger("generation.sampler").setLevel(logging.WARNING)
+    out_dir(args.out)
     report = runner.generate(args.sweep, args.out, task_index=args.task_index,
                              num_tasks=args.num_tasks, dry_run=args.dry_run,
                              fail_fast=args.fail_fast,
@@ -243,7 +244,7 @@ def merge(sources: list[Path], into: Path) -> tuple[list[str], set[str]]:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    copied, identical = merge(list(args.src), args.into)
+    copied, identical = merge(list(args.src), out_dir(args.into, "--into"))
     rows = [{"run_id": r, "action": "copied"} for r in copied]
     rows += [{"run_id": r, "action": "identical"} for r in sorted(identical)]
     emit(rows, args.format, ["run_id", "action"])

@@ -8,7 +8,7 @@ subclasses :class:`llm_powertrace_ds.errors.PowerTraceError` and the matching bu
 
 from __future__ import annotations
 
-from llm_powertrace_ds.errors import PowerTraceError
+from llm_powertrace_ds.errors import InputError, PowerTraceError
 
 
 class SamplerError(PowerTraceError, RuntimeError):
@@ -17,6 +17,14 @@ class SamplerError(PowerTraceError, RuntimeError):
 
 class SamplerConfigError(SamplerError, ValueError):
     """Bad sampler configuration, raised before anything starts."""
+
+
+class SettingOutOfRange(SamplerConfigError, InputError):
+    """A requested GPU setting (power cap, locked clock) outside what the GPU accepts.
+
+    ``field`` names the sweep axis (``power_limit_setting_w`` or ``gpu_clock_mhz``); raised
+    before anything is changed.
+    """
 
 
 class SourceUnavailable(SamplerError):

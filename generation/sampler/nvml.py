@@ -17,16 +17,23 @@ utilisation, memory used, SM and memory clocks, temperature and clock-event reas
 start-up probe finds unsupported (or forbidden) is never read again and stays null for the whole
 run. ``nvmlDeviceGetPowerUsage`` (a 1 s average on Ampere-non-GA100 and newer) is used only when
 field 186 is unsupported on some GPU, and then for every GPU so that ``power_field`` is one value.
+
+Small public device functions (raw units: mW, MHz) — :func:`session`, :func:`select_devices`,
+:func:`device_name`, :func:`compute_capability`, the power-limit getters and
+:func:`set_power_limit_mw`, :func:`lock_gpu_clocks_mhz`, :func:`reset_gpu_locked_clocks`, ... —
+are what ``generation.sampler.settings`` (GPU probes, power caps and locked clocks with restore)
+is built on; nothing outside this module calls the binding or this module's private helpers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.metadata
 import logging
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -125,8 +132,15 @@ def _translate(fn: Callable[..., T]) -> Callable[..., T]:
 
 @_translate
 def _call(name: str, *args: Any) -> Any:
-    """Call ``pynvml.<name>(*args)``: the one place the binding is called."""
-    return getattr(pynvml, name)(*args)
+    """Call ``pynvml.<name>(*args)``: the one place the binding is called.
+
+    A function this binding version lacks is ``NotSupported`` (as NVML's own
+    ``NVML_ERROR_FUNCTION_NOT_FOUND`` for a function the driver lacks).
+    """
+    fn = getattr(pynvml, name, None)
+    if fn is None:
+        raise NotSupported(f"the NVML binding has no {name}", NVML_ERROR_FUNCTION_NOT_FOUND)
+    return fn(*args)
 
 
 def _text(value: Any) -> str:
@@ -310,6 +324,123 @@ def field_value(fv: Any) -> float:
     if attr is None:
         return NAN
     return float(getattr(fv.value, attr))
+
+
+# ---------------------------------------------------------------------------------------------
+# Device facts and settings (public, raw units; the settings logic is in ``settings.py``)
+# ---------------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def session() -> Iterator[None]:
+    """NVML initialised for the duration (``nvmlInit`` on entry, ``nvmlShutdown`` on exit).
+
+    NVML counts initialisations, so sessions nest. The device functions below need one.
+
+    Raises:
+        SourceUnavailable: no binding, or NVML could not be initialised (no driver).
+    """
+    if pynvml is None:
+        check_binding()  # raises with the install hint
+    _init()
+    try:
+        yield
+    finally:
+        _shutdown()
+
+
+def select_devices(gpu_indices: Sequence[int] | None = None, *, allow_mig: bool = False,
+                   env: Mapping[str, str] | None = None) -> list[tuple[int, Any]]:
+    """``(NVML index, handle)`` of the GPUs to use, as the sampler selects them (in a session).
+
+    Args:
+        gpu_indices: NVML indices; ``None`` = ``CUDA_VISIBLE_DEVICES``, else all GPUs.
+        allow_mig: accept GPUs in MIG mode.
+        env: environment to read ``CUDA_VISIBLE_DEVICES`` from (default ``os.environ``).
+
+    Raises:
+        SourceUnavailable: no GPU.
+        SamplerConfigError: an index out of range, a bad ``CUDA_VISIBLE_DEVICES`` entry, a MIG
+            GPU without ``allow_mig``.
+        SourceError: NVML failed.
+    """
+    handles = _select_handles(gpu_indices, os.environ if env is None else env)
+    if not allow_mig:
+        for index, handle in handles:
+            if _mig_enabled(handle):
+                raise SamplerConfigError(_mig_message(index))
+    return handles
+
+
+def device_handle(index: int) -> Any:
+    """The handle of the GPU of NVML index ``index`` (in a session)."""
+    return _call("nvmlDeviceGetHandleByIndex", int(index))
+
+
+def device_name(handle: Any) -> str:
+    """The GPU's marketing name, e.g. ``NVIDIA H100 80GB HBM3``."""
+    return _text(_call("nvmlDeviceGetName", handle))
+
+
+def device_uuid(handle: Any) -> str:
+    """The GPU's raw UUID (hash it with :func:`uuid_hash` before storing it anywhere)."""
+    return _text(_call("nvmlDeviceGetUUID", handle))
+
+
+def mig_enabled(handle: Any) -> bool:
+    """Whether the GPU is in MIG mode (``False`` where MIG is not supported)."""
+    return _mig_enabled(handle)
+
+
+def compute_capability(handle: Any) -> tuple[int, int]:
+    """The CUDA compute capability ``(major, minor)``, e.g. ``(9, 0)`` on Hopper."""
+    major, minor = _call("nvmlDeviceGetCudaComputeCapability", handle)
+    return int(major), int(minor)
+
+
+def power_limit_mw(handle: Any) -> int:
+    """The configured power limit in mW (what :func:`set_power_limit_mw` changes)."""
+    return int(_call("nvmlDeviceGetPowerManagementLimit", handle))
+
+
+def enforced_power_limit_mw(handle: Any) -> int:
+    """The power limit in force in mW (the lowest of every limiter's)."""
+    return int(_call("nvmlDeviceGetEnforcedPowerLimit", handle))
+
+
+def default_power_limit_mw(handle: Any) -> int:
+    """The power limit in mW the GPU boots with."""
+    return int(_call("nvmlDeviceGetPowerManagementDefaultLimit", handle))
+
+
+def power_limit_constraints_mw(handle: Any) -> tuple[int, int]:
+    """The ``(minimum, maximum)`` power limit in mW the GPU accepts."""
+    low, high = _call("nvmlDeviceGetPowerManagementLimitConstraints", handle)
+    return int(low), int(high)
+
+
+def set_power_limit_mw(handle: Any, limit_mw: int) -> None:
+    """Set the power limit in mW (needs root; raises ``NoPermission`` otherwise)."""
+    _call("nvmlDeviceSetPowerManagementLimit", handle, int(limit_mw))
+
+
+def sm_clock_mhz(handle: Any) -> int:
+    """The current SM clock in MHz."""
+    return int(_call("nvmlDeviceGetClockInfo", handle, pynvml.NVML_CLOCK_SM))
+
+
+def max_sm_clock_mhz(handle: Any) -> int:
+    """The highest SM clock in MHz the GPU supports."""
+    return int(_call("nvmlDeviceGetMaxClockInfo", handle, pynvml.NVML_CLOCK_SM))
+
+
+def lock_gpu_clocks_mhz(handle: Any, min_mhz: int, max_mhz: int) -> None:
+    """Lock the GPU (SM) clock into ``[min_mhz, max_mhz]`` (Volta and newer; needs root)."""
+    _call("nvmlDeviceSetGpuLockedClocks", handle, int(min_mhz), int(max_mhz))
+
+
+def reset_gpu_locked_clocks(handle: Any) -> None:
+    """Undo :func:`lock_gpu_clocks_mhz` (needs root)."""
+    _call("nvmlDeviceResetGpuLockedClocks", handle)
 
 
 # ---------------------------------------------------------------------------------------------

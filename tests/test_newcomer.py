@@ -1,0 +1,64 @@
+"""A new user's mistakes get one-line answers and exit code 2 (usage) or 1 (failure)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llm_powertrace_ds.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err and err[0].startswith("error: "), err
+    assert all(line.startswith("hint:") for line in err[1:]), err
+    return err[0]
+
+
+def test_unknown_subcommand(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["lsit"])
+    assert e.value.code == 2
+
+
+def test_missing_sweep_file(tmp_path, capsys):
+    assert main(["generate", str(tmp_path / "nope.yaml"), "--out", str(tmp_path / "o")]) == 1
+    assert "does not exist" in _one_line_error(capsys)
+
+
+@pytest.mark.parametrize("argv", [
+    ["generate", "{repo}/generation/sweeps/demo-finetune.yaml", "--out", "{file}", "--dry-run"],
+    ["import", "nvidia-smi", "{file}", "--out", "{file}", "--workload", "inference"],
+    ["demo", "--out", "{file}"],
+    ["merge", "{tmp}", "--into", "{file}"],
+])
+def test_out_pointing_at_a_file(argv, tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    argv = [a.format(repo=REPO, file=afile, tmp=tmp_path) for a in argv]
+    assert main(argv) == 1
+    assert "is a file" in _one_line_error(capsys)
+
+
+@pytest.mark.parametrize("cmd", ["list", "validate", "metrics", "card"])
+def test_folder_that_is_not_a_dataset(cmd, tmp_path, capsys):
+    assert main([cmd, str(tmp_path)]) == 1
+    assert "not a dataset folder" in _one_line_error(capsys)
+
+
+def test_upload_without_token(tmp_path, make_run):
+    from llm_powertrace_ds import shards
+
+    shards.publish_run(tmp_path / "ds", make_run("a"))
+    env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
+    env.update(HF_HOME=str(tmp_path / "hf-home"), HF_HUB_DISABLE_IMPLICIT_TOKEN="1")
+    proc = subprocess.run([sys.executable, str(REPO / "upload.py"), str(tmp_path / "ds"),
+                           "--repo-id", "org/name"], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "login" in lines[0], proc.stderr
