@@ -388,46 +388,27 @@ def _remove_checkpoints(sweep: Sweep, run: PlannedRun) -> None:
 def power_cap(gpu_indices: Sequence[int], watts: float | None) -> Iterator[list[dict[str, Any]]]:
     """Set an NVML power limit on ``gpu_indices`` for the duration, then restore the originals.
 
-    Needs root. Never used on ``cpu_proxy`` (sweep validation rejects it) nor on a machine
-    whose settings must stay as they are. The sampler, started inside, reads the enforced limit
-    (``power_limit_w``: the observed value beside the requested ``power_limit_setting_w``).
+    Needs root. Never used on ``cpu_proxy`` (sweep validation rejects it) and refused where
+    ``$LLM_POWERTRACE_NO_DEVICE_SETTINGS`` is set. The sampler, started inside, reads the enforced
+    limit (``power_limit_w``: the observed value beside the requested ``power_limit_setting_w``).
+    A thin wrapper of ``generation.sampler.device_settings``.
 
     Yields:
         One ``{"gpu_index", "original_mw", "requested_mw"}`` per GPU.
 
     Raises:
-        SourceError: NVML refused (e.g. ``NoPermission``, a value out of range); whatever was
-            already changed is restored first.
+        SourceError: NVML refused (e.g. ``NoPermission``); whatever was already changed is
+            restored first.
+        SettingOutOfRange: ``watts`` outside a GPU's allowed range (nothing is changed).
     """
     if watts is None:
         yield []
         return
-    # The sampler's device layer is the only code that talks to NVML (its error translation
-    # included); it has no public power-limit call yet, so its call helper is used here.
-    from .sampler import SourceError
-    from .sampler import nvml as dev
+    from .sampler import device_settings
 
-    dev._init()
-    changed: list[dict[str, Any]] = []
-    try:
-        for index in gpu_indices:
-            handle = dev._call("nvmlDeviceGetHandleByIndex", int(index))
-            original = int(dev._call("nvmlDeviceGetPowerManagementLimit", handle))
-            requested = int(round(watts * 1000))
-            dev._call("nvmlDeviceSetPowerManagementLimit", handle, requested)
-            changed.append({"gpu_index": int(index), "original_mw": original,
-                            "requested_mw": requested, "handle": handle})
-            log.info("power limit of GPU %d: %d W -> %d W", index, original // 1000,
-                     requested // 1000)
-        yield [{k: v for k, v in c.items() if k != "handle"} for c in changed]
-    finally:
-        for c in reversed(changed):
-            try:
-                dev._call("nvmlDeviceSetPowerManagementLimit", c["handle"], c["original_mw"])
-            except SourceError as exc:
-                log.error("could not restore the power limit of GPU %d to %d W: %s",
-                          c["gpu_index"], c["original_mw"] // 1000, exc)
-        dev._shutdown()
+    with device_settings(gpu_indices, power_limit_w=watts) as applied:
+        yield [{"gpu_index": a.gpu_index, "original_mw": a.original_power_limit_mw,
+                "requested_mw": a.requested_power_limit_mw} for a in applied]
 
 
 def _cap_indices(config: Any, nproc: int) -> list[int]:

@@ -65,6 +65,7 @@ PATH_SETTINGS = frozenset({"dataset_name", "replay_file"})
 """Settings whose non-keyword values are paths, resolved against the sweep file's folder."""
 HASH_LEN = 10
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# bf16-less GPU families, for detect_machine where NVML reports no compute capability.
 _NO_BF16_RE = re.compile(r"\b(V100|T4|P100|P40|P4|K80|M60|GTX|RTX\s?20\d\d|Quadro RTX)\b", re.I)
 
 
@@ -450,9 +451,11 @@ def load_sweep(path: str | Path, *, strict: bool = True) -> Sweep:
 def detect_machine(sampler: dict[str, Any]) -> MachineInfo:
     """What the runs will use: the resolved sampler source, platform and device capabilities.
 
-    Imports no torch: NVML (through the sampler's own check) names the GPUs; CUDA is assumed
-    usable where NVML sees a GPU; bf16 support is judged from the GPU name (pre-Ampere
-    families lack it).
+    Imports no torch: NVML (``generation.sampler.probe_gpus``) names the GPUs and reports their
+    compute capability; CUDA is assumed usable where NVML sees a GPU; bf16 support is compute
+    capability >= 8.0 (judged from the GPU name only where NVML cannot report it); power caps
+    are allowed where every probed GPU may have its power limit set (root, not a machine with
+    ``$LLM_POWERTRACE_NO_DEVICE_SETTINGS`` set).
 
     Raises:
         SweepError: the sampler source cannot be used here (e.g. ``nvml`` without a GPU).
@@ -472,25 +475,16 @@ def detect_machine(sampler: dict[str, Any]) -> MachineInfo:
                            cuda=False, bf16=True, bitsandbytes=False)
     from llm_powertrace_ds.schema import platform_from_name
 
-    from .sampler import nvml
+    from .sampler import probe_gpus
 
-    description = nvml.check_available(cfg.gpu_indices, allow_mig=cfg.allow_mig)
-    names = [part.split(": ", 1)[1] for part in description.split(", ") if ": " in part]
+    gpus = probe_gpus(cfg.gpu_indices, allow_mig=cfg.allow_mig)
+    names = [g.name for g in gpus]
     platform = platform_from_name(names[0] if names else None).slug
-    bf16 = not any(_NO_BF16_RE.search(n) for n in names)
-    return MachineInfo(source="nvml", platform=platform, num_devices=len(names), cuda=True,
-                       bf16=bf16, bitsandbytes=bnb, can_set_power_limit=_can_set_power_limit(),
+    bf16 = all(g.bf16 if g.bf16 is not None else not _NO_BF16_RE.search(g.name) for g in gpus)
+    return MachineInfo(source="nvml", platform=platform, num_devices=len(gpus), cuda=True,
+                       bf16=bf16, bitsandbytes=bnb,
+                       can_set_power_limit=bool(gpus) and all(g.can_set_power_limit for g in gpus),
                        extra={"gpu_names": names})
-
-
-NO_DEVICE_SETTINGS_ENV = "LLM_POWERTRACE_NO_DEVICE_SETTINGS"
-"""Set (to anything) on machines whose GPU settings must never change: power caps are refused."""
-
-
-def _can_set_power_limit() -> bool:
-    """Power caps need root on an NVML machine that allows setting changes."""
-    return (hasattr(os, "geteuid") and os.geteuid() == 0
-            and os.environ.get(NO_DEVICE_SETTINGS_ENV) is None)
 
 
 def canonical_hash(payload: dict[str, Any]) -> str:

@@ -3,8 +3,9 @@
 Layers (the Zeus model): **device** — ``nvml.py`` (the only module that imports the NVML
 binding, ``pynvml`` from nvidia-ml-py) and ``cpu_proxy.py`` behind the ``Source`` interface of
 ``base.py``, raw units (mW, mJ, bytes) and a small error hierarchy (``errors.py``);
-**monitor** — ``process.py`` (the spawned sampler process, ticking on absolute deadlines) and
-``spool.py`` (the crash-safe on-disk spool); **report** — ``convert.py`` (spool + events ->
+**monitor** — ``process.py`` (the spawned sampler process, ticking on absolute deadlines),
+``spool.py`` (the crash-safe on-disk spool) and ``settings.py`` (GPU probes, power caps and
+locked clocks with restore, through ``nvml.py``'s public functions only); **report** — ``convert.py`` (spool + events ->
 ``llm_powertrace_ds.run.Run``) and the ``SamplerSummary`` dataclass.
 
 Public API (stable)::
@@ -45,9 +46,27 @@ Public API (stable)::
   ``spool_to_run(attempt_dir, meta)`` then adds the ``incomplete`` flag (salvage).
 * ``read_spool(staging_dir) -> Spool`` — the raw ticks (monotonic ns, deadlines, missed
   counts, per-tick read latency), devices, anchors and summary, for benchmarks and tests.
-* Errors: ``SamplerError`` > ``SamplerConfigError`` (also ``ValueError``),
-  ``SourceUnavailable`` > ``WrongBinding``, ``SourceError`` > ``NotSupported``,
-  ``NoPermission``, ``GpuLost``, ``UnknownError``.
+* ``probe_gpus(indices=None, *, allow_mig=False, uuid_salt=None, env=None) -> list[GpuProbe]``
+  — the GPUs the sampler would read (changes nothing): ``index``, ``name``, ``uuid_hash``,
+  ``mig_mode``, ``compute_capability``, ``power_limit_w`` and its ``default_``/``min_``/``max_``
+  values, ``bf16`` (compute capability >= 8.0), and ``can_set_power_limit``/``can_lock_clocks``
+  with the reason when not (``power_limit_refusal``/``gpu_clock_refusal``: not root, or
+  ``$LLM_POWERTRACE_NO_DEVICE_SETTINGS`` set).
+* ``device_settings(indices, *, power_limit_w=None, sm_clock_mhz=None)`` — context manager
+  (``settings.py``) that caps the power and/or locks the SM clock, yields one
+  ``AppliedSettings`` per GPU (requested, original and observed values; ``.observed()`` gives
+  ``{"power_limit_w", "sm_clock_mhz"}``) and restores the original settings on exit, also on
+  error. It refuses with one line naming the axis and the reason where
+  ``$LLM_POWERTRACE_NO_DEVICE_SETTINGS`` is set (``NO_DEVICE_SETTINGS_ENV``; the lent device
+  machine) or NVML refuses (``NoPermission``), and raises ``SettingOutOfRange`` for a value
+  the GPU does not accept, before anything changes::
+
+      with device_settings([0], power_limit_w=350) as applied:
+          applied[0].observed()          # {"power_limit_w": 350.0}
+
+* Errors: ``SamplerError`` > ``SamplerConfigError`` (also ``ValueError``) > ``SettingOutOfRange``
+  (also ``InputError``, ``field`` = the axis), ``SourceUnavailable`` > ``WrongBinding``,
+  ``SourceError`` > ``NotSupported``, ``NoPermission``, ``GpuLost``, ``UnknownError``.
 
 Staging files written here (``<staging_dir>/``): ``spool/`` (``header.json``,
 ``devices.json``, ``samples.bin``, ``anchors.json``, ``summary.json``, ``sampler.log``),
@@ -68,17 +87,29 @@ from .errors import (
     NotSupported,
     SamplerConfigError,
     SamplerError,
+    SettingOutOfRange,
     SourceError,
     SourceUnavailable,
     UnknownError,
     WrongBinding,
 )
 from .process import Sampler, register_pid
+from .settings import (
+    NO_DEVICE_SETTINGS_ENV,
+    AppliedSettings,
+    GpuProbe,
+    device_settings,
+    probe_gpus,
+    settings_refusal,
+)
 from .spool import SamplerSummary, Spool, archive_attempt, read_spool
 
 __all__ = [
+    "NO_DEVICE_SETTINGS_ENV",
     "SOURCES",
+    "AppliedSettings",
     "GpuLost",
+    "GpuProbe",
     "NoPermission",
     "NotSupported",
     "Sampler",
@@ -86,15 +117,19 @@ __all__ = [
     "SamplerConfigError",
     "SamplerError",
     "SamplerSummary",
+    "SettingOutOfRange",
     "SourceError",
     "SourceUnavailable",
     "Spool",
     "UnknownError",
     "WrongBinding",
     "archive_attempt",
+    "device_settings",
+    "probe_gpus",
     "provenance_meta",
     "read_spool",
     "register_pid",
     "resolve_source",
+    "settings_refusal",
     "spool_to_run",
 ]

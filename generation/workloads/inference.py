@@ -56,7 +56,8 @@ moment it drops below the target (in-flight requests start draining).
 ``model_params`` and the library versions.
 
 **Locked clocks and power caps**: :class:`GpuSettings` (``SPEC.device_settings``) sets and
-restores them through the sampler's NVML layer; the runner enters it around the sampler.
+restores them through ``generation.sampler.device_settings``; the runner enters it around the
+sampler.
 """
 
 from __future__ import annotations
@@ -432,7 +433,7 @@ SPEC = InferenceSpec()
 
 
 # ---------------------------------------------------------------------------------------------
-# Locked clocks and power caps (root only; NVML through the sampler's device layer)
+# Locked clocks and power caps (root only; generation.sampler.device_settings)
 # ---------------------------------------------------------------------------------------------
 
 class GpuSettings:
@@ -442,8 +443,9 @@ class GpuSettings:
     and ``sm_clock_mhz`` shows the locked clock) and leave it after the sampler stops. The
     original power limit is set back and locked clocks are reset on exit, also when the run
     failed, and also when entering failed half-way. Nothing is touched when neither setting is
-    requested. NVML is reached through ``generation.sampler.nvml`` (the only module that imports
-    the binding; its errors arrive translated: ``NoPermission``, ``NotSupported``, ...).
+    requested. A thin wrapper of ``generation.sampler.device_settings`` (range checks, the
+    ``$LLM_POWERTRACE_NO_DEVICE_SETTINGS`` guard, restore; NVML errors arrive translated:
+    ``NoPermission``, ``NotSupported``, ...).
 
     Args:
         gpu_indices: NVML indices of the run's GPUs.
@@ -453,10 +455,12 @@ class GpuSettings:
     Attributes:
         observed: per GPU index, ``power_limit_w`` (enforced after setting) and
             ``sm_clock_mhz`` (read right after locking).
+        applied: the ``AppliedSettings`` records (requested, original and observed values).
 
     Raises:
-        InputError: a power cap outside the GPU's allowed range.
-        SourceError: NVML refused (``NoPermission`` without root, ``NotSupported``).
+        InputError: a power cap or clock outside the GPU's allowed range (``SettingOutOfRange``).
+        SourceError: NVML refused (``NoPermission`` without root or where settings are guarded,
+            ``NotSupported``).
     """
 
     def __init__(self, gpu_indices: list[int] | tuple[int, ...], *, clock_mhz: int | None = None,
@@ -465,8 +469,8 @@ class GpuSettings:
         self.clock_mhz = clock_mhz
         self.power_limit_w = power_limit_w
         self.observed: dict[int, dict[str, float | None]] = {}
-        self._undo: list[tuple[str, Any, int, Any]] = []
-        self._nv: Any = None
+        self.applied: list[Any] = []
+        self._stack: contextlib.ExitStack | None = None
 
     @property
     def active(self) -> bool:
@@ -475,63 +479,19 @@ class GpuSettings:
     def __enter__(self) -> GpuSettings:
         if not self.active:
             return self
-        from generation.sampler import nvml as nv
+        from generation.sampler import device_settings
 
-        nv._init()
-        self._nv = nv
-        try:
-            for index in self.gpu_indices:
-                handle = nv._call("nvmlDeviceGetHandleByIndex", index)
-                seen: dict[str, float | None] = {}
-                if self.power_limit_w is not None:
-                    lo, hi = nv._call("nvmlDeviceGetPowerManagementLimitConstraints", handle)
-                    mw = int(round(self.power_limit_w * 1000))
-                    if not int(lo) <= mw <= int(hi):
-                        raise InputError(f"{self.power_limit_w:g} W is outside GPU {index}'s "
-                                         f"range {int(lo) / 1000:g}-{int(hi) / 1000:g} W",
-                                         field="power_limit_setting_w")
-                    original = nv._call("nvmlDeviceGetPowerManagementLimit", handle)
-                    nv._call("nvmlDeviceSetPowerManagementLimit", handle, mw)
-                    self._undo.append(("power", handle, index, original))
-                    seen["power_limit_w"] = int(nv._call("nvmlDeviceGetEnforcedPowerLimit",
-                                                         handle)) / 1000
-                if self.clock_mhz is not None:
-                    mhz = int(self.clock_mhz)
-                    nv._call("nvmlDeviceSetGpuLockedClocks", handle, mhz, mhz)
-                    self._undo.append(("clock", handle, index, None))
-                    seen["sm_clock_mhz"] = float(nv._call("nvmlDeviceGetClockInfo", handle,
-                                                          nv.pynvml.NVML_CLOCK_SM))
-                self.observed[index] = seen
-                log.info("GPU %d: requested clock %s MHz, power cap %s W; observed %s", index,
-                         self.clock_mhz, self.power_limit_w, seen)
-        except BaseException:
-            self._restore()
-            raise
+        stack = contextlib.ExitStack()
+        self.applied = stack.enter_context(device_settings(
+            self.gpu_indices, power_limit_w=self.power_limit_w, sm_clock_mhz=self.clock_mhz))
+        self._stack = stack
+        self.observed = {a.gpu_index: a.observed() for a in self.applied}
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        self._restore()
-
-    def _restore(self) -> None:
-        nv = self._nv
-        if nv is None:
-            return
-        from generation.sampler import SourceError
-
-        failures = []
-        for kind, handle, index, original in reversed(self._undo):
-            try:
-                if kind == "power":
-                    nv._call("nvmlDeviceSetPowerManagementLimit", handle, original)
-                else:
-                    nv._call("nvmlDeviceResetGpuLockedClocks", handle)
-            except SourceError as exc:
-                failures.append(f"GPU {index} {kind}: {exc}")
-        self._undo.clear()
-        self._nv = None
-        nv._shutdown()
-        if failures:
-            log.error("could not restore GPU settings: %s", "; ".join(failures))
+    def __exit__(self, *exc_info: Any) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            stack.__exit__(*exc_info)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -382,6 +382,7 @@ def test_power_cap_sets_then_restores(monkeypatch):
     from generation.sampler import NoPermission
     from generation.sampler import nvml as dev
 
+    monkeypatch.delenv("LLM_POWERTRACE_NO_DEVICE_SETTINGS", raising=False)  # the double only
     fake = FakeNvml()
     monkeypatch.setattr(dev, "pynvml", fake)
     with runner.power_cap([0, 1], 400.0) as changed:

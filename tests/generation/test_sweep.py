@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -297,6 +298,53 @@ def test_power_cap_allowed_only_with_permission(tmp_path):
     no_root = MachineInfo(**{**H100.__dict__, "can_set_power_limit": False})
     with pytest.raises(SweepError):
         plan(load_sweep(path), no_root)
+
+
+@pytest.mark.parametrize(("gpu", "bf16"), [
+    ({}, True),
+    ({"name": "Tesla V100-SXM2-32GB", "compute_capability": (7, 0)}, False),
+    ({"name": "NVIDIA A100-SXM4-80GB", "compute_capability": (8, 0)}, True),
+    ({"name": "Tesla T4", "compute_capability": (7, 5)}, False),
+])
+def test_detect_machine_probes_nvml(monkeypatch, gpu, bf16):
+    """bf16 from the compute capability; names, count and permission from the probes (the NVML
+    test double: ``tests/generation`` is on ``sys.path``, so its ``sampler`` package is)."""
+    from sampler.fake_nvml import FakeGpu, FakeNvml
+
+    from generation.sampler import NO_DEVICE_SETTINGS_ENV
+    from generation.sampler import nvml as nvml_mod
+    from generation.sweep import detect_machine
+    from llm_powertrace_ds.schema import platform_from_name
+
+    fake = FakeNvml([FakeGpu(**gpu), FakeGpu(**gpu, uuid="GPU-2")])
+    monkeypatch.setattr(nvml_mod, "pynvml", fake)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv(NO_DEVICE_SETTINGS_ENV, raising=False)
+    monkeypatch.setattr(os, "geteuid", lambda: 0, raising=False)
+    machine = detect_machine({"source": "nvml"})
+    name = fake.gpus[0].name
+    assert (machine.source, machine.num_devices, machine.cuda) == ("nvml", 2, True)
+    assert machine.bf16 is bf16 and machine.extra["gpu_names"] == [name, name]
+    assert machine.platform == platform_from_name(name).slug and machine.can_set_power_limit
+    monkeypatch.setenv(NO_DEVICE_SETTINGS_ENV, "1")
+    assert not detect_machine({"source": "auto"}).can_set_power_limit
+    monkeypatch.delenv(NO_DEVICE_SETTINGS_ENV)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000, raising=False)
+    assert not detect_machine({"source": "nvml"}).can_set_power_limit
+    assert fake.calls["nvmlDeviceSetPowerManagementLimit"] == 0 and fake.initialised == 0
+
+
+def test_detect_machine_falls_back_to_the_name_without_a_compute_capability(monkeypatch):
+    from sampler.fake_nvml import NOT_SUPPORTED, FakeGpu, FakeNvml, always
+
+    from generation.sampler import nvml as nvml_mod
+    from generation.sweep import detect_machine
+
+    no_cc = {"nvmlDeviceGetCudaComputeCapability": always(NOT_SUPPORTED)}
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    for name, bf16 in (("Tesla V100-SXM2-32GB", False), ("NVIDIA H100 80GB HBM3", True)):
+        monkeypatch.setattr(nvml_mod, "pynvml", FakeNvml([FakeGpu(name=name, faults=no_cc)]))
+        assert detect_machine({"source": "nvml"}).bf16 is bf16
 
 
 def test_task_subsets_are_disjoint_and_cover_the_sweep(tmp_path):

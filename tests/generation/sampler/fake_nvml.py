@@ -3,7 +3,8 @@
 It keeps the binding's real constants, error classes and ctypes structures (``pynvml``), and
 replaces every function the sampler calls with a deterministic one. Each fake GPU yields
 a deterministic power and energy sequence (one step per ``nvmlDeviceGetFieldValues`` call) and can
-be told to fail: a field unsupported, the GPU lost from a given tick on, an error on chosen calls.
+be told to fail: a field unsupported, the GPU lost from a given tick on, an error on chosen calls. Its power
+limit and clock lock are state that the setters change, for the settings tests.
 Tests patch ``generation.sampler.nvml.pynvml`` (where the code looks the binding up) with it.
 """
 
@@ -57,6 +58,11 @@ class FakeGpu:
         faults: function name -> rule; a rule's code is raised as ``NVMLError(code)``.
         lost_from_tick: every call fails with GPU_IS_LOST from this field-values call on.
         mig: MIG mode enabled.
+        compute_capability: ``(major, minor)``.
+        power_limit_mw: the configured power limit (the setters change it).
+        power_range_mw: the power limits the GPU accepts.
+        locked_clocks_mhz: ``(min, max)`` of a clock lock, ``None`` when unlocked.
+        max_sm_clock_mhz: the highest SM clock.
     """
 
     name: str = "NVIDIA H100 80GB HBM3"
@@ -70,6 +76,11 @@ class FakeGpu:
     faults: dict[str, FaultRule] = field(default_factory=dict)
     lost_from_tick: int | None = None
     mig: bool = False
+    compute_capability: tuple[int, int] = (9, 0)
+    power_limit_mw: int = 700_000
+    power_range_mw: tuple[int, int] = (200_000, 700_000)
+    locked_clocks_mhz: tuple[int, int] | None = None
+    max_sm_clock_mhz: int = 1980
     tick: int = -1
     energy_mj: float = 0.0
 
@@ -159,16 +170,39 @@ class FakeNvml:
         return info
 
     def nvmlDeviceGetEnforcedPowerLimit(self, handle):
-        self._gpu(handle, "nvmlDeviceGetEnforcedPowerLimit")
-        return 700_000
+        return self._gpu(handle, "nvmlDeviceGetEnforcedPowerLimit").power_limit_mw
+
+    def nvmlDeviceGetPowerManagementLimit(self, handle):
+        return self._gpu(handle, "nvmlDeviceGetPowerManagementLimit").power_limit_mw
 
     def nvmlDeviceGetPowerManagementDefaultLimit(self, handle):
         self._gpu(handle, "nvmlDeviceGetPowerManagementDefaultLimit")
         return 700_000
 
     def nvmlDeviceGetPowerManagementLimitConstraints(self, handle):
-        self._gpu(handle, "nvmlDeviceGetPowerManagementLimitConstraints")
-        return [200_000, 700_000]
+        return list(self._gpu(handle, "nvmlDeviceGetPowerManagementLimitConstraints")
+                    .power_range_mw)
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle):
+        return self._gpu(handle, "nvmlDeviceGetCudaComputeCapability").compute_capability
+
+    def nvmlDeviceGetMaxClockInfo(self, handle, type):  # noqa: A002 - the binding's name
+        gpu = self._gpu(handle, "nvmlDeviceGetMaxClockInfo")
+        return gpu.max_sm_clock_mhz if type == real.NVML_CLOCK_SM else 2619
+
+    # -- settings (root only on real GPUs) --------------------------------------------------
+    def nvmlDeviceSetPowerManagementLimit(self, handle, limit):
+        gpu = self._gpu(handle, "nvmlDeviceSetPowerManagementLimit")
+        if not gpu.power_range_mw[0] <= limit <= gpu.power_range_mw[1]:
+            raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+        gpu.power_limit_mw = limit
+
+    def nvmlDeviceSetGpuLockedClocks(self, handle, minGpuClockMHz, maxGpuClockMHz):  # noqa: N803
+        gpu = self._gpu(handle, "nvmlDeviceSetGpuLockedClocks")
+        gpu.locked_clocks_mhz = (minGpuClockMHz, maxGpuClockMHz)
+
+    def nvmlDeviceResetGpuLockedClocks(self, handle):
+        self._gpu(handle, "nvmlDeviceResetGpuLockedClocks").locked_clocks_mhz = None
 
     def nvmlDeviceGetMigMode(self, device):
         gpu = self._gpu(device, "nvmlDeviceGetMigMode")
@@ -225,8 +259,10 @@ class FakeNvml:
         return mem
 
     def nvmlDeviceGetClockInfo(self, handle, type):  # noqa: A002 - the binding's name
-        self._gpu(handle, "nvmlDeviceGetClockInfo")
-        return 1980 if type == real.NVML_CLOCK_SM else 2619
+        gpu = self._gpu(handle, "nvmlDeviceGetClockInfo")
+        if type == real.NVML_CLOCK_SM:
+            return gpu.locked_clocks_mhz[1] if gpu.locked_clocks_mhz else 1980
+        return 2619
 
     def nvmlDeviceGetTemperature(self, handle, sensor):
         self._gpu(handle, "nvmlDeviceGetTemperature")

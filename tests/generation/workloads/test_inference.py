@@ -328,6 +328,7 @@ def settings_nvml(monkeypatch):
     def install(**kwargs) -> SettingsNvml:
         fake = SettingsNvml(**kwargs)
         monkeypatch.setattr(nvml, "pynvml", fake)
+        monkeypatch.delenv("LLM_POWERTRACE_NO_DEVICE_SETTINGS", raising=False)  # the double only
         return fake
 
     return install
