@@ -193,10 +193,9 @@ def cmd_pack(args: argparse.Namespace) -> int:
 
 
 def cmd_card(args: argparse.Namespace) -> int:
-    from .shards import refresh_readme
-
     from . import layout
     from .errors import InputError
+    from .shards import refresh_readme
 
     root = Path(args.dir)
     if not layout.data_root(root).is_dir():
