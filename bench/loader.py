@@ -1,5 +1,7 @@
-"""Benchmark: write >= 10 M samples through the shard writer, load them with ``datasets``, and
-scan every trace as numpy arrays through the README's path vs raw ``pyarrow.ipc``.
+"""Benchmark the shard writer, ``datasets`` loading, and trace scans vs raw ``pyarrow.ipc``.
+
+Writes >= 10 M samples through the shard writer, loads them with ``datasets``, and scans every
+trace as numpy arrays through the README's path vs raw ``pyarrow.ipc``.
 
 Prints one JSON object:
 ``{"samples", "write_s", "load_cold_s", "load_warm_s", "scan_datasets_s", "scan_pyarrow_s",

@@ -135,8 +135,11 @@ class Aligned:
     _values: np.ndarray | None = field(default=None, repr=False)
 
     def values(self) -> np.ndarray:
-        """The node total at the gap-free points, in no particular order (cached, shared:
-        callers may reorder it in place, e.g. ``np.percentile(..., overwrite_input=True)``)."""
+        """The node total at the gap-free points, in no particular order.
+
+        Cached and shared: callers may reorder it in place, e.g.
+        ``np.percentile(..., overwrite_input=True)``.
+        """
         if self._values is None:
             self._values = self.total.copy() if self.valid.all() else self.total[self.valid]
         return self._values

@@ -60,7 +60,9 @@ def _no_data(ax: Any, text: str) -> None:
 
 def plot_run(run: Run, out: str | Path, *, zoom_s: float = 10.0,
              grid_ms: int = metrics_mod.GRID_MS) -> Path:
-    """One run: per-device power and the node total over time with events as shaded phases, a
+    """Plot one run: power over time, a zoom on its largest ramp, ramp rates and spectrum.
+
+    Panels: per-device power and the node total over time with events as shaded phases, a
     ``zoom_s`` zoom around the largest 1 s ramp, the ramp-rate histogram and the spectrum.
 
     Returns:
@@ -200,9 +202,11 @@ def plot_sweep(rows: Iterable[Mapping[str, Any]], metric: str, axis: str, out: s
 
 def plot_fit(fit_data: Mapping[str, Any] | str | Path, out: str | Path, *,
              axis: str | None = None) -> Path:
-    """A fit: the log-linear law along one axis (others at their training medians, categorical
-    factors at their reference level) with its 95 % interval per platform, and the held-out
-    points — on the law panel and as predicted vs measured with their intervals.
+    """Plot a fit: the log-linear law along one axis and the held-out points.
+
+    The law is drawn along one axis (others at their training medians, categorical factors at
+    their reference level) with its 95 % interval per platform; the held-out points appear on
+    the law panel and as predicted vs measured with their intervals.
     """
     from . import scaling
 

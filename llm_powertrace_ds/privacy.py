@@ -1,6 +1,9 @@
-"""Salted hashes of identifiers (GPU UUIDs, hosts): one function for the sampler and importers,
-so one device hashes the same whether it was measured or imported. Identifiers themselves never
-reach the data. Imports nothing heavy (the sampler process uses it)."""
+"""Salted hashes of identifiers (GPU UUIDs, hosts).
+
+One function for the sampler and importers, so one device hashes the same whether it was
+measured or imported. Identifiers themselves never reach the data. Imports nothing heavy (the
+sampler process uses it).
+"""
 
 from __future__ import annotations
 

@@ -55,8 +55,10 @@ def synthetic_run(run_id: str = "run-a", *, workload: str = "finetune", platform
 
 @pytest.fixture(autouse=True)
 def _no_card_figures_by_default(monkeypatch):
-    """Drawing card figures after every publish costs ~1 s each; tests that check figures
-    opt in with ``cards.builder.CardOptions(figures=True)``."""
+    """Drawing card figures after every publish costs ~1 s each, so it is off by default.
+
+    Tests that check figures opt in with ``cards.builder.CardOptions(figures=True)``.
+    """
     monkeypatch.setenv("LLM_POWERTRACE_CARD_FIGURES", "0")
 
 

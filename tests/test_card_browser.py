@@ -1,5 +1,7 @@
-"""Render the dataset card (README.md with its linked PNGs) as the Hub would and check it in
-headless Chromium: no broken image link, no empty figure."""
+"""Render the dataset card as the Hub would and check it in headless Chromium.
+
+The card is README.md with its linked PNGs; the check: no broken image link, no empty figure.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
-"""upload.py against a test double of ``HfApi``: the checks before any network call, the dry
-run, the recorded calls and files, Parquet, pull requests, and the token never leaking."""
+"""upload.py against a test double of ``HfApi``.
+
+The checks before any network call, the dry run, the recorded calls and files, Parquet, pull
+requests, and the token never leaking.
+"""
 
 from __future__ import annotations
 
@@ -93,8 +96,10 @@ class FakeApi:
 
 
 def make_folder(root: Path, make_run, *, proxy: bool = False) -> Path:
-    """A fine-tuning and an inference run (with requests), optionally a cpu_proxy run, and
-    leftovers that must never be uploaded (a run in progress in .staging/, lock files)."""
+    """A fine-tuning and an inference run (with requests), optionally a cpu_proxy run.
+
+    Also leftovers that must never be uploaded (a run in progress in .staging/, lock files).
+    """
     shards.publish_run(root, make_run("ft-1", n=40), refresh_card=False)
     shards.publish_run(root, make_run("inf-1", workload="inference", family="qwen", n=40,
                                       seed=1, with_requests=True), refresh_card=False)

@@ -131,8 +131,11 @@ def _proc_children_supported() -> bool:
 
 
 def descendants(pid: int) -> list[int]:
-    """Every descendant of ``pid`` (from ``/proc/<pid>/task/<tid>/children`` when the kernel
-    has it — ~20x cheaper than scanning all of ``/proc`` — else psutil)."""
+    """Every descendant of ``pid``.
+
+    From ``/proc/<pid>/task/<tid>/children`` when the kernel has it (~20x cheaper than scanning
+    all of ``/proc``), else psutil.
+    """
     if not _PROC_CHILDREN:
         try:
             return [c.pid for c in psutil.Process(pid).children(recursive=True)]

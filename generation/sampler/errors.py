@@ -32,8 +32,10 @@ class SourceUnavailable(SamplerError):
 
 
 class WrongBinding(SourceUnavailable):
-    """A GPU is there but the NVML binding is not the official one (``auto`` does not fall back
-    to ``cpu_proxy`` for this: the message says how to fix it)."""
+    """A GPU is there but the NVML binding is not the official one.
+
+    ``auto`` does not fall back to ``cpu_proxy`` for this: the message says how to fix it.
+    """
 
 
 class SourceError(SamplerError):

@@ -472,8 +472,11 @@ class RequestStream:
         return np.random.default_rng(arrivals), np.random.default_rng(lengths)
 
     def prompt_ids(self, request: Request, vocab_size: int, first_id: int = 3) -> list[int]:
-        """The synthetic prompt of ``request``: exactly ``prompt_tokens`` ids in
-        ``[first_id, vocab_size)``, a function of the seed and the request's index only."""
+        """The synthetic prompt of ``request``.
+
+        Exactly ``prompt_tokens`` ids in ``[first_id, vocab_size)``, a function of the seed and
+        the request's index only.
+        """
         seq = np.random.SeedSequence(self.seed, spawn_key=(2, request.index))
         return synthetic_prompt(np.random.default_rng(seq), request.prompt_tokens, vocab_size,
                                 first_id)

@@ -333,8 +333,10 @@ def _callback_class() -> type:
 
 @contextlib.contextmanager
 def _library_bars_off() -> Iterator[None]:
-    """Hide the libraries' own progress bars (TRL's dataset maps, checkpoint shard writes);
-    the trainer's step bar stays."""
+    """Hide the libraries' own progress bars; the trainer's step bar stays.
+
+    Hidden: TRL's dataset maps, checkpoint shard writes.
+    """
     import datasets.utils.logging as dlog
     import transformers.utils.logging as tlog
 

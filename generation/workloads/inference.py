@@ -323,8 +323,10 @@ class InferenceSpec(WorkloadSpec):
 
     def device_settings(self, r: dict[str, Any], gpu_indices: list[int] | tuple[int, ...]
                         ) -> GpuSettings:
-        """The context manager that locks clocks / caps power for a run (enter it before the
-        sampler starts, leave it after the sampler stops)."""
+        """The context manager that locks clocks / caps power for a run.
+
+        Enter it before the sampler starts, leave it after the sampler stops.
+        """
         return GpuSettings(gpu_indices, clock_mhz=r.get("gpu_clock_mhz"),
                            power_limit_w=r.get("power_limit_setting_w"))
 
@@ -1252,8 +1254,11 @@ def load_model_tp(r: dict[str, Any], ctx: RunContext, *, poll_s: float = 0.2,
 
 
 def follow_tp(model: Any, r: dict[str, Any]) -> None:
-    """A non-driver rank of a tensor-parallel continuous-batching run: run the manager's
-    generation loop, which follows the driver (rank 0) step by step until it stops."""
+    """A non-driver rank of a tensor-parallel continuous-batching run.
+
+    Runs the manager's generation loop, which follows the driver (rank 0) step by step until it
+    stops.
+    """
     import torch
 
     stream = build_stream(r)

@@ -308,8 +308,10 @@ def _quantized_random_model(config: Any, quantization_config: Any, device_map: A
 
 
 def count_params(model: Any) -> int:
-    """Parameters of an instantiated model (shared tensors counted once; 4-bit packed weights
-    counted by their logical size)."""
+    """Parameters of an instantiated model.
+
+    Shared tensors are counted once; 4-bit packed weights are counted by their logical size.
+    """
     seen: set[int] = set()
     total = 0
     for p in model.parameters():

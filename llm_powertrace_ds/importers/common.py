@@ -208,8 +208,10 @@ def load_meta_file(path: str | Path) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 
 def sniff_encoding(path: Path) -> str:
-    """``utf-16`` when the file starts with a UTF-16 byte-order mark (PowerShell's ``>``
-    writes nvidia-smi output that way), else ``utf-8-sig``."""
+    """``utf-16`` when the file starts with a UTF-16 byte-order mark, else ``utf-8-sig``.
+
+    PowerShell's ``>`` writes nvidia-smi output with a UTF-16 byte-order mark.
+    """
     try:
         with open(path, "rb") as fh:
             head = fh.read(2)
@@ -334,8 +336,10 @@ class CsvReader:
         return not st.terminated or len(row) < len(self.header)
 
     def _classify(self, row: list[str], width: int) -> str:
-        """``data``, ``header`` (a repeated header line) or ``skip`` (blank, cut off); raises
-        on a line whose field count differs from the header's."""
+        """``data``, ``header`` (a repeated header line) or ``skip`` (blank, cut off).
+
+        Raises on a line whose field count differs from the header's.
+        """
         if len(row) <= 1 and not "".join(row).strip():
             return "skip"
         if (row[0].strip() == self.header[0] and len(row) == width

@@ -1,5 +1,8 @@
-"""The dataset card: YAML the Hub accepts, loadable configs, every column and axis, figures,
-runnable snippets, idempotence."""
+"""The dataset card.
+
+YAML the Hub accepts, loadable configs, every column and axis, figures, runnable snippets,
+idempotence.
+"""
 
 from __future__ import annotations
 
@@ -31,8 +34,11 @@ def _rename_devices(run, name, **attrs):
 
 
 def build_folder(root: Path) -> Path:
-    """Fine-tuning and inference runs on three GPU platforms, an imported-like run of a bare
-    family label, a two-node run, and cpu_proxy runs of both workloads."""
+    """Runs covering the platforms, workloads and run shapes a card must describe.
+
+    Fine-tuning and inference runs on three GPU platforms, an imported-like run of a bare family
+    label, a two-node run, and cpu_proxy runs of both workloads.
+    """
     runs = [
         synthetic_run("ft-llama-l40s", platform="l40s", family="llama", n=120,
                       model_name="Llama-3.2-1B", model_params=1_235_814_400, model_source="zoo",

@@ -307,8 +307,11 @@ def test_power_cap_allowed_only_with_permission(tmp_path):
     ({"name": "Tesla T4", "compute_capability": (7, 5)}, False),
 ])
 def test_detect_machine_probes_nvml(monkeypatch, gpu, bf16):
-    """bf16 from the compute capability; names, count and permission from the probes (the NVML
-    test double: ``tests/generation`` is on ``sys.path``, so its ``sampler`` package is)."""
+    """bf16 from the compute capability; names, count and permission from the probes.
+
+    The probes are the NVML test double: ``tests/generation`` is on ``sys.path``, so its
+    ``sampler`` package is.
+    """
     from sampler.fake_nvml import FakeGpu, FakeNvml
 
     from generation.sampler import NO_DEVICE_SETTINGS_ENV

@@ -59,8 +59,10 @@ class FakeClock:
 
 
 class ScriptedSource(Source):
-    """A source of fixed readings (power = 100 W + slot; its energy counter assumes 100 ms
-    ticks) with no hardware."""
+    """A source of fixed readings with no hardware.
+
+    Power = 100 W + slot; its energy counter assumes 100 ms ticks.
+    """
 
     name = "cpu_proxy"
 

@@ -119,8 +119,10 @@ def test_bad_period_is_refused(tmp_path):
        read_ns=st.integers(min_value=0, max_value=3_000_000))
 @settings(max_examples=40, deadline=None)
 def test_schedule_invariants(tmp_path_factory, over, read_ns):
-    """Whatever the wake-up delays: deadlines stay on the start + k*period grid, no tick is
-    back-dated, and every grid deadline is either served or counted missed."""
+    """Whatever the wake-up delays, deadlines stay on the start + k*period grid.
+
+    Also no tick is back-dated, and every grid deadline is either served or counted missed.
+    """
     tmp = tmp_path_factory.mktemp("h")
     clock = FakeClock(read_ns=read_ns, oversleep_ns=over)
     loop = drive_loop(ScriptedSource(), tmp, ticks=len(over) + 3, clock=clock)

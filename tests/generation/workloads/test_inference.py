@@ -1,5 +1,8 @@
-"""The inference workload: settings and validation, the serving loop on a tiny model, the
-request log, steady state, quantisation, GPU settings against an NVML double, end to end."""
+"""The inference workload.
+
+Settings and validation, the serving loop on a tiny model, the request log, steady state,
+quantisation, GPU settings against an NVML double, end to end.
+"""
 
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ def resolved(machine: MachineInfo = CPU, **values) -> dict:
 
 
 def problems(machine: MachineInfo = CPU, **values) -> dict[str, str]:
-    """setting -> its problems' messages, joined."""
+    """Setting -> its problems' messages, joined."""
     out: dict[str, str] = {}
     for key, message in inf.SPEC.check(resolved(machine, **values), machine):
         out[key] = f"{out[key]}; {message}" if key in out else message
@@ -452,8 +455,10 @@ def test_events_of_a_served_stream(tiny, tmp_path):
 
 
 def test_poisson_recorded_arrivals_are_exponential(tiny):
-    """A real Poisson run of 240 requests: the *recorded* arrival times (whole ms on the run
-    clock, as published in ``arrival_ms``) against Exp(λ), Kolmogorov-Smirnov at 1 %.
+    """A real Poisson run of 240 requests: recorded arrival times vs Exp(λ), KS test at 1 %.
+
+    The *recorded* arrival times (whole ms on the run clock, as published in ``arrival_ms``)
+    are tested against Exp(λ) with Kolmogorov-Smirnov at 1 %.
 
     torch runs one intra-op thread here: on a 2-core machine shared with other processes,
     spinning OpenMP workers otherwise starve the loop thread and late arrivals bunch up.
