@@ -207,23 +207,7 @@ class InferenceSpec(WorkloadSpec):
 
     def resolve(self, values: dict[str, Any], machine: MachineInfo) -> dict[str, Any]:
         r = {name: values.get(name, s.default) for name, s in self.settings.items()}
-        try:
-            spec: models.ModelSpec | None = models.get_spec(r["model"])
-        except InputError:
-            spec = None
-        if spec is not None:
-            r["model"] = spec.name
-            r["model_name"] = spec.name
-            r["model_family"] = spec.family
-            r["model_label"] = spec.name
-            try:
-                r["model_source"] = models.resolve_source(spec, r["model_source"])
-            except InputError:
-                pass  # reported by check()
-            if r["model_source"] == "hub":
-                r["model_label"] = spec.hub_id
-        if r["precision"] is None:
-            r["precision"] = "bf16" if (machine.cuda and machine.bf16) else "fp32"
+        models.resolve_model_columns(r, machine)
         # arrivals
         pattern = r["arrival_pattern"]
         if pattern == "closed":

@@ -363,3 +363,36 @@ def _bytes_to_unicode() -> dict[int, str]:
             cs.append(256 + n)
             n += 1
     return {b: chr(c) for b, c in zip(bs, cs, strict=True)}
+
+
+def resolve_model_columns(resolved: dict[str, Any], machine: Any) -> ModelSpec | None:
+    """Fill a run's model columns and default precision in place (shared by every workload).
+
+    ``model``, ``model_name``, ``model_family``, ``model_label`` come from the zoo entry;
+    ``model_source`` is resolved (``hub`` when the weights are in the local cache, then
+    ``model_label`` is the Hub id); ``precision`` defaults to bf16 on a CUDA device that has it,
+    else fp32. An unknown model or source is left as given: the workload's ``check`` reports it.
+
+    Args:
+        resolved: the run's settings (``model``, ``model_source``, ``precision`` at least).
+        machine: the ``MachineInfo`` the run is planned for (``cuda``, ``bf16``).
+
+    Returns:
+        The zoo entry, or ``None`` for an unknown model.
+    """
+    try:
+        spec: ModelSpec | None = get_spec(resolved["model"])
+    except InputError:
+        spec = None
+    if spec is not None:
+        resolved.update(model=spec.name, model_name=spec.name, model_family=spec.family,
+                        model_label=spec.name)
+        try:
+            resolved["model_source"] = resolve_source(spec, resolved["model_source"])
+        except InputError:
+            pass  # reported by check()
+        if resolved["model_source"] == "hub":
+            resolved["model_label"] = spec.hub_id
+    if resolved["precision"] is None:
+        resolved["precision"] = "bf16" if (machine.cuda and machine.bf16) else "fp32"
+    return spec

@@ -754,6 +754,26 @@ def fill_model(meta: dict[str, Any]) -> None:
         meta["model_family"] = family_from_name(meta.get("model_name") or meta.get("model_label"))
 
 
+def finish_meta(devices: list[DeviceData], meta: dict[str, Any], *, platform: str | None,
+                num_gpus: int | None, file: Path) -> list[str]:
+    """Resolve device defaults, platform and GPU count into ``meta``; return the implied flags.
+
+    Device-level keys of ``meta`` (``gpu_name``, power limits) fill devices that lack them; the
+    platform comes from ``platform`` (``--platform``), else the metadata, else the GPU name;
+    ``power_is_1s_average`` is added when ``meta["power_field"]`` is ``power_usage`` on a GPU
+    whose ``power.draw`` is a 1 s average.
+    """
+    apply_device_defaults(devices, split_device_meta(meta))
+    gpu_name = next((d.gpu_name for d in devices if d.gpu_name), None)
+    slug, flags = resolve_platform(platform or meta.pop("platform", None), gpu_name)
+    meta["platform"] = slug
+    meta["num_gpus"] = resolve_num_gpus(num_gpus, meta.get("num_gpus"), len(devices), file=file)
+    out = list(flags)
+    if is_1s_average(meta["power_field"], gpu_name, slug):
+        out.append("power_is_1s_average")
+    return out
+
+
 def assemble_run(devices: list[DeviceData], meta: dict[str, Any], *, file: Path,
                  flags: Sequence[str] = (), events: Sequence[tuple[int, Event]] = ()) -> Run:
     """Put devices on the run clock and build the checked :class:`Run`.

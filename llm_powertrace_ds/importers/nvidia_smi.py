@@ -429,14 +429,7 @@ def import_nvidia_smi(path: str | Path, *, workload: str, meta_path: str | Path 
     if "driver_version" in table.columns:
         driver = _text_mode(table.columns["driver_version"], factors.get("driver_version"))
         meta["driver_version"] = driver or meta.get("driver_version")
-    common.apply_device_defaults(devices, common.split_device_meta(meta))
-    gpu_name = next((d.gpu_name for d in devices if d.gpu_name), None)
-    slug, flags = common.resolve_platform(platform or meta.pop("platform", None), gpu_name)
-    meta["platform"] = slug
-    meta["num_gpus"] = common.resolve_num_gpus(num_gpus, meta.get("num_gpus"), len(devices),
-                                               file=path)
-    all_flags = list(flags)
-    if common.is_1s_average(power_field, gpu_name, slug):
-        all_flags.append("power_is_1s_average")
+    all_flags = common.finish_meta(devices, meta, platform=platform, num_gpus=num_gpus,
+                                   file=path)
     log.info("%s: zone-less timestamps read as %s", path, zone)
     return common.assemble_run(devices, meta, file=path, flags=all_flags)

@@ -291,14 +291,7 @@ def import_powertrace_csv(path: str | Path, *, workload: str,
     meta["run_id"] = run_id or meta.get("run_id") or \
         f"import-{FORMAT}-{common.file_sha256(path)[:12]}"
     meta["power_field"] = "power_usage"  # they logged nvidia-smi power.draw
-    common.apply_device_defaults(devices, common.split_device_meta(meta))
-    gpu_name = next((d.gpu_name for d in devices if d.gpu_name), None)
-    slug, flags = common.resolve_platform(platform or meta.pop("platform", None), gpu_name)
-    meta["platform"] = slug
-    meta["num_gpus"] = common.resolve_num_gpus(num_gpus, meta.get("num_gpus"), len(devices),
-                                               file=path)
-    all_flags = list(flags)
-    if common.is_1s_average("power_usage", gpu_name, slug):
-        all_flags.append("power_is_1s_average")
+    all_flags = common.finish_meta(devices, meta, platform=platform, num_gpus=num_gpus,
+                                   file=path)
     return common.assemble_run(devices, meta, file=path, flags=all_flags,
                                events=stage_events(table, factors))
