@@ -120,15 +120,9 @@ class FinetuneSpec(WorkloadSpec):
         return r
 
     def check(self, r: dict[str, Any], machine: MachineInfo) -> list[tuple[str, str]]:
-        problems: list[tuple[str, str]] = []
-        try:
-            spec = models.get_spec(r["model"])
-        except InputError as exc:
-            return [("model", exc.reason)]
-        try:
-            models.resolve_source(spec, r["model_source"])
-        except InputError as exc:
-            problems.append(("model_source", exc.reason))
+        spec, problems = models.check_model(r)
+        if spec is None:
+            return problems
         if r["seq_len"] > spec.max_positions:
             problems.append(("seq_len", f"seq_len {r['seq_len']} exceeds {spec.name}'s "
                              f"{spec.max_positions} positions"))

@@ -321,15 +321,9 @@ def validate_settings(r: dict[str, Any], machine: MachineInfo) -> list[tuple[str
     Returns:
         ``(setting name, reason)`` pairs; empty when the run can go ahead.
     """
-    problems: list[tuple[str, str]] = []
-    try:
-        spec = models.get_spec(r["model"])
-    except InputError as exc:
-        return [("model", exc.reason)]
-    try:
-        models.resolve_source(spec, r["model_source"])
-    except InputError as exc:
-        problems.append(("model_source", exc.reason))
+    spec, problems = models.check_model(r)
+    if spec is None:
+        return problems
     # arrivals and lengths
     pattern, dist = r["arrival_pattern"], r["length_distribution"]
     if pattern in ("poisson", "gamma") and r["arrival_rate_rps"] is None:

@@ -396,3 +396,20 @@ def resolve_model_columns(resolved: dict[str, Any], machine: Any) -> ModelSpec |
     if resolved["precision"] is None:
         resolved["precision"] = "bf16" if (machine.cuda and machine.bf16) else "fp32"
     return spec
+
+
+def check_model(resolved: dict[str, Any]) -> tuple[ModelSpec | None, list[tuple[str, str]]]:
+    """Check a run's ``model`` and ``model_source`` (shared by every workload's ``check``).
+
+    Returns:
+        The zoo entry (``None`` when the model is unknown) and ``(setting, reason)`` problems.
+    """
+    try:
+        spec = get_spec(resolved["model"])
+    except InputError as exc:
+        return None, [("model", exc.reason)]
+    try:
+        resolve_source(spec, resolved["model_source"])
+    except InputError as exc:
+        return spec, [("model_source", exc.reason)]
+    return spec, []
