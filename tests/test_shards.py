@@ -59,8 +59,12 @@ def test_half_written_staging_run_is_invisible(tmp_path, make_run):
     tmp = layout.trace_path(tmp_path, "finetune", "l40s", "llama", "crashed")
     tmp = tmp.with_name(".crashed.arrow.123.tmp")
     tmp.write_bytes(b"partial")
-    ds = load_dataset(str(tmp_path), "finetune", split="l40s")
-    assert set(ds["run_id"]) == {"done"}
+    shards.publish_run(tmp_path, make_run("inf", workload="inference", with_requests=True))
+    (sdir / "requests.arrow").write_bytes(b"half")
+    for config, splits in layout.config_globs(tmp_path).items():
+        for split in splits:
+            ds = load_dataset(str(tmp_path), config, split=split)
+            assert ds.num_rows > 0 and "crashed" not in set(ds["run_id"]), (config, split)
 
 
 def test_republish_is_idempotent_and_moves(tmp_path, make_run):
