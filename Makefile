@@ -29,9 +29,11 @@ demo: $(VENV)/.base-installed
 
 lint: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 test: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 	@if [ "$$CI" = "true" ]; then \
 		if ! command -v chromium >/dev/null 2>&1; then \
 			(apt-get update -qq && apt-get install -y -qq chromium) >/dev/null 2>&1 \

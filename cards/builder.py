@@ -473,7 +473,7 @@ def _measurement_section(summary: FolderSummary) -> list[str]:
     rows = []
     for sampler in sorted(samplers, key=_value_key):
         rs = samplers[sampler]
-        periods = sorted({r.get("sample_period_ms") for r in rs if r.get("sample_period_ms")})
+        periods = sorted({r["sample_period_ms"] for r in rs if r.get("sample_period_ms")})
         nyquist = ", ".join(fmt_value(1000.0 / (2 * p)) for p in periods) or "—"
         rows.append([_code(fmt_value(sampler)), meaning("sampler", sampler) or "",
                      str(len(rs)), _join((r["platform"] for r in rs), code=True),

@@ -166,10 +166,13 @@ def metric_groups(module: ModuleType | None = None) -> tuple[list[tuple[str, str
         last, in a group titled ``Other``.
     """
     if module is None:
-        from llm_powertrace_ds import metrics as module
+        from llm_powertrace_ds import metrics
+
+        module = metrics
     formulas_fn = getattr(module, "metric_formulas", None)
     formulas: dict[str, str] = dict(formulas_fn()) if callable(formulas_fn) else {}
-    raw_groups = getattr(module, "METRIC_GROUPS", None) or getattr(module, "_GROUPS", ())
+    # The module's group functions: whatever it exports (untyped, hence Any).
+    raw_groups: Any = getattr(module, "METRIC_GROUPS", None) or getattr(module, "_GROUPS", ())
     parsed: list[tuple[str, list[str], str]] = []
     for fn in raw_groups:
         doc = inspect.getdoc(fn) or ""
@@ -189,9 +192,9 @@ def metric_groups(module: ModuleType | None = None) -> tuple[list[tuple[str, str
         if not text:
             func = getattr(module, col.name, None)
             text = docstring_summary(func) if callable(func) else col.description
-        doc = MetricDoc(col.name, col.unit, rst_to_markdown(" ".join(text.split())),
-                        per_device=not hasattr(col.feature, "dtype"))
+        metric_doc = MetricDoc(col.name, col.unit, rst_to_markdown(" ".join(text.split())),
+                               per_device=not hasattr(col.feature, "dtype"))
         index = _group_of(col.name, parsed, tags)
-        (groups[index] if index is not None else other).metrics.append(doc)
+        (groups[index] if index is not None else other).metrics.append(metric_doc)
     groups = [g for g in groups if g.metrics] + ([other] if other.metrics else [])
     return module_sections(module), groups

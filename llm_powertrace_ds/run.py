@@ -11,6 +11,7 @@ import datetime as dt
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -144,7 +145,7 @@ class Run:
 _INT_RANGES = {"int16": 2**15, "int32": 2**31, "int64": 2**63}
 
 
-def coerce_value(name: str, value: Any, dtype: str, *, file: str | None = None,
+def coerce_value(name: str, value: Any, dtype: str, *, file: str | Path | None = None,
                  line: int | None = None) -> Any:
     """Coerce one scalar to a column's type, or raise ``InputError`` naming field and value."""
     if value is None:
@@ -204,7 +205,8 @@ def _scalar_dtypes(workload: str) -> dict[str, str]:
     return out
 
 
-def coerce_meta(meta: Mapping[str, Any], workload: str, *, file: str | None = None) -> dict[str, Any]:
+def coerce_meta(meta: Mapping[str, Any], workload: str, *,
+                file: str | Path | None = None) -> dict[str, Any]:
     """Check and coerce run metadata against the workload's column contract.
 
     Args:

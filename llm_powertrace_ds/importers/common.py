@@ -639,12 +639,12 @@ def _to_utc_ms(texts: list[str], zones: list[str | None], lines: np.ndarray, *, 
     local = ~(is_z | has_offset)
     if local.any():
         ms[local] = local_to_utc_ms(ms[local], zone)
-    for row in np.flatnonzero(has_offset):
+    for offset_row in np.flatnonzero(has_offset):
         try:
-            ms[row] = _explicit_utc_ms(texts[row])
+            ms[offset_row] = _explicit_utc_ms(texts[offset_row])
         except ValueError:
-            raise InputError(f"value {_short(texts[row])} is not a valid date and time",
-                             file=file, line=int(lines[row]), field=field) from None
+            raise InputError(f"value {_short(texts[offset_row])} is not a valid date and time",
+                             file=file, line=int(lines[offset_row]), field=field) from None
     return ms
 
 

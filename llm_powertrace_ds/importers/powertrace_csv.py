@@ -74,7 +74,8 @@ def _is_unknown(value: Any) -> bool:
 
 def parse_parallelism(text: str, *, file: Path) -> dict[str, Any]:
     """``"DP=1, TP=4, PP=1"`` -> ``dp_size``/``tp_size``/``pp_size`` (and ``parallelism``)."""
-    sizes = {f"{name.lower()}_size": int(n) for name, n in _PARALLEL_RE.findall(str(text))}
+    sizes: dict[str, Any] = {f"{name.lower()}_size": int(n)
+                             for name, n in _PARALLEL_RE.findall(str(text))}
     if not sizes:
         raise InputError(f"value {str(text)!r} is not like 'DP=1, TP=4, PP=1'", file=file,
                          field="parallelism")
@@ -154,7 +155,7 @@ def meta_file(path: Path, meta_path: str | Path | None) -> Path | None:
 def plan_columns(header: list[str], path: Path, line: int, factors: dict[str, common.Factorizer],
                  zone: dt.tzinfo = dt.timezone.utc) -> dict[str, tuple[int, Converter]]:
     """Converters of the columns we keep; raises when a required column is missing."""
-    index = {}
+    index: dict[str, int] = {}
     for i, cell in enumerate(header):
         index.setdefault(cell.lower(), i)
     for name in REQUIRED:
