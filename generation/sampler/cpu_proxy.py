@@ -207,6 +207,21 @@ class CpuProxySource(Source):
         self._trees: list[_Tree] = []
         self._ranks: dict[int, int] = {}  # rank -> slot
         self._warned: set[int] = set()
+        self._pids_key: tuple[int, tuple[str, ...]] | None = None
+
+    def _pid_files_changed(self) -> bool:
+        """Whether ``pids/`` changed since the last look (its mtime or its file names).
+
+        Reading every pid file once a second costs more than the ticks in between; a new rank's
+        file (written by rename) changes both.
+        """
+        try:
+            key = (os.stat(self.pids_dir).st_mtime_ns, tuple(sorted(os.listdir(self.pids_dir))))
+        except FileNotFoundError:
+            key = (0, ())
+        changed = key != self._pids_key
+        self._pids_key = key
+        return changed
 
     def open(self) -> list[DeviceInfo]:
         found = read_pid_files(self.pids_dir)
@@ -304,7 +319,9 @@ class CpuProxySource(Source):
     def rescan(self) -> list[DeviceInfo]:
         for tree in self._trees:
             self._refresh_tree(tree)
-        new = []
+        new: list[DeviceInfo] = []
+        if not self._pid_files_changed():
+            return new
         for rank, pid in read_pid_files(self.pids_dir).items():
             slot = self._ranks.get(rank)
             if slot is None:
