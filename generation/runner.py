@@ -528,16 +528,36 @@ def salvage(root: str | Path, run_id: str) -> Any:
 
     Raises:
         RunNotFound: the run has no staging folder or no archived attempt.
+        RunFailed: a generate process is measuring the run right now.
     """
-    from llm_powertrace_ds.errors import RunNotFound
-    from llm_powertrace_ds.shards import publish_run
+    from filelock import FileLock, Timeout
 
-    from .sampler import spool_to_run
+    from llm_powertrace_ds.errors import RunNotFound
+
 
     root = Path(root)
     sdir = layout.staging_dir(root, run_id)
     if not sdir.is_dir():
         raise RunNotFound(f"run {run_id!r} has no staging folder in {root}")
+    # Never while a generate process measures this run: publishing removes its staging folder.
+    lock = FileLock(str(layout.lock_path(root, f"measure-{run_id}")), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise RunFailed(f"run {run_id!r} is being measured by another process; salvage it "
+                        "after that process ends") from None
+    try:
+        return _salvage_locked(root, sdir, run_id)
+    finally:
+        lock.release()
+
+
+def _salvage_locked(root: Path, sdir: Path, run_id: str) -> Any:
+    from llm_powertrace_ds.errors import RunNotFound
+    from llm_powertrace_ds.shards import publish_run
+
+    from .sampler import spool_to_run
+
     attempts = sorted((p for p in sdir.glob("attempt-*") if p.name.split("-", 1)[1].isdigit()),
                       key=lambda p: int(p.name.split("-", 1)[1]))
     if not attempts and (sdir / "spool").is_dir() and _status_of(sdir) != "running":

@@ -24,10 +24,9 @@ from typing import Any
 
 import datasets
 import pyarrow as pa
-import pyarrow.ipc as ipc
 from datasets.builder import Key
 
-from . import layout, schema
+from . import layout, schema, shards
 from .errors import ShardError
 
 
@@ -63,8 +62,8 @@ def folder_fingerprint(root: str | Path) -> str:
     h = hashlib.sha256(schema.SCHEMA_VERSION.encode())
     data = layout.data_root(root)
     if data.is_dir():
-        for p in sorted(data.rglob(f"*{layout.SHARD_SUFFIX}")):
-            if p.name.startswith("."):
+        for p in sorted(data.rglob("*")):
+            if p.name.startswith(".") or p.suffix not in layout.READ_SUFFIXES:
                 continue
             st = p.stat()
             h.update(f"{p.relative_to(root).as_posix()}:{st.st_size}:{st.st_mtime_ns}".encode())
@@ -119,11 +118,10 @@ class LLMPowerTrace(datasets.ArrowBasedBuilder):
         arrow_schema = self.info.features.arrow_schema
         for i, path in enumerate(files):
             try:
-                with pa.memory_map(str(path), "r") as source:
-                    for j, batch in enumerate(ipc.open_stream(source)):
-                        table = pa.Table.from_batches([batch])
-                        if table.schema != arrow_schema:
-                            table = table.cast(arrow_schema)
-                        yield Key(i, j), table
+                for j, batch in enumerate(shards.iter_file_batches(path)):
+                    table = pa.Table.from_batches([batch])
+                    if table.schema != arrow_schema:
+                        table = table.cast(arrow_schema)
+                    yield Key(i, j), table
             except (OSError, pa.ArrowInvalid) as exc:
                 raise ShardError(f"Failed to read '{path}': {type(exc).__name__}: {exc}") from None

@@ -139,16 +139,21 @@ def cmd_import(args: argparse.Namespace) -> int:
     from .shards import publish_run, refresh_readme
 
     out_dir(args.out)
+    # Read and check every file before publishing any: a bad file changes nothing.
+    runs = [import_file(args.log_format, path, workload=args.workload, meta_path=args.meta,
+                        platform=args.platform, num_gpus=args.num_gpus, tz=args.tz)
+            for path in args.files]
     results = []
-    for path in args.files:
-        run = import_file(args.log_format, path, workload=args.workload, meta_path=args.meta,
-                          platform=args.platform, num_gpus=args.num_gpus, tz=args.tz)
-        res = publish_run(args.out, run, refresh_card=False)
-        results.append({"run_id": res.run_id, "platform": run.platform,
-                        "num_gpus": len(run.devices),
-                        "samples": sum(len(d) for d in run.devices),
-                        "flags": res.flags, "files": res.files})
-    refresh_readme(args.out)
+    try:
+        for run in runs:
+            res = publish_run(args.out, run, refresh_card=False)
+            results.append({"run_id": res.run_id, "platform": run.platform,
+                            "num_gpus": len(run.devices),
+                            "samples": sum(len(d) for d in run.devices),
+                            "flags": res.flags, "files": res.files})
+    finally:
+        if results:  # whatever was published, the folder's card must list it
+            refresh_readme(args.out)
     emit(results, args.format, ["run_id", "platform", "num_gpus", "samples", "flags"])
     return 0
 

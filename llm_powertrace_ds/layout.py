@@ -23,6 +23,8 @@ DATA_DIR = "data"
 STAGING_DIR = ".staging"
 LOCKS_DIR = "locks"
 SHARD_SUFFIX = ".arrow"
+READ_SUFFIXES = (".arrow", ".parquet")
+"""What readers accept: Arrow IPC shards, and Parquet ones of a folder uploaded as Parquet."""
 
 
 def data_root(root: str | Path) -> Path:
@@ -61,7 +63,7 @@ def _shards(folder: Path) -> list[Path]:
     if not folder.is_dir():
         return []
     return sorted(p for p in folder.iterdir()
-                  if p.is_file() and p.suffix == SHARD_SUFFIX and not p.name.startswith("."))
+                  if p.is_file() and p.suffix in READ_SUFFIXES and not p.name.startswith("."))
 
 
 def shard_folders(root: str | Path) -> dict[str, dict[str, list[Path]]]:

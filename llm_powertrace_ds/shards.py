@@ -16,7 +16,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +27,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
 from datasets import Features
 from filelock import FileLock, Timeout
 
@@ -35,6 +38,8 @@ from .run import SIGNAL_KEYS, DeviceSeries, Run, events_from_dicts
 log = logging.getLogger(__name__)
 
 LOCK_TIMEOUT_S = 600.0
+PACKED_RE = re.compile(r"-\d{5}-of-\d{5}\.(arrow|parquet)$")
+"""Names of ``pack``'s shards (``<platform>-NNNNN-of-MMMMM.arrow``)."""
 DEFAULT_MAX_SHARD_BYTES = 500 * 1024 * 1024
 
 _ARROW_TYPES = {
@@ -260,6 +265,11 @@ def publish_run(root: str | Path, run: Run, *, refresh_card: bool = True) -> Pub
     if run.workload == "inference" and run.requests:
         tables[layout.requests_path(root, run.platform, run.run_id)] = requests_table(run)
 
+    for path in tables:
+        if path.parent.is_dir() and any(PACKED_RE.search(p.name) for p in path.parent.iterdir()):
+            raise ShardError(f"'{path.parent.relative_to(root)}' holds packed shards: a packed "
+                             "folder is for reading and publishing; add runs to the unpacked "
+                             "folder and pack again")
     try:
         with _lock(root, run.run_id):
             set_status(root, run.run_id, "complete")
@@ -312,6 +322,8 @@ def refresh_readme(root: str | Path) -> None:
 def read_table(path: str | Path) -> pa.Table:
     """Read one shard, or raise ``ShardError`` naming the file."""
     try:
+        if Path(path).suffix == ".parquet":
+            return pq.read_table(str(path))
         with pa.OSFile(str(path), "rb") as source:
             return ipc.open_stream(source).read_all()
     except (OSError, pa.ArrowInvalid) as exc:
@@ -319,15 +331,22 @@ def read_table(path: str | Path) -> pa.Table:
                          f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
 
 
+def iter_file_batches(path: str | Path) -> Iterator[pa.RecordBatch]:
+    """Record batches of one shard: an Arrow IPC stream (memory-mapped) or a Parquet file."""
+    if Path(path).suffix == ".parquet":
+        yield from pq.ParquetFile(str(path)).iter_batches()
+        return
+    with pa.memory_map(str(path), "r") as source:
+        yield from ipc.open_stream(source)
+
+
 def iter_batches(root: str | Path, config: str, split: str | None = None,
                  columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
     """Stream record batches of a config without loading everything."""
     for path in layout.shard_files(root, config, split):
         try:
-            with pa.memory_map(str(path), "r") as source:
-                reader = ipc.open_stream(source)
-                for batch in reader:
-                    yield batch.select(columns) if columns else batch
+            for batch in iter_file_batches(path):
+                yield batch.select(columns) if columns else batch
         except (OSError, pa.ArrowInvalid) as exc:
             raise ShardError(f"Failed to read '{path}': {type(exc).__name__}: {exc}") from None
 
@@ -431,6 +450,22 @@ def pack(src: str | Path, dst: str | Path, *,
         raise ShardError(f"'{dst}' exists and is not empty; pack writes a new folder")
     if dst.resolve() == src.resolve():
         raise ShardError("pack never works in place: choose another --out")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    # Everything is written into a hidden sibling folder and renamed into place at the end, so
+    # a failed pack leaves nothing behind and can simply be run again.
+    work = Path(tempfile.mkdtemp(prefix=f".{dst.name}.packing-", dir=dst.parent))
+    try:
+        result = _pack_into(src, work, max_shard_bytes=max_shard_bytes, refresh_card=refresh_card)
+        if dst.exists():
+            dst.rmdir()  # empty (checked above)
+        os.replace(work, dst)
+    finally:
+        if work.exists():
+            shutil.rmtree(work)
+    return result
+
+
+def _pack_into(src: Path, dst: Path, *, max_shard_bytes: int, refresh_card: bool) -> PackResult:
     rows: dict[str, int] = {}
     shards: dict[str, int] = {}
     data = layout.data_root(src)

@@ -86,19 +86,48 @@ _IP_RE = re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}\b|\b[0-9a-f]{1,4}(?::[0-9a-f]{0,
 _ABS_PATH_RE = re.compile(r"^(?:/|~|\\\\|[A-Za-z]:[\\/])")
 
 
+_EMBEDDED_PATH_RE = re.compile(r"(?:(?<=\s)|^)(?:~|/|[A-Za-z]:[\\/]|\\\\)[^\s]*")
+_HOST_RE = re.compile(r"\b[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+){2,}\.[A-Za-z]{2,}\b|\S+@\S+")
+
+
+def _local_identities() -> tuple[str, ...]:
+    """This machine's host name and user name (never to be published)."""
+    import getpass
+    import socket
+
+    names = []
+    for get in (socket.gethostname, getpass.getuser):
+        try:
+            name = get()
+        except (OSError, KeyError):
+            continue
+        if name and len(name) >= 3 and name not in ("root",):
+            names.append(name)
+    return tuple(names)
+
+
 def scrub_text(value: str) -> str | None:
     """Remove what must never be published from a metadata string.
 
-    An absolute path keeps only its last component (``/home/ann/models/x`` -> ``x``); a value
-    that holds an IP address is dropped (``None``).
+    An absolute path keeps only its last component (``/home/ann/models/x`` -> ``x``), also when
+    it stands inside the text; a value that holds an IP address, a fully qualified host name,
+    an e-mail-like ``user@host``, or this machine's host or user name is dropped (``None``).
     """
     text = value.strip()
-    if _IP_RE.search(text):
+    if _IP_RE.search(text) or _HOST_RE.search(text):
         return None
-    if _ABS_PATH_RE.match(text):
+    if any(re.search(rf"\b{re.escape(n)}\b", text) for n in _local_identities()):
+        return None
+    if _ABS_PATH_RE.match(text) and not any(c.isspace() for c in text):
         pure = PureWindowsPath(text) if "\\" in text else PurePosixPath(text)
         return pure.name or None
-    return text
+
+    def last_part(m: re.Match[str]) -> str:
+        token = m.group(0)
+        pure = PureWindowsPath(token) if "\\" in token else PurePosixPath(token)
+        return pure.name
+
+    return _EMBEDDED_PATH_RE.sub(last_part, text).strip() or None
 
 
 def scrub_meta(meta: dict[str, Any], *, source: str) -> dict[str, Any]:

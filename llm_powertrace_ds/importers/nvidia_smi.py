@@ -77,7 +77,7 @@ REASON_BITS: dict[str, int] = {
 """NVML ``nvmlClocksEventReason*`` bits of the per-reason query fields."""
 
 RESERVED_META = ("run_id", "sweep", "sampler", "schema_version", "start_time", "power_field",
-                 "quality_flags")
+                 "quality_flags", "host_hash")
 """Columns the importer sets itself; a ``--meta`` file may not."""
 
 MAX_INFERRED_GPUS = 64
