@@ -1,5 +1,6 @@
-"""Regression tests for defects found in review: partial imports, packed folders, failed packs,
-Parquet-uploaded folders.
+"""Regression tests for defects found in review.
+
+Partial imports, packed folders, failed packs, Parquet-uploaded folders, scrubbing.
 """
 
 import hashlib
