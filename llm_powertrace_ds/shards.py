@@ -263,14 +263,14 @@ def publish_run(root: str | Path, run: Run, *, refresh_card: bool = True) -> Pub
         raise InputError(f"run {run.run_id} failed validation: {'; '.join(report.messages)}",
                          field="quality_flags")
     run_metrics = metrics_mod.compute_run_metrics(run)
-    tables = {
-        layout.trace_path(root, run.workload, run.platform, run.model_family, run.run_id):
-            trace_table(run),
-        layout.runs_path(root, run.workload, run.platform, run.run_id):
-            runs_table(run, run_metrics),
-    }
+    # Written in this order: the trace file last, so that "its trace file exists" (DESIGN.md's
+    # definition of a done run) implies that its runs row and requests exist too.
+    tables = {layout.runs_path(root, run.workload, run.platform, run.run_id):
+              runs_table(run, run_metrics)}
     if run.workload == "inference" and run.requests:
         tables[layout.requests_path(root, run.platform, run.run_id)] = requests_table(run)
+    tables[layout.trace_path(root, run.workload, run.platform, run.model_family, run.run_id)] = \
+        trace_table(run)
 
     for path in tables:
         if path.parent.is_dir() and any(PACKED_RE.search(p.name) for p in path.parent.iterdir()):
