@@ -96,6 +96,13 @@ class Report:
     def failed(self) -> list[Outcome]:
         return [o for o in self.outcomes if o.status == "failed"]
 
+    def status_summary(self) -> str:
+        """``"<n> <status>"`` per status, e.g. ``"1 failed, 8 published"``."""
+        counts: dict[str, int] = {}
+        for o in self.outcomes:
+            counts[o.status] = counts.get(o.status, 0) + 1
+        return ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+
 
 # ---------------------------------------------------------------------------------------------
 # Provenance helpers

@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 from . import schema
 from .cli_core import FORMATS, add_format, emit
 from .errors import InputError, RunNotFound
+from .hub import resolve_dataset
 
 TABLE_METRICS = ["run_id", "num_gpus", "duration_s", "energy_j", "mean_power_w", "peak_power_w",
                  "par", "swing_w", "ramp_abs_p99_1s_w_per_s", "dominant_freq_hz",
@@ -23,27 +24,6 @@ TABLE_METRICS = ["run_id", "num_gpus", "duration_s", "energy_j", "mean_power_w",
 
 class _Usage(InputError):
     """Bad usage inside a command (turned into exit code 2)."""
-
-
-def resolve_dataset(dir_or_repo: str | Path) -> Path:
-    """A local dataset folder as is; a Hub repo id (``org/name``) downloaded to the local cache.
-
-    Delegates to :func:`llm_powertrace_ds.hub.resolve_dataset`; a failed download becomes a
-    one-line ``InputError``.
-
-    Raises:
-        InputError: neither a dataset folder nor a repo id, or the download failed.
-    """
-    from .hub import resolve_dataset as resolve
-
-    try:
-        return resolve(dir_or_repo)
-    except InputError:
-        raise
-    except Exception as exc:  # network, auth, missing repo: one line for the user
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        raise InputError(f"cannot download dataset repo {str(dir_or_repo)!r}: "
-                         f"{type(exc).__name__}: {first}", field="DIR_OR_REPO") from None
 
 
 def _runs_configs(config: str | None) -> list[str]:

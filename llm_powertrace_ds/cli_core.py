@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from . import schema
+from .hub import resolve_dataset
 
 FORMATS = ("table", "json", "csv")
 
@@ -47,13 +48,6 @@ def out_dir(path: Path, option: str = "--out") -> Path:
     if path.exists() and not path.is_dir():
         raise InputError(f"'{path}' is a file; {option} takes a folder", field=option)
     return path
-
-
-def dataset_dir(path: Path | str) -> Path:
-    """Resolve a dataset argument (folder or Hub repo id), or raise a one-line error."""
-    from .hub import resolve_dataset
-
-    return resolve_dataset(path)
 
 
 def add_format(p: argparse.ArgumentParser) -> None:
@@ -164,7 +158,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     rows = []
     failed = False
-    root = dataset_dir(args.dir)
+    root = resolve_dataset(args.dir)
     for info in list_runs(root):
         run = read_run(root, info["run_id"])
         rep = validate_run(run)
@@ -183,7 +177,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     cols = ["run_id", "workload", "platform", "model_family", "num_gpus", "duration_s",
             "energy_j", "mean_power_w", "peak_power_w", "quality_flags"]
-    emit([{c: r.get(c) for c in cols} for r in list_runs(dataset_dir(args.dir))], args.format,
+    emit([{c: r.get(c) for c in cols} for r in list_runs(resolve_dataset(args.dir))], args.format,
          cols)
     return 0
 
@@ -191,7 +185,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_pack(args: argparse.Namespace) -> int:
     from .shards import pack
 
-    res = pack(dataset_dir(args.src), out_dir(args.out), max_shard_bytes=int(args.max_shard_mb * 1024 * 1024))
+    res = pack(resolve_dataset(args.src), out_dir(args.out), max_shard_bytes=int(args.max_shard_mb * 1024 * 1024))
     emit([{"folder": k, "rows": v, "shards": res.shards[k]} for k, v in res.rows.items()],
          args.format, ["folder", "rows", "shards"])
     return 0
@@ -230,7 +224,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from .export import export
-    from .hub import resolve_dataset
 
     rows = export(resolve_dataset(args.dataset), args.config, args.out, split=args.split,
                   long=args.long, file_format=args.file_format)

@@ -126,12 +126,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
          ["index", "run_id", "status", "model", "method", "batch_size", "seq_len", "precision",
           "gradient_checkpointing", "parallelism", "dp_size"])
     if not quiet and args.format == "table":
-        counts: dict[str, int] = {}
-        for o in report.outcomes:
-            counts[o.status] = counts.get(o.status, 0) + 1
         print(f"{report.sweep}: {len(report.outcomes)} of {report.total_runs} runs on "
               f"{report.machine.platform} ({report.machine.source}): "
-              + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())), file=sys.stderr)
+              f"{report.status_summary()}", file=sys.stderr)
     return 1 if report.failed else 0
 
 

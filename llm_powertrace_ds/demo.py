@@ -78,13 +78,9 @@ def run_demo(out: Path, *, quick: bool = False, quiet: bool = False) -> int:
         started = time.monotonic()
         report = runner.generate(path, out, task_index=0, num_tasks=QUICK_TASKS if quick else 1,
                                  progress=not quiet and sys.stderr.isatty())
-        counts: dict[str, int] = {}
-        for o in report.outcomes:
-            counts[o.status] = counts.get(o.status, 0) + 1
         failed += len(report.failed)
-        _say(quiet, f"{report.sweep}: {len(report.outcomes)} of {report.total_runs} runs ("
-             + ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
-             + f") in {time.monotonic() - started:.0f} s")
+        _say(quiet, f"{report.sweep}: {len(report.outcomes)} of {report.total_runs} runs "
+             f"({report.status_summary()}) in {time.monotonic() - started:.0f} s")
         for o in report.failed:
             _say(quiet, f"  failed {o.run_id}: {o.error}")
 

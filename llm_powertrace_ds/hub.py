@@ -19,7 +19,7 @@ def resolve_dataset(dir_or_repo: str | Path) -> Path:
     (``HF_HUB_OFFLINE`` is respected by ``huggingface_hub``).
 
     Raises:
-        InputError: neither a dataset folder nor a repo id.
+        InputError: neither a dataset folder nor a repo id, or the download failed.
     """
     path = Path(dir_or_repo)
     if path.exists():
@@ -30,6 +30,11 @@ def resolve_dataset(dir_or_repo: str | Path) -> Path:
     if REPO_ID_RE.match(str(dir_or_repo)):
         from huggingface_hub import snapshot_download
 
-        return Path(snapshot_download(str(dir_or_repo), repo_type="dataset"))
+        try:
+            return Path(snapshot_download(str(dir_or_repo), repo_type="dataset"))
+        except Exception as exc:  # network, auth, missing repo: one line for the user
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            raise InputError(f"cannot download dataset repo {str(dir_or_repo)!r}: "
+                             f"{type(exc).__name__}: {first}", field="DIR_OR_REPO") from None
     raise InputError(f"'{dir_or_repo}' is neither a dataset folder nor a Hub repo id (org/name)",
                      field="DIR_OR_REPO")
