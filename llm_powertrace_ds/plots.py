@@ -272,3 +272,72 @@ def plot_fit(fit_data: Mapping[str, Any] | str | Path, out: str | Path, *,
     else:
         _no_data(ax_p, "no holdout (fit with --holdout)")
     return _save(fig, out)
+
+
+def plot_facility(profiles: Mapping[float, Mapping[str, np.ndarray]],
+                  load_duration: Iterable[tuple[float, float]], out: str | Path, *,
+                  title: str = "composed site load", zoom_s: float = 120.0) -> Path:
+    """Plot a composed site (``facility``): its profile at every resolution and its load-duration curve.
+
+    Args:
+        profiles: ``{resolution_s: {"start_s", "length_s", "facility_w", ...}}`` (interval means,
+            from ``facility.profiles``).
+        load_duration: (percent of time, load W) pairs, from ``facility.load_duration_curve``.
+        out: the image to write.
+        title: figure title (say "composed, not measured", and cpu_proxy when it applies).
+        zoom_s: length of the zoom panel at the start of the horizon.
+
+    Returns:
+        the written file.
+    """
+    fig = _figure(figsize=(12, 7.5), layout="constrained")
+    axes = fig.subplots(2, 2)
+    ax_all, ax_zoom, ax_ldc, ax_hist = axes[0, 0], axes[0, 1], axes[1, 0], axes[1, 1]
+    fig.suptitle(title)
+    styles = {0.1: dict(lw=0.4, alpha=0.45, color="C0"), 1.0: dict(lw=0.8, color="C1"),
+              60.0: dict(lw=1.4, color="C2"), 900.0: dict(lw=2.0, color="C3")}
+    names = {0.1: "0.1 s", 1.0: "1 s", 60.0: "1 min", 900.0: "15 min (demand)"}
+    peak = max((float(np.max(p["facility_w"])) for p in profiles.values()
+                if len(p["facility_w"])), default=0.0)
+    scale, unit = (1e6, "MW") if peak >= 1e6 else (1e3, "kW")
+    for res, prof in sorted(profiles.items()):
+        start = np.asarray(prof["start_s"])
+        mw = np.asarray(prof["facility_w"]) / scale
+        if not len(start):
+            continue
+        ends = start + np.asarray(prof["length_s"])
+        s = _stride(len(start))
+        kw = styles.get(res, {})
+        # interval means as steps: each value held over its interval
+        xs = np.stack([start, ends], axis=1)[::s].ravel()
+        ys = np.repeat(mw[::s], 2)
+        ax_all.plot(xs, ys, label=names.get(res, f"{res:g} s"), **kw)
+        sel = start < start[0] + zoom_s
+        ax_zoom.plot(np.stack([start, ends], axis=1)[sel].ravel(), np.repeat(mw[sel], 2),
+                     label=names.get(res, f"{res:g} s"), **kw)
+    for ax, what in ((ax_all, "whole horizon"), (ax_zoom, f"first {zoom_s:g} s")):
+        ax.set_xlabel("time (s)")
+        ax.set_ylabel(f"facility power ({unit})")
+        ax.set_title(f"site profile at four resolutions, {what}")
+        ax.legend(fontsize=7, loc="lower right")
+    ax_zoom.set_xlim(0, zoom_s)
+    ldc = list(load_duration)
+    fine = profiles.get(0.1)
+    if fine is not None and len(fine["facility_w"]):
+        v = np.sort(np.asarray(fine["facility_w"]))[::-1] / scale
+        s = _stride(len(v))
+        ax_ldc.plot(np.linspace(0, 100, len(v))[::s], v[::s], color="C0", label="0.1 s")
+        ax_hist.hist(v, bins=80, color="C0")
+        ax_hist.set_xlabel(f"facility power ({unit})")
+        ax_hist.set_ylabel("0.1 s samples")
+        ax_hist.set_title("distribution of the 0.1 s load")
+    else:
+        _no_data(ax_hist, "no profile")
+    if ldc:
+        ax_ldc.plot([p for p, _ in ldc], [w / scale for _, w in ldc], "ko", ms=3,
+                    label="reported points")
+    ax_ldc.set_xlabel("% of time the load is exceeded")
+    ax_ldc.set_ylabel(f"facility power ({unit})")
+    ax_ldc.set_title("load-duration curve")
+    ax_ldc.legend(fontsize=7)
+    return _save(fig, out)

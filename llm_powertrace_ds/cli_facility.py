@@ -1,0 +1,144 @@
+"""The ``facility`` subcommand: node, rack and site load profiles composed from measured runs.
+
+Thin: parses, calls :func:`llm_powertrace_ds.facility.run_facility`, prints, writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+from .hub import resolve_dataset
+
+TABLE_ROWS = [  # (metric key, unit shown)
+    ("energy_mwh", "MWh"), ("mean_kw", "kW"), ("peak_kw", "kW"), ("par", ""),
+    ("swing_kw", "kW"), ("ramp_up_max_1s_mw_per_s", "MW/s"), ("ramp_down_max_1s_mw_per_s", "MW/s"),
+    ("ramp_up_max_1min_mw_per_min", "MW/min"), ("ramp_down_max_1min_mw_per_min", "MW/min"),
+    ("peak_1min_kw", "kW"), ("demand_peak_15min_kw", "kW"), ("band_rms_low_kw", "kW"),
+    ("band_rms_mid_kw", "kW"), ("band_rms_high_kw", "kW"), ("it_peak_kw", "kW"),
+    ("gpu_peak_kw", "kW"), ("rack_peak_kw", "kW"),
+]
+
+
+def _mix(items: list[str]) -> dict[str, float] | None:
+    if not items:
+        return None
+    out: dict[str, float] = {}
+    for item in items:
+        run_id, sep, share = item.rpartition("=")
+        try:
+            if not sep or not run_id:
+                raise ValueError
+            out[run_id] = float(share)
+        except ValueError:
+            raise InputError(f"{item!r} is not RUN_ID=SHARE", field="--mix") from None
+    return out
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``facility`` subcommand."""
+    from .facility import DEFAULT_NODES_PER_RACK, DEFAULT_OVERHEAD, OVERHEAD_PRESETS, SYNC_MODES
+
+    p = sub.add_parser(
+        "facility", help="compose node, rack and site load profiles from measured runs",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Fill a site of N GPUs with jobs replaying measured runs (whole nodes each), "
+        "add non-GPU node power and PUE, and report the load a utility sees at 0.1 s, 1 s, "
+        "1 min and 15 min: peak, PAR, ramps (MW/s, MW/min), swing, band RMS, the 15-min demand "
+        "peak and the load-duration curve. Everything extrapolated (phase model, overhead, "
+        "tiling) is listed under 'limits'; the result is never a measurement.",
+        epilog="examples:\n  llm-powertrace facility llm-powertrace --gpus 1024 --sync "
+        "independent --duration 3600 --out site.parquet\n"
+        "  llm-powertrace facility llm-powertrace --gpus 8 --sync lockstep --pue 1 "
+        "--node-overhead none --format json")
+    p.add_argument("dir", metavar="DIR_OR_REPO", help="dataset folder or Hub dataset repo id")
+    p.add_argument("--config", default="finetune_runs", choices=("finetune_runs",
+                                                                 "inference_runs"),
+                   help="runs table to draw jobs from (default: finetune_runs)")
+    p.add_argument("--where", nargs="+", action="extend", default=[], metavar="AXIS=VALUE",
+                   help="keep runs whose column AXIS equals VALUE; repeatable (default: all)")
+    p.add_argument("--mix", nargs="+", action="extend", default=[], metavar="RUN_ID=SHARE",
+                   help="share of the site's nodes per run (default: equal shares)")
+    p.add_argument("--gpus", type=int, required=True, metavar="N", help="GPUs on the site")
+    p.add_argument("--gpus-per-node", type=int, default=8, help="(default: 8)")
+    p.add_argument("--nodes-per-rack", type=int, default=DEFAULT_NODES_PER_RACK,
+                   help=f"(default: {DEFAULT_NODES_PER_RACK})")
+    p.add_argument("--node-overhead", default=DEFAULT_OVERHEAD, metavar="MODEL",
+                   help=f"non-GPU node power: auto, {', '.join(OVERHEAD_PRESETS)} or "
+                   f"IDLE_W:FRACTION (default: {DEFAULT_OVERHEAD}: by the runs' platform)")
+    pue = p.add_mutually_exclusive_group()
+    pue.add_argument("--pue", type=float, default=None, metavar="P",
+                     help="constant PUE (default: 1.0, i.e. facility = IT power; the Uptime "
+                     "Institute's 2024 survey average was about 1.56)")
+    pue.add_argument("--pue-curve", type=Path, default=None, metavar="FILE",
+                     help="CSV 'it_load_fraction,pue' or 'it_power_kw,pue'")
+    p.add_argument("--sync", choices=SYNC_MODES, default="lockstep",
+                   help="phase relation between jobs (default: lockstep)")
+    p.add_argument("--duration", type=float, default=None, metavar="S",
+                   help="horizon in seconds (default: the longest selected run)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the phase draws (default: 0)")
+    p.add_argument("--out", type=Path, default=None, metavar="PROFILE.parquet",
+                   help="write the four profiles (default: none)")
+    p.add_argument("--plot", type=Path, default=None, metavar="FIGURE.png",
+                   help="draw the profiles and the load-duration curve (needs the plot extra)")
+    p.add_argument("--format", choices=("table", "json"), default="table",
+                   help="output format (default: table)")
+    p.set_defaults(func=cmd_facility)
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, float):
+        return f"{v:.4g}" if math.isfinite(v) else str(v)
+    return str(v)
+
+
+def cmd_facility(args: argparse.Namespace) -> int:
+    from . import facility as fac
+
+    cfg = fac.FacilityConfig(
+        gpus=args.gpus, gpus_per_node=args.gpus_per_node, nodes_per_rack=args.nodes_per_rack,
+        overhead=(None if args.node_overhead.strip() == "auto"
+                  else fac.parse_overhead(args.node_overhead, args.gpus_per_node)),
+        pue=(fac.load_pue_curve(args.pue_curve) if args.pue_curve is not None
+             else fac.Pue(1.0 if args.pue is None else args.pue)),
+        sync=args.sync, duration_s=args.duration, seed=args.seed)
+    root = resolve_dataset(args.dir)
+    result = fac.run_facility(root, cfg, config=args.config, where=args.where,
+                              mix=_mix(args.mix))
+    data = fac.to_json(result)
+    if args.out is not None:
+        fac.write_profile(result, args.out)
+    if args.plot is not None:
+        from .plots import plot_facility
+
+        plot_facility(fac.profiles(result), fac.load_duration_curve(result.facility_w),
+                      args.plot, title=f"{cfg.gpus} GPUs, sync {cfg.sync} — composed, "
+                      "not measured" + (" (cpu_proxy sources: NOT GPU data)"
+                                        if any(s["cpu_proxy"] for s in data["sources"]) else ""))
+    if args.format == "json":
+        print(json.dumps(data, indent=2))
+        return 0
+    site = data["site"]
+    print(f"site: {site['gpus']} GPUs, {site['nodes']} nodes, {site['racks']} racks, "
+          f"{site['jobs']} jobs, {site['duration_s']:g} s; sync: {data['sync']} "
+          "(composed, not measured)")
+    for s in data["sources"]:
+        print(f"source {s['run_id']}: {s['devices']} device(s), share {s['share']:.3g}, "
+              f"{s['jobs']} jobs; tile: {s['tile']}")
+    width = max(len(k) for k, _ in TABLE_ROWS)
+    for key, unit in TABLE_ROWS:
+        print(f"  {key:<{width}}  {_cell(data['metrics'].get(key)):>10} {unit}")
+    for line in data["limits"]:
+        print(f"limit: {line}")
+    for line in data["notes"]:
+        print(f"note: {line}")
+    for path in (args.out, args.plot):
+        if path is not None:
+            print(f"wrote {path}")
+    return 0
