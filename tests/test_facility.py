@@ -32,8 +32,10 @@ EXTERNAL = Path(os.environ.get("LLM_POWERTRACE_EXTERNAL",
 def step_run(run_id: str = "steps-a", *, devices: int = 8, seconds: float = 300.0,
              seed: int = 0, platform: str = "h100_sxm_80gb", idle_s: float = 5.0,
              sampler: str = "nvml") -> Run:
-    """Fine-tuning-like power: idle, then steps (busy ~600 W, a short dip ~250 W) with random
-    lengths, per-device jitter of one tick and noise; ``step_begin`` events at each step."""
+    """Fine-tuning-like power: idle, then steps with random lengths, events at each step.
+
+    Busy ~600 W, a short dip ~250 W, per-device jitter of one tick and noise.
+    """
     rng = np.random.default_rng(seed)
     n = int(seconds * 10)
     t = np.arange(n, dtype=np.int64) * 100

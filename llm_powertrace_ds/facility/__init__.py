@@ -1,0 +1,101 @@
+"""From GPUs to the grid: node, rack and site load profiles composed from measured runs.
+
+A site of ``gpus`` GPUs in nodes of ``gpus_per_node`` is filled with *jobs*. Each job replays one
+measured source run; the composed load is what a utility would see, and everything that is not
+a measurement is listed in :attr:`FacilityResult.limits` (and so in every output).
+
+Composition (what is measured, what is assumed)
+    * **Source template.** A source run's devices on the common 0.1 s grid of
+      :func:`llm_powertrace_ds.metrics.node_total` (linear interpolation over the span where all
+      devices are present; gaps bridged linearly, the run's ``gap_s`` says how much).
+    * **Jobs occupy whole nodes.** A job of a run measured on n devices takes
+      ⌈n / gpus_per_node⌉ nodes and all their GPUs; job GPU j replays device (j mod n), in
+      phase, so a job keeps the measured cross-device relation of its source run and GPUs beyond
+      the n measured ones are in-phase data-parallel replicas (an extrapolation when
+      gpus_per_node > n). When the site has fewer nodes left than a job needs, the last job
+      is cut to the nodes that remain.
+    * **Mix.** Nodes are shared between source runs in proportion to ``mix`` (equal shares when
+      no mix is given): jobs are assigned one at a time to the run whose node count lags its
+      target most (exact up to one job; deterministic, not sampled).
+    * **Tiling.** A horizon longer than a run is filled by repeating the run's *block*: from the
+      first to the last ``step_begin`` event (whole optimiser steps), else the ``steady_begin`` /
+      ``steady_end`` window, else the whole run (the output says which). Tiles join at step
+      boundaries; nothing is ever stretched or resampled in time.
+    * **Phase (``sync``).** ``lockstep``: every job starts at its run's t0 at the start of the
+      horizon (one synchronous job across the site, e.g. a large data-parallel training run).
+      ``independent``: each job enters its block at a uniformly random point (seeded).
+      ``measured``: each job joins one site-wide common phase with probability √ρ̄ and is
+      otherwise independent, ρ̄ = max(0, ``synchrony_index``) of its source run, so two jobs are
+      in phase with probability ρ̄ and the expected cross-job correlation equals the measured
+      cross-device correlation — the assumption of ``projected_swing_1000_w``.
+    * **Node overhead.** Non-GPU node power (CPUs, memory, NICs, fans) =
+      idle_w + fraction · P_gpu,node(t) (:class:`NodeOverhead`; presets with their published
+      source in :data:`OVERHEAD_PRESETS`).
+    * **Facility.** P_facility(t) = PUE(P_IT(t)) · P_IT(t), P_IT = Σ_nodes (P_gpu + overhead), PUE
+      a constant or a curve (:class:`Pue`) applied to every 0.1 s sample (no thermal inertia).
+
+Outputs
+    Site profiles at 0.1 s, 1 s, 1 min and 15 min (means of complete-or-partial intervals, so
+    Σ mean · length is the same energy at every resolution), site metrics computed by
+    :func:`llm_powertrace_ds.metrics.compute_run_metrics` on the facility profile and converted
+    to kW/MW (see :func:`site_metrics` for the formulas), rack sums, a load-duration curve.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from .compose import (
+    DEFAULT_NODES_PER_RACK,
+    SYNC_MODES,
+    FacilityConfig,
+    FacilityResult,
+    Job,
+    Sync,
+    compose,
+)
+from .models import (
+    DEFAULT_OVERHEAD,
+    OVERHEAD_PRESETS,
+    NodeOverhead,
+    Pue,
+    auto_overhead,
+    load_pue_curve,
+    parse_overhead,
+)
+from .site import (
+    JSON_SHAPE,
+    LDC_PERCENT,
+    RESOLUTIONS_S,
+    load_duration_curve,
+    profiles,
+    resample,
+    site_metrics,
+    to_json,
+    write_profile,
+)
+from .sources import GRID_MS, Source, select_sources, source_from_run
+
+__all__ = [
+    "DEFAULT_NODES_PER_RACK", "DEFAULT_OVERHEAD", "GRID_MS", "JSON_SHAPE", "LDC_PERCENT",
+    "OVERHEAD_PRESETS", "RESOLUTIONS_S", "SYNC_MODES", "FacilityConfig", "FacilityResult", "Job",
+    "NodeOverhead", "Pue", "Source", "Sync", "auto_overhead", "compose", "load_duration_curve",
+    "load_pue_curve", "parse_overhead", "profiles", "resample", "run_facility", "select_sources",
+    "site_metrics", "source_from_run", "to_json", "write_profile",
+]
+
+
+def run_facility(root: str | Path, cfg: FacilityConfig, *, config: str = "finetune_runs",
+                 where: Sequence[str] = (), mix: Mapping[str, float] | None = None
+                 ) -> FacilityResult:
+    """Select the source runs of a dataset folder and compose the site (the CLI's one call).
+
+    Example:
+        >>> cfg = FacilityConfig(gpus=1024, sync="independent", duration_s=3600)  # doctest: +SKIP
+        >>> res = run_facility("llm-powertrace", cfg)  # doctest: +SKIP
+        >>> to_json(res)["metrics"]["demand_peak_15min_kw"]  # doctest: +SKIP
+    """
+    sources = select_sources(root, config=config, where=where, mix=mix,
+                             need_synchrony=cfg.sync == "measured")
+    return compose(sources, cfg)

@@ -1,0 +1,265 @@
+"""Composition of ``facility``: jobs on whole nodes, phases, tiling, node and facility sums."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+import numpy as np
+
+from ..errors import InputError
+from .models import NodeOverhead, Pue, auto_overhead
+from .sources import GRID_MS, Source
+
+Sync = Literal["lockstep", "independent", "measured"]
+SYNC_MODES: tuple[str, ...] = ("lockstep", "independent", "measured")
+DEFAULT_NODES_PER_RACK = 4
+"""Nodes per rack when not given: four 8-GPU DGX H100 systems per rack, the rack of NVIDIA's
+DGX SuperPOD reference architecture (an assumption for other platforms; override it)."""
+
+
+@dataclass(frozen=True)
+class FacilityConfig:
+    """What to compose.
+
+    Attributes:
+        gpus: GPUs on the site (a multiple of ``gpus_per_node``).
+        gpus_per_node: GPUs per node.
+        nodes_per_rack: nodes per rack (default :data:`DEFAULT_NODES_PER_RACK`).
+        overhead: the node overhead model; ``None``: chosen from the source runs' platforms
+            (:func:`auto_overhead`).
+        pue: the PUE model.
+        sync: ``lockstep``, ``independent`` or ``measured`` (see the module docstring).
+        duration_s: horizon (s); ``None``: the longest selected run.
+        seed: seed of the phase draws.
+    """
+
+    gpus: int
+    gpus_per_node: int = 8
+    nodes_per_rack: int = DEFAULT_NODES_PER_RACK
+    overhead: NodeOverhead | None = None
+    pue: Pue = field(default_factory=Pue)
+    sync: Sync = "lockstep"
+    duration_s: float | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.gpus_per_node < 1:
+            raise InputError(f"{self.gpus_per_node} must be >= 1", field="--gpus-per-node")
+        if self.gpus < 1 or self.gpus % self.gpus_per_node:
+            raise InputError(f"{self.gpus} is not a positive multiple of --gpus-per-node "
+                             f"{self.gpus_per_node} (jobs occupy whole nodes)", field="--gpus")
+        if self.nodes_per_rack < 1:
+            raise InputError(f"{self.nodes_per_rack} must be >= 1", field="--nodes-per-rack")
+        if self.sync not in SYNC_MODES:
+            raise InputError(f"{self.sync!r} is not one of {', '.join(SYNC_MODES)}",
+                             field="--sync")
+        if self.duration_s is not None and not (self.duration_s >= GRID_MS / 1000.0):
+            raise InputError(f"{self.duration_s!r} s is shorter than one 0.1 s step",
+                             field="--duration")
+
+    @property
+    def nodes(self) -> int:
+        return self.gpus // self.gpus_per_node
+
+
+@dataclass
+class Job:
+    """One job on the site: its source, its nodes and its phase offset (grid steps)."""
+
+    source: int
+    first_node: int
+    nodes: int
+    offset: int
+    common_phase: bool
+
+
+@dataclass
+class FacilityResult:
+    """A composed site.
+
+    Attributes:
+        config: what was composed.
+        sources: the source runs.
+        jobs: the jobs placed on the site.
+        step_s: profile step (s).
+        gpu_w, it_w, facility_w: site power on the 0.1 s grid (W).
+        rack_it_w: IT power per rack (racks × samples, W).
+        design_it_w: IT power of the site with every GPU at its limit (``None`` if unknown).
+        limits: what is extrapolated rather than measured (stated in every output).
+        notes: other facts about the composition.
+    """
+
+    config: FacilityConfig
+    sources: list[Source]
+    jobs: list[Job]
+    step_s: float
+    gpu_w: np.ndarray
+    it_w: np.ndarray
+    facility_w: np.ndarray
+    rack_it_w: np.ndarray
+    design_it_w: float | None
+    limits: list[str]
+    notes: list[str]
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.facility_w) * self.step_s
+
+
+def _assign_jobs(sources: list[Source], cfg: FacilityConfig) -> list[tuple[int, int]]:
+    """(source index, nodes) per job: the run whose node count lags its share most goes next."""
+    target = np.array([s.share for s in sources]) * cfg.nodes
+    need = [max(1, math.ceil(s.num_devices / cfg.gpus_per_node)) for s in sources]
+    have = np.zeros(len(sources))
+    jobs = []
+    left = cfg.nodes
+    while left > 0:
+        i = int(np.argmax(target - have))
+        k = min(need[i], left)
+        jobs.append((i, k))
+        have[i] += k
+        left -= k
+    return jobs
+
+
+def _timeline(src: Source, horizon: int, offset: int, plain: bool) -> np.ndarray:
+    """Grid indices into the source for samples 0..horizon-1 of a job entering at ``offset``.
+
+    ``plain``: the run is replayed from t0 as measured (it covers the horizon). Otherwise
+    indices below the block's end replay the run, later ones repeat the block [b0, b1).
+    """
+    k = np.arange(offset, offset + horizon, dtype=np.int64)
+    if plain:
+        return k
+    b0, b1 = src.block
+    length = b1 - b0
+    late = k >= b1
+    k[late] = b0 + (k[late] - b0) % length
+    return k
+
+
+def compose(sources: list[Source], cfg: FacilityConfig) -> FacilityResult:
+    """Compose the site's GPU, IT and facility power from the source runs.
+
+    Args:
+        sources: from :func:`select_sources` or :func:`source_from_run` (shares sum to 1).
+        cfg: the site.
+
+    Returns:
+        A :class:`FacilityResult`; ``limits`` lists every extrapolation made.
+    """
+    step_s = GRID_MS / 1000.0
+    longest = max(s.length for s in sources)
+    horizon = longest if cfg.duration_s is None else int(round(cfg.duration_s / step_s))
+    rng = np.random.default_rng(cfg.seed)
+    gpn = cfg.gpus_per_node
+    racks = math.ceil(cfg.nodes / cfg.nodes_per_rack)
+    rack_dtype = np.float64 if racks * horizon <= 20_000_000 else np.float32
+    rack_gpu = np.zeros((racks, horizon), dtype=rack_dtype)
+    site_gpu = np.zeros(horizon)
+    common_u = float(rng.random())  # the site-wide phase of "measured" mode (block fraction)
+    jobs: list[Job] = []
+    templates: dict[tuple[int, tuple[int, ...]], np.ndarray] = {}
+    node = 0
+    tiled = set()
+    for si, k_nodes in _assign_jobs(sources, cfg):
+        src = sources[si]
+        b0, b1 = src.block
+        common = False
+        if cfg.sync == "lockstep":
+            offset = 0
+        else:
+            rho = max(0.0, src.synchrony_index or 0.0)
+            common = cfg.sync == "measured" and float(rng.random()) < math.sqrt(rho)
+            u = common_u if common else float(rng.random())
+            offset = b0 + min(int(u * (b1 - b0)), b1 - b0 - 1)
+        plain = cfg.sync == "lockstep" and horizon <= src.length
+        if not plain:
+            tiled.add(si)
+        idx = _timeline(src, horizon, offset, plain)
+        jobs.append(Job(si, node, k_nodes, offset, common))
+        for kn in range(k_nodes):
+            gpus = np.arange(kn * gpn, (kn + 1) * gpn) % src.num_devices
+            weights = tuple(np.bincount(gpus, minlength=src.num_devices).tolist())
+            key = (si, weights)
+            if key not in templates:
+                templates[key] = np.asarray(weights, dtype=np.float64) @ src.devices
+            series = templates[key][idx]
+            site_gpu += series
+            rack_gpu[(node + kn) // cfg.nodes_per_rack] += series
+        node += k_nodes
+
+    auto_note = None
+    if cfg.overhead is None:
+        chosen, auto_note = auto_overhead([s.platform for s in sources], gpn)
+        cfg = replace(cfg, overhead=chosen)
+    ov = cfg.overhead
+    assert ov is not None
+    nodes_in_rack = np.full(racks, cfg.nodes_per_rack, dtype=np.float64)
+    nodes_in_rack[-1] = cfg.nodes - cfg.nodes_per_rack * (racks - 1)
+    rack_it = rack_gpu * (1.0 + ov.fraction)
+    rack_it += (nodes_in_rack * ov.idle_w)[:, None]
+    it_w = cfg.nodes * ov.idle_w + (1.0 + ov.fraction) * site_gpu
+    limit = max((s.power_limit_w for s in sources if s.power_limit_w), default=None)
+    design = None if limit is None else cfg.nodes * float(ov.node_w(gpn * limit))
+    facility_w = cfg.pue.apply(it_w, design)
+
+    limits, notes = _limits(sources, cfg, jobs, tiled, horizon, step_s)
+    if auto_note:
+        limits.append(f"node overhead chosen {auto_note}")
+    return FacilityResult(cfg, sources, jobs, step_s, site_gpu, it_w, facility_w, rack_it,
+                          design, limits, notes)
+
+
+def _limits(sources: list[Source], cfg: FacilityConfig, jobs: list[Job], tiled: set[int],
+            horizon: int, step_s: float) -> tuple[list[str], list[str]]:
+    limits = [f"composed, not measured: {cfg.gpus} GPUs from {len(sources)} measured run(s)"]
+    if any(s.cpu_proxy for s in sources):
+        names = ", ".join(s.run_id for s in sources if s.cpu_proxy)
+        limits.insert(0, f"cpu_proxy: source run(s) {names} are modelled from CPU activity, "
+                      "NOT GPU measurements; so is everything composed from them")
+    phase = {"lockstep": "lock-step: every job starts at its run's t0 together (one synchronous "
+                         "job across the site)",
+             "independent": "independent: each job enters its block at a random point "
+                            f"(seed {cfg.seed}); real sites are neither fully independent nor "
+                            "fully synchronous",
+             "measured": "measured: a job joins the common phase with probability "
+                         "sqrt(synchrony_index) of its run, else a random point (seed "
+                         f"{cfg.seed}); cross-job coupling inferred from cross-device "
+                         "correlation inside one run"}[cfg.sync]
+    limits.append(f"phase model {phase}")
+    if cfg.sync == "measured":
+        missing = [s.run_id for s in sources if s.synchrony_index is None]
+        if missing:
+            limits.append(f"synchrony_index unknown (fewer than 2 devices or a flat trace) for "
+                          f"{', '.join(missing)}: its jobs are treated as independent")
+        joined = sum(j.common_phase for j in jobs)
+        limits.append(f"{joined} of {len(jobs)} jobs drawn into the common phase")
+    for i, s in enumerate(sources):
+        if s.num_devices < cfg.gpus_per_node or s.num_devices % cfg.gpus_per_node:
+            limits.append(f"replicas: run {s.run_id} measured {s.num_devices} device(s); a "
+                          f"job's GPU j replays device j mod {s.num_devices} in phase")
+        if i in tiled:
+            b0, b1 = s.block
+            limits.append(f"tiling: run {s.run_id} ({s.length * step_s:.1f} s) repeats its "
+                          f"{s.tile} [{b0 * step_s:.1f} s, {b1 * step_s:.1f} s) to fill "
+                          f"{horizon * step_s:.1f} s (joined at block boundaries, never "
+                          "stretched)")
+        if s.gap_s:
+            limits.append(f"gaps: run {s.run_id} bridges {s.gap_s:g} s of missing readings "
+                          "by linear interpolation")
+    ov = cfg.overhead
+    if ov is not None and ov.name != "none":
+        limits.append(f"node overhead model '{ov.name}': {ov.idle_w:.0f} W + {ov.fraction:.3f} x "
+                      f"GPU power per node ({ov.source})")
+    limits.append(f"{cfg.pue.describe()}, applied to every 0.1 s sample (cooling inertia "
+                  "ignored)")
+    notes = [f"{len(jobs)} jobs on {cfg.nodes} nodes of {cfg.gpus_per_node} GPUs; "
+             f"{math.ceil(cfg.nodes / cfg.nodes_per_rack)} racks of {cfg.nodes_per_rack} nodes"]
+    cut = [j for j in jobs if j.nodes < max(1, math.ceil(sources[j.source].num_devices
+                                                             / cfg.gpus_per_node))]
+    if cut:
+        notes.append(f"{len(cut)} job(s) cut to the nodes left on the site")
+    return limits, notes

@@ -1,0 +1,170 @@
+"""Source runs of ``facility``: selection (``--where``, ``--mix``), the 0.1 s template, the tile block."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import metrics as metrics_mod
+from .. import schema
+from ..errors import InputError
+from ..run import Run
+
+GRID_MS = metrics_mod.GRID_MS
+"""Step of every composed profile (ms): the metrics' common grid."""
+
+
+@dataclass
+class Source:
+    """One source run, ready to replay.
+
+    Attributes:
+        run_id, platform: the run.
+        devices: float64 (n_devices, T) power on the common 0.1 s grid (W).
+        block: (b0, b1) grid indices of the tiled block; ``tile`` says how it was found.
+        share: its share of the site's nodes.
+        synchrony_index: the run's ρ̄ (``None`` when it has fewer than 2 devices).
+        power_limit_w: the largest device power limit, when reported.
+        cpu_proxy: the run is a ``cpu_proxy`` model, not a GPU measurement.
+        gap_s: seconds of the run bridged across missing readings.
+    """
+
+    run_id: str
+    platform: str
+    devices: np.ndarray
+    block: tuple[int, int]
+    tile: str
+    share: float = 1.0
+    synchrony_index: float | None = None
+    power_limit_w: float | None = None
+    cpu_proxy: bool = False
+    gap_s: float | None = None
+
+    @property
+    def num_devices(self) -> int:
+        return int(self.devices.shape[0])
+
+    @property
+    def length(self) -> int:
+        return int(self.devices.shape[1])
+
+
+def _first_rank(run: Run, kind: str) -> list[int]:
+    """Times (ms) of one event kind: run-level events, else the lowest rank's."""
+    evs = [e for e in run.events if e.kind == kind]
+    ranks = {e.rank for e in evs}
+    if evs and None not in ranks:
+        low = min(r for r in ranks if r is not None)
+        evs = [e for e in evs if e.rank == low]
+    elif evs:
+        evs = [e for e in evs if e.rank is None]
+    return sorted({int(e.t_ms) for e in evs})
+
+
+def source_from_run(run: Run, *, share: float = 1.0,
+                    synchrony_index: float | None = None) -> Source:
+    """Build a :class:`Source` from a run (its devices on the 0.1 s grid and its tile block).
+
+    Raises:
+        InputError: the run's devices share no common span of at least one grid step.
+    """
+    al = metrics_mod.node_total(run, GRID_MS)
+    if al is None:
+        raise InputError("its devices share no common span of power readings",
+                         field=f"run {run.run_id}")
+    devices = np.vstack(al.devices)
+    grid = al.grid_ms
+    n = len(grid)
+    steps = _first_rank(run, "step_begin")
+    idx = np.searchsorted(grid, steps) if steps else np.zeros(0, dtype=np.int64)
+    idx = idx[idx < n] if idx.size else idx
+    block, tile = (0, n), "whole run (no step or steady-state events)"
+    if idx.size >= 2 and idx[-1] > idx[0]:
+        block, tile = (int(idx[0]), int(idx[-1])), f"{idx.size - 1} whole steps"
+    else:
+        begins = _first_rank(run, "steady_begin")
+        ends = [e for e in _first_rank(run, "steady_end") if begins and e > begins[0]]
+        if begins and ends:
+            b0 = int(np.searchsorted(grid, begins[0]))
+            b1 = min(int(np.searchsorted(grid, ends[0])), n)
+            if b1 - b0 >= 2:
+                block, tile = (b0, b1), "steady-state window"
+    limits = [d.power_limit_w or d.default_power_limit_w for d in run.devices]
+    known = [float(x) for x in limits if x]
+    return Source(run.run_id, run.platform, devices, block, tile, share, synchrony_index,
+                  max(known) if known else None, "cpu_proxy" in run.flags,
+                  None)
+
+
+def _matches(row: Mapping[str, Any], axis: str, value: str) -> bool:
+    have = row.get(axis)
+    if have is None:
+        return value.lower() in ("none", "null", "")
+    if str(have) == value:
+        return True
+    try:
+        return math.isclose(float(have), float(value), rel_tol=1e-9)
+    except (TypeError, ValueError):
+        return False
+
+
+def select_sources(root: str | Path, *, config: str = "finetune_runs",
+                   where: Sequence[str] = (), mix: Mapping[str, float] | None = None,
+                   need_synchrony: bool = False) -> list[Source]:
+    """Source runs of a dataset folder, through the library's readers.
+
+    Args:
+        root: dataset folder.
+        config: ``finetune_runs`` or ``inference_runs``.
+        where: ``AXIS=VALUE`` filters on the runs table (all must hold).
+        mix: ``{run_id: share}``; ``None``: every selected run, equal shares.
+        need_synchrony: compute ``synchrony_index`` for runs whose row lacks it.
+
+    Raises:
+        InputError: unknown config or axis, a bad filter or share, no run selected.
+    """
+    from .shards import iter_rows, read_run
+
+    if config not in schema.RUNS_CONFIGS:
+        raise InputError(f"{config!r} is not one of {', '.join(schema.RUNS_CONFIGS)}",
+                         field="--config")
+    rows = list(iter_rows(root, config))
+    columns = set(rows[0]) if rows else set()
+    for item in where:
+        axis, sep, value = item.partition("=")
+        if not sep or not axis.strip():
+            raise InputError(f"{item!r} is not AXIS=VALUE", field="--where")
+        if rows and axis.strip() not in columns:
+            raise InputError(f"axis {axis.strip()!r} is not a column of {config}",
+                             field="--where")
+        rows = [r for r in rows if _matches(r, axis.strip(), value.strip())]
+    by_id = {r["run_id"]: r for r in rows}
+    if mix:
+        for run_id, share in mix.items():
+            if run_id not in by_id:
+                raise InputError(f"run {run_id!r} is not among the selected runs of {config}",
+                                 field="--mix")
+            if not (math.isfinite(share) and share > 0):
+                raise InputError(f"share {share!r} of run {run_id!r} must be > 0", field="--mix")
+        chosen = [(by_id[r], float(s)) for r, s in mix.items()]
+    else:
+        chosen = [(r, 1.0) for r in sorted(rows, key=lambda r: r["run_id"])]
+    if not chosen:
+        raise InputError(f"no run of {config} in {root} matches "
+                         f"{' '.join(where) if where else 'the selection'}", field="--where")
+    total = sum(s for _, s in chosen)
+    out = []
+    for row, share in chosen:
+        run = read_run(root, row["run_id"])
+        rho = row.get("synchrony_index")
+        if rho is None and need_synchrony and len(run.devices) >= 2:
+            rho = metrics_mod.compute_run_metrics(run)["synchrony_index"]
+        src = source_from_run(run, share=share / total, synchrony_index=rho)
+        src.gap_s = row.get("gap_s")
+        out.append(src)
+    return out
