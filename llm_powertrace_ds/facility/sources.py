@@ -128,7 +128,7 @@ def select_sources(root: str | Path, *, config: str = "finetune_runs",
     Raises:
         InputError: unknown config or axis, a bad filter or share, no run selected.
     """
-    from .shards import iter_rows, read_run
+    from ..shards import iter_rows, read_run
 
     if config not in schema.RUNS_CONFIGS:
         raise InputError(f"{config!r} is not one of {', '.join(schema.RUNS_CONFIGS)}",
