@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 import yaml
 
-from llm_powertrace_ds import layout, schema
+from llm_powertrace_ds import facility, layout, schema
 from llm_powertrace_ds.run import Event
 from llm_powertrace_ds.shards import write_text_atomic
 
@@ -570,6 +570,19 @@ def _metrics_section() -> list[str]:
     return lines
 
 
+def _facility_section() -> list[str]:
+    lines = ["## From GPUs to the grid", "",
+             "`llm-powertrace facility DIR_OR_REPO --gpus N ...` composes node, rack and site "
+             "load profiles (0.1 s to 15 min) from these runs. Such profiles are extrapolations:",
+             ""]
+    lines += [f"- {text}" for text in facility.CARD_LIMITS] + [""]
+    lines += ["Node-overhead presets (non-GPU power per node = idle_w + fraction × node GPU "
+              "power):", ""]
+    rows = [[_code(name), f"{p.idle_w:.0f}", f"{p.fraction:.3f}", p.source]
+            for name, p in facility.OVERHEAD_PRESETS.items()]
+    return lines + _table(["preset", "idle_w (W)", "fraction", "source"], rows) + [""]
+
+
 def _dictionary_section(summary: FolderSummary) -> list[str]:
     present = [c for c in schema.ALL_CONFIGS if c in summary.globs]
     if not present:
@@ -658,7 +671,7 @@ def render_card(root: str | Path, options: CardOptions | None = None, *,
                     _how_to_use(summary, options), _figures_section(figures, summary),
                     _platforms_section(summary), _families_section(summary),
                     _axes_section(summary), _measurement_section(summary),
-                    _quality_section(summary), _metrics_section(),
+                    _quality_section(summary), _metrics_section(), _facility_section(),
                     _dictionary_section(summary), _licence_citation_changelog(summary)):
         body += section
     while body and body[-1] == "":

@@ -350,3 +350,13 @@ def test_real_4xh200_one_node_reproduces_the_run(tmp_path, capsys, stem):
     energy_j = data["metrics"]["energy_mwh"] * 3.6e9
     assert math.isclose(energy_j, row["energy_j"], rel_tol=1e-3), (energy_j, row["energy_j"])
     assert math.isclose(data["metrics"]["peak_kw"] * 1e3, row["peak_power_w"], rel_tol=1e-2)
+
+
+def test_the_card_states_what_composition_extrapolates(dataset):
+    from cards.builder import render_card
+
+    card = render_card(dataset)
+    section = card.split("## From GPUs to the grid", 1)[1].split("\n## ", 1)[0]
+    for line in fac.CARD_LIMITS:
+        assert line in section
+    assert "10.2 kW" in section and "Latif" in section and "`dgx-a100`" in section

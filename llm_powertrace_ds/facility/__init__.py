@@ -77,7 +77,24 @@ from .site import (
 )
 from .sources import GRID_MS, Source, select_sources, source_from_run
 
+CARD_LIMITS: tuple[str, ...] = (
+    "They are composed, not measured: every job replays a measured run of this dataset.",
+    "Jobs occupy whole nodes; GPUs beyond a run's measured devices replay them in phase "
+    "(data-parallel replicas).",
+    "The phase between jobs is a model (`lockstep`, `independent`, or `measured`: inferred from "
+    "a run's cross-device `synchrony_index`), always stated in the output.",
+    "A horizon longer than a run repeats its whole optimiser steps (else its steady-state "
+    "window, else the whole run), joined at step boundaries, never stretched.",
+    "Non-GPU node power is an idle + proportional model whose presets rest on vendor maximums or "
+    "one published measurement (below); PUE is a constant or a user-given curve, applied without "
+    "cooling inertia.",
+    "Sources on the `cpu_proxy` split are modelled CPU activity, not GPU data; so is anything "
+    "composed from them.",
+)
+"""What the dataset card says about composed site profiles (also listed in every output)."""
+
 __all__ = [
+    "CARD_LIMITS",
     "DEFAULT_NODES_PER_RACK", "DEFAULT_OVERHEAD", "GRID_MS", "JSON_SHAPE", "LDC_PERCENT",
     "OVERHEAD_PRESETS", "RESOLUTIONS_S", "SYNC_MODES", "FacilityConfig", "FacilityResult", "Job",
     "NodeOverhead", "Pue", "Source", "Sync", "auto_overhead", "compose", "load_duration_curve",

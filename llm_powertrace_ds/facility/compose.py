@@ -15,8 +15,8 @@ from .sources import GRID_MS, Source
 Sync = Literal["lockstep", "independent", "measured"]
 SYNC_MODES: tuple[str, ...] = ("lockstep", "independent", "measured")
 DEFAULT_NODES_PER_RACK = 4
-"""Nodes per rack when not given: four 8-GPU DGX H100 systems per rack, the rack of NVIDIA's
-DGX SuperPOD reference architecture (an assumption for other platforms; override it)."""
+"""Nodes per rack when not given: four 8-GPU nodes (about 40 kW of DGX H100 systems at their
+10.2 kW maximum) — an assumption, not a published standard; override it."""
 
 
 @dataclass(frozen=True)
@@ -215,7 +215,7 @@ def compose(sources: list[Source], cfg: FacilityConfig) -> FacilityResult:
 
 def _limits(sources: list[Source], cfg: FacilityConfig, jobs: list[Job], tiled: set[int],
             horizon: int, step_s: float) -> tuple[list[str], list[str]]:
-    limits = [f"composed, not measured: {cfg.gpus} GPUs from {len(sources)} measured run(s)"]
+    limits = [f"composed, not measured: {cfg.gpus} GPUs from {len(sources)} source run(s)"]
     if any(s.cpu_proxy for s in sources):
         names = ", ".join(s.run_id for s in sources if s.cpu_proxy)
         limits.insert(0, f"cpu_proxy: source run(s) {names} are modelled from CPU activity, "
@@ -257,7 +257,7 @@ def _limits(sources: list[Source], cfg: FacilityConfig, jobs: list[Job], tiled: 
     limits.append(f"{cfg.pue.describe()}, applied to every 0.1 s sample (cooling inertia "
                   "ignored)")
     notes = [f"{len(jobs)} jobs on {cfg.nodes} nodes of {cfg.gpus_per_node} GPUs; "
-             f"{math.ceil(cfg.nodes / cfg.nodes_per_rack)} racks of {cfg.nodes_per_rack} nodes"]
+             f"{math.ceil(cfg.nodes / cfg.nodes_per_rack)} rack(s) of up to {cfg.nodes_per_rack} nodes"]
     cut = [j for j in jobs if j.nodes < max(1, math.ceil(sources[j.source].num_devices
                                                              / cfg.gpus_per_node))]
     if cut:
