@@ -66,8 +66,7 @@ def child(root: str, gpus: int, duration: float, sync: str, out: str) -> None:
     t0 = time.perf_counter()
     cfg = fac.FacilityConfig(gpus=gpus, sync=sync, duration_s=duration)  # type: ignore[arg-type]
     result = fac.run_facility(root, cfg)
-    fac.to_json(result)
-    fac.write_profile(result, out)
+    fac.write_profile(result, out, fac.to_json(result))
     seconds = time.perf_counter() - t0
     n = int(duration * 10)
     series = np.random.default_rng(0).random((8, n))

@@ -113,7 +113,7 @@ def cmd_facility(args: argparse.Namespace) -> int:
                               mix=_mix(args.mix))
     data = fac.to_json(result)
     if args.out is not None:
-        fac.write_profile(result, args.out)
+        fac.write_profile(result, args.out, data)
     if args.plot is not None:
         from .plots import plot_facility
 

@@ -190,12 +190,14 @@ def to_json(result: FacilityResult) -> dict[str, Any]:
     }
 
 
-def write_profile(result: FacilityResult, path: str | Path) -> Path:
+def write_profile(result: FacilityResult, path: str | Path,
+                  summary: dict[str, Any] | None = None) -> Path:
     """Write the four profiles as one Parquet table, long format, atomically.
 
     Columns: ``resolution_s`` (0.1, 1, 60, 900), ``start_s``, ``length_s`` (the last interval
     may be partial), ``gpu_kw``, ``it_kw``, ``facility_kw``. The file's key-value metadata
-    ``llm_powertrace_facility`` holds the JSON of :func:`to_json` (mode, models, limits).
+    ``llm_powertrace_facility`` holds the JSON of :func:`to_json` (mode, models, limits);
+    pass it as ``summary`` when it is already computed.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -210,7 +212,7 @@ def write_profile(result: FacilityResult, path: str | Path) -> Path:
         for key in ("gpu", "it", "facility"):
             cols[f"{key}_kw"].append(prof[f"{key}_w"] / 1e3)
     table = pa.table({k: np.concatenate(v) for k, v in cols.items()})
-    meta = {b"llm_powertrace_facility": json.dumps(to_json(result)).encode()}
+    meta = {b"llm_powertrace_facility": json.dumps(summary or to_json(result)).encode()}
     table = table.replace_schema_metadata(meta)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
