@@ -310,6 +310,16 @@ def test_cli_table_states_mode_and_limits(dataset, capsys):
     assert "demand_peak_15min_kw" in text and "limit: phase model lock-step" in text
 
 
+def test_where_filters_on_any_runs_column(dataset):
+    assert [s.run_id for s in fac.select_sources(dataset, where=["num_gpus=4"])] == ["run-b"]
+    assert [s.run_id for s in fac.select_sources(dataset, where=["method=lora", "num_gpus=8.0"])
+            ] == ["run-a"]
+    with pytest.raises(InputError, match="no run of finetune_runs"):
+        fac.select_sources(dataset, where=["method=full"])
+    with pytest.raises(InputError, match="field '--config'"):
+        fac.select_sources(dataset, config="finetune")
+
+
 def test_cli_bad_input_names_the_field(dataset, capsys):
     assert main(["facility", str(dataset), "--gpus", "16", "--where", "colour=red"]) == 1
     assert "field '--where'" in capsys.readouterr().err
@@ -373,3 +383,25 @@ def test_the_card_states_what_composition_extrapolates(dataset):
     for line in fac.CARD_LIMITS:
         assert line in section
     assert "10.2 kW" in section and "Latif" in section and "`dgx-a100`" in section
+
+
+SMI = EXTERNAL / "nvidia-smi"
+
+
+@pytest.mark.external
+@pytest.mark.skipif(not SMI.is_dir(), reason=f"external traces not present at {EXTERNAL}")
+@pytest.mark.parametrize("name,gpus", [("a100x2-vllm-gemma4-26b-tp2-250ms.csv", 2),
+                                       ("h100-vllm-qwen3-8b-tp1-250ms.csv", 1)],
+                         ids=["a100x2", "h100"])
+def test_real_nvidia_smi_inference_one_node_reproduces_the_run(tmp_path, capsys, name, gpus):
+    root = tmp_path / "ds"
+    assert main(["import", "nvidia-smi", str(SMI / name), "--out", str(root),
+                 "--workload", "inference"]) == 0
+    capsys.readouterr()
+    row = next(iter(shards.iter_rows(root, "inference_runs")))
+    assert main(["facility", str(root), "--config", "inference_runs", "--gpus", str(gpus),
+                 "--gpus-per-node", str(gpus), "--pue", "1", "--node-overhead", "none",
+                 "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert math.isclose(data["metrics"]["energy_mwh"] * 3.6e9, row["energy_j"], rel_tol=1e-3)
+    assert math.isclose(data["metrics"]["peak_kw"] * 1e3, row["peak_power_w"], rel_tol=1e-2)
