@@ -128,7 +128,7 @@ def test_measured_mode_follows_the_runs_synchrony():
     loose = fac.source_from_run(run, synchrony_index=None)
     res = fac.compose([loose], cfg)
     assert not any(j.common_phase for j in res.jobs)
-    assert any("synchrony_index unknown" in line for line in res.limits)
+    assert any("synchrony_index null" in line for line in res.limits)
     assert res.config.sync == "measured" and fac.to_json(res)["sync"] == "measured"
 
 

@@ -233,7 +233,7 @@ def _limits(sources: list[Source], cfg: FacilityConfig, jobs: list[Job], tiled: 
     if cfg.sync == "measured":
         missing = [s.run_id for s in sources if s.synchrony_index is None]
         if missing:
-            limits.append(f"synchrony_index unknown (fewer than 2 devices or a flat trace) for "
+            limits.append(f"synchrony_index null (see the run's metric_notes) for "
                           f"{', '.join(missing)}: its jobs are treated as independent")
         joined = sum(j.common_phase for j in jobs)
         limits.append(f"{joined} of {len(jobs)} jobs drawn into the common phase")
