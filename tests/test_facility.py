@@ -200,9 +200,15 @@ def test_node_overhead_racks_and_pue():
     res = compose(run, 8 * 6, overhead=ov, nodes_per_rack=4, pue=fac.Pue(1.5), sync="lockstep")
     np.testing.assert_allclose(res.it_w, 6 * 1000 + 1.25 * res.gpu_w)
     np.testing.assert_allclose(res.facility_w, 1.5 * res.it_w)
-    assert res.rack_it_w.shape == (2, len(res.gpu_w))
-    np.testing.assert_allclose(res.rack_it_w.sum(axis=0), res.it_w)
-    np.testing.assert_allclose(res.rack_it_w[1], 2 * 1000 + 1.25 * res.gpu_w / 3)
+    node_gpu_w = res.gpu_w / 6  # lock-step: six identical nodes; racks of 4 and 2 nodes
+    np.testing.assert_allclose(res.rack_peak_it_w, [4 * 1000 + 1.25 * 4 * node_gpu_w.max(),
+                                                    2 * 1000 + 1.25 * 2 * node_gpu_w.max()])
+    assert fac.site_metrics(res)[0]["rack_peak_kw"] == pytest.approx(res.rack_peak_it_w[0] / 1e3)
+    mixed = fac.compose([fac.source_from_run(run), fac.source_from_run(step_run("b", seed=5))],
+                        fac.FacilityConfig(gpus=8 * 3, nodes_per_rack=2, overhead=ov,
+                                           sync="independent", duration_s=100))
+    assert len(mixed.rack_peak_it_w) == 2
+    assert mixed.rack_peak_it_w.sum() >= mixed.it_w.max() - 1e-6  # peaks of parts >= peak of sum
     dgx = fac.OVERHEAD_PRESETS["dgx-h100"]
     assert dgx.node_w(8 * 700.0) == pytest.approx(10_200.0)  # the vendor's system maximum
     assert "10.2 kW" in dgx.source

@@ -85,7 +85,8 @@ class FacilityResult:
         jobs: the jobs placed on the site.
         step_s: profile step (s).
         gpu_w, it_w, facility_w: site power on the 0.1 s grid (W).
-        rack_it_w: IT power per rack (racks × samples, W).
+        rack_peak_it_w: peak IT power of each rack (W), max_t of idle_w · nodes +
+            (1 + fraction) · Σ_rack P_gpu(t).
         design_it_w: IT power of the site with every GPU at its limit (``None`` if unknown).
         limits: what is extrapolated rather than measured (stated in every output).
         notes: other facts about the composition.
@@ -98,7 +99,7 @@ class FacilityResult:
     gpu_w: np.ndarray
     it_w: np.ndarray
     facility_w: np.ndarray
-    rack_it_w: np.ndarray
+    rack_peak_it_w: np.ndarray
     design_it_w: float | None
     limits: list[str]
     notes: list[str]
@@ -155,9 +156,21 @@ def compose(sources: list[Source], cfg: FacilityConfig) -> FacilityResult:
     horizon = longest if cfg.duration_s is None else int(round(cfg.duration_s / step_s))
     rng = np.random.default_rng(cfg.seed)
     gpn = cfg.gpus_per_node
+    auto_note = None
+    if cfg.overhead is None:
+        chosen, auto_note = auto_overhead([s.platform for s in sources], gpn)
+        cfg = replace(cfg, overhead=chosen)
+    ov = cfg.overhead
+    assert ov is not None
     racks = math.ceil(cfg.nodes / cfg.nodes_per_rack)
-    rack_dtype = np.float64 if racks * horizon <= 20_000_000 else np.float32
-    rack_gpu = np.zeros((racks, horizon), dtype=rack_dtype)
+    rack_peak = np.zeros(racks)
+    rack_gpu = np.zeros(horizon)  # the rack being filled: nodes are placed in order
+
+    def close_rack(r: int) -> None:
+        n_nodes = min(cfg.nodes_per_rack, cfg.nodes - r * cfg.nodes_per_rack)
+        rack_peak[r] = n_nodes * ov.idle_w + (1.0 + ov.fraction) * float(rack_gpu.max())
+        rack_gpu[:] = 0.0
+
     site_gpu = np.zeros(horizon)
     common_u = float(rng.random())  # the site-wide phase of "measured" mode (block fraction)
     jobs: list[Job] = []
@@ -188,19 +201,11 @@ def compose(sources: list[Source], cfg: FacilityConfig) -> FacilityResult:
                 templates[key] = np.asarray(weights, dtype=np.float64) @ src.devices
             series = templates[key][idx]
             site_gpu += series
-            rack_gpu[(node + kn) // cfg.nodes_per_rack] += series
+            rack_gpu += series
+            if (node + kn + 1) % cfg.nodes_per_rack == 0 or node + kn + 1 == cfg.nodes:
+                close_rack((node + kn) // cfg.nodes_per_rack)
         node += k_nodes
 
-    auto_note = None
-    if cfg.overhead is None:
-        chosen, auto_note = auto_overhead([s.platform for s in sources], gpn)
-        cfg = replace(cfg, overhead=chosen)
-    ov = cfg.overhead
-    assert ov is not None
-    nodes_in_rack = np.full(racks, cfg.nodes_per_rack, dtype=np.float64)
-    nodes_in_rack[-1] = cfg.nodes - cfg.nodes_per_rack * (racks - 1)
-    rack_it = rack_gpu * (1.0 + ov.fraction)
-    rack_it += (nodes_in_rack * ov.idle_w)[:, None]
     it_w = cfg.nodes * ov.idle_w + (1.0 + ov.fraction) * site_gpu
     limit = max((s.power_limit_w for s in sources if s.power_limit_w), default=None)
     design = None if limit is None else cfg.nodes * float(ov.node_w(gpn * limit))
@@ -209,7 +214,7 @@ def compose(sources: list[Source], cfg: FacilityConfig) -> FacilityResult:
     limits, notes = _limits(sources, cfg, jobs, tiled, horizon, step_s)
     if auto_note:
         limits.append(f"node overhead chosen {auto_note}")
-    return FacilityResult(cfg, sources, jobs, step_s, site_gpu, it_w, facility_w, rack_it,
+    return FacilityResult(cfg, sources, jobs, step_s, site_gpu, it_w, facility_w, rack_peak,
                           design, limits, notes)
 
 

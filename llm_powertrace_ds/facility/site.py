@@ -127,7 +127,7 @@ def site_metrics(result: FacilityResult) -> tuple[dict[str, Any], list[str]]:
     out["it_peak_kw"] = float(result.it_w.max()) / 1e3
     out["gpu_mean_kw"] = float(result.gpu_w.mean()) / 1e3
     out["gpu_peak_kw"] = float(result.gpu_w.max()) / 1e3
-    out["rack_peak_kw"] = float(result.rack_it_w.max()) / 1e3
+    out["rack_peak_kw"] = float(result.rack_peak_it_w.max()) / 1e3
     return out, notes
 
 
@@ -164,7 +164,7 @@ def to_json(result: FacilityResult) -> dict[str, Any]:
         "sync": cfg.sync,
         "measured": False,
         "site": {"gpus": cfg.gpus, "gpus_per_node": cfg.gpus_per_node, "nodes": cfg.nodes,
-                 "nodes_per_rack": cfg.nodes_per_rack, "racks": len(result.rack_it_w),
+                 "nodes_per_rack": cfg.nodes_per_rack, "racks": len(result.rack_peak_it_w),
                  "jobs": len(result.jobs), "duration_s": result.duration_s,
                  "step_s": result.step_s, "seed": cfg.seed},
         "node_overhead": (None if cfg.overhead is None else
