@@ -96,9 +96,11 @@ def source_from_run(run: Run, *, share: float = 1.0,
                 block, tile = (b0, b1), "steady-state window"
     limits = [d.power_limit_w or d.default_power_limit_w for d in run.devices]
     known = [float(x) for x in limits if x]
+    # the same test as validate.py's cpu_proxy flag, so an unflagged proxy run is caught too
+    proxy = ("cpu_proxy" in run.flags or run.meta.get("sampler") == "cpu_proxy"
+             or run.platform == "cpu_proxy")
     return Source(run.run_id, run.platform, devices, block, tile, share, synchrony_index,
-                  max(known) if known else None, "cpu_proxy" in run.flags,
-                  None)
+                  max(known) if known else None, proxy)
 
 
 def _matches(row: Mapping[str, Any], axis: str, value: str) -> bool:
@@ -162,7 +164,7 @@ def select_sources(root: str | Path, *, config: str = "finetune_runs",
     for row, share in chosen:
         run = read_run(root, row["run_id"])
         rho = row.get("synchrony_index")
-        if rho is None and need_synchrony and len(run.devices) >= 2:
+        if "synchrony_index" not in row and need_synchrony and len(run.devices) >= 2:
             rho = metrics_mod.compute_run_metrics(run)["synchrony_index"]
         src = source_from_run(run, share=share / total, synchrony_index=rho)
         src.gap_s = row.get("gap_s")
