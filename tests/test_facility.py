@@ -132,6 +132,28 @@ def test_measured_mode_follows_the_runs_synchrony():
     assert res.config.sync == "measured" and fac.to_json(res)["sync"] == "measured"
 
 
+def test_measured_mode_draws_sqrt_rho_of_the_jobs_into_the_common_phase():
+    run = step_run(seconds=60, idle_s=0.0)
+    src = fac.source_from_run(run, synchrony_index=0.25)
+    res = fac.compose([src], fac.FacilityConfig(gpus=8 * 400, sync="measured", duration_s=10,
+                                                overhead=fac.OVERHEAD_PRESETS["none"]))
+    joined = [j for j in res.jobs if j.common_phase]
+    assert len(joined) / len(res.jobs) == pytest.approx(0.5, abs=0.08)
+    assert len({j.offset for j in joined}) == 1
+    assert len({j.offset for j in res.jobs if not j.common_phase}) > 50
+
+
+def test_auto_overhead_follows_the_platform():
+    a100 = step_run("a", seconds=30, platform="a100_sxm4_80gb")
+    res = fac.compose([fac.source_from_run(a100)], fac.FacilityConfig(gpus=8))
+    assert res.config.overhead == fac.OVERHEAD_PRESETS["dgx-a100"]
+    l40s = step_run("l", seconds=30, platform="l40s")
+    res = fac.compose([fac.source_from_run(l40s)], fac.FacilityConfig(gpus=4, gpus_per_node=4))
+    assert res.config.overhead is not None and res.config.overhead.name == "dgx-h100"
+    assert res.config.overhead.idle_w == pytest.approx(fac.OVERHEAD_PRESETS["dgx-h100"].idle_w / 2)
+    assert any("no preset for platform(s) l40s" in line for line in res.limits)
+
+
 def test_energy_is_conserved_across_resolutions():
     run = step_run(seconds=120)
     res = compose(run, 64, sync="independent", duration_s=1000.0, seed=3)  # 1000 s: partial 15 min
@@ -324,6 +346,22 @@ def test_where_filters_on_any_runs_column(dataset):
         fac.select_sources(dataset, where=["method=full"])
     with pytest.raises(InputError, match="field '--config'"):
         fac.select_sources(dataset, config="finetune")
+
+
+def test_cli_pue_curve(dataset, tmp_path, capsys):
+    curve = tmp_path / "pue.csv"
+    curve.write_text("it_power_kw,pue\n0,1.5\n1000,1.1\n", encoding="utf-8")
+    assert main(["facility", str(dataset), "--gpus", "16", "--node-overhead", "none",
+                 "--pue-curve", str(curve), "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["pue"]["curve"] == {"x_name": "it_power_kw", "x": [0.0, 1000.0],
+                                    "pue": [1.5, 1.1]}
+    ratio = data["metrics"]["mean_kw"] / data["metrics"]["it_mean_kw"]
+    assert 1.1 < ratio < 1.5
+    with pytest.raises(SystemExit) as exc:  # one PUE model or the other
+        main(["facility", str(dataset), "--gpus", "16", "--pue", "1.2", "--pue-curve",
+              str(curve)])
+    assert exc.value.code == 2
 
 
 def test_cli_bad_input_names_the_field(dataset, capsys):
