@@ -242,10 +242,13 @@ def _limits(sources: list[Source], cfg: FacilityConfig, jobs: list[Job], tiled: 
                           f"{', '.join(missing)}: its jobs are treated as independent")
         joined = sum(j.common_phase for j in jobs)
         limits.append(f"{joined} of {len(jobs)} jobs drawn into the common phase")
+    short = [s for s in sources if s.num_devices % cfg.gpus_per_node]
+    if short:
+        runs = ", ".join(f"{s.run_id} ({s.num_devices})" for s in short)
+        limits.append(f"replicas: a node holds {cfg.gpus_per_node} GPUs but run(s) {runs} "
+                      "measured fewer devices or not a whole number of nodes; a job's GPU j "
+                      "replays device j mod n, in phase")
     for i, s in enumerate(sources):
-        if s.num_devices < cfg.gpus_per_node or s.num_devices % cfg.gpus_per_node:
-            limits.append(f"replicas: run {s.run_id} measured {s.num_devices} device(s); a "
-                          f"job's GPU j replays device j mod {s.num_devices} in phase")
         if i in tiled:
             b0, b1 = s.block
             limits.append(f"tiling: run {s.run_id} ({s.length * step_s:.1f} s) repeats its "
