@@ -150,7 +150,12 @@ def compose(sources: list[Source], cfg: FacilityConfig) -> FacilityResult:
 
     Returns:
         A :class:`FacilityResult`; ``limits`` lists every extrapolation made.
+
+    Raises:
+        InputError: no source run.
     """
+    if not sources:
+        raise InputError("no source run to compose a site from", field="sources")
     step_s = GRID_MS / 1000.0
     longest = max(s.length for s in sources)
     horizon = longest if cfg.duration_s is None else int(round(cfg.duration_s / step_s))

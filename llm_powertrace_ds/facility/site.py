@@ -22,7 +22,6 @@ LDC_PERCENT: tuple[float, ...] = (0, 1, 5, 10, 25, 50, 75, 90, 95, 99, 100)
 JSON_SHAPE = "llm-powertrace/facility/1"
 
 
-
 def resample(power_w: np.ndarray, step_s: float, resolution_s: float
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Interval means: (start_s, length_s, mean_w) of consecutive ``resolution_s`` intervals.
