@@ -64,9 +64,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mix", nargs="+", action="extend", default=[], metavar="RUN_ID=SHARE",
                    help="share of the site's nodes per run (default: equal shares)")
     p.add_argument("--gpus", type=int, required=True, metavar="N", help="GPUs on the site")
-    p.add_argument("--gpus-per-node", type=int, default=8, help="(default: 8)")
-    p.add_argument("--nodes-per-rack", type=int, default=DEFAULT_NODES_PER_RACK,
-                   help=f"(default: {DEFAULT_NODES_PER_RACK})")
+    p.add_argument("--gpus-per-node", type=int, default=8, metavar="G",
+                   help="GPUs per node; jobs occupy whole nodes (default: 8)")
+    p.add_argument("--nodes-per-rack", type=int, default=DEFAULT_NODES_PER_RACK, metavar="K",
+                   help=f"nodes per rack, for rack peaks (default: {DEFAULT_NODES_PER_RACK})")
     p.add_argument("--node-overhead", default=DEFAULT_OVERHEAD, metavar="MODEL",
                    help=f"non-GPU node power: auto, {', '.join(OVERHEAD_PRESETS)} or "
                    f"IDLE_W:FRACTION (default: {DEFAULT_OVERHEAD}: by the runs' platform)")
