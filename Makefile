@@ -14,12 +14,12 @@ $(PY):
 
 $(VENV)/.base-installed: pyproject.toml | $(PY)
 	$(PIP) install -q $(TORCH_CPU)
-	$(PIP) install -q -e '.[generate,plot]'
+	$(PIP) install -q -e '.[generate,plot,explore]'
 	touch $@
 
 $(VENV)/.dev-installed: pyproject.toml | $(PY)
 	$(PIP) install -q $(TORCH_CPU)
-	$(PIP) install -q -e '.[dev,generate,plot]'
+	$(PIP) install -q -e '.[dev,generate,plot,explore]'
 	touch $@
 
 venv: $(VENV)/.base-installed
