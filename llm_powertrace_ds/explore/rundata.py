@@ -107,8 +107,11 @@ def events_view(run: Run) -> tuple[dict[str, list[list[int]]], dict[str, list[An
 
 
 def work_start_ms(run: Run) -> int:
-    """Where the work begins: the first warm-up/step/prefill/steady/arrival event, else the end
-    of the leading idle window, else the first sample (the compare view aligns runs here)."""
+    """Where the work begins (the compare view aligns runs here).
+
+    The first warm-up/step/prefill/steady/arrival event, else the end of the leading idle window,
+    else the first sample.
+    """
     times = [e.t_ms for e in run.events if e.kind in WORK_START_KINDS]
     if times:
         return int(min(times))
