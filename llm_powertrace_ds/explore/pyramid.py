@@ -20,7 +20,8 @@ import numpy as np
 FACTOR = 4
 """Ratio of the bucket widths of two adjacent levels."""
 OVERVIEW_BUCKETS = 1500
-"""The coarsest level has at most this many buckets over the whole run (3000 points drawn)."""
+"""The coarsest level has at most this many buckets over the whole run (3000 points per line;
+the run page picks the coarsest level with at most this many buckets in view)."""
 CHUNK_POINTS = 16384
 """Buckets per chunk file (level >= 1); level 0 chunks span ``CHUNK_POINTS`` sample periods."""
 

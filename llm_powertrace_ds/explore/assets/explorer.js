@@ -8,10 +8,11 @@
 "use strict";
 
 const LPT = (() => {
-  const MAX_BUCKETS = 1500;
+  const MAX_BUCKETS = 1500;  // pyramid.OVERVIEW_BUCKETS: at most 3000 points per line in view
   const cache = {};
   const pending = {};
-  const state = { page: null, level: null, range: null, firstDrawMs: null, draws: 0 };
+  const state = { page: null, level: null, range: null, firstDrawMs: null, draws: 0, marks: {} };
+  const mark = (name) => { state.marks[name] = performance.now(); };
 
   // ---- data loading ---------------------------------------------------------------------------
   function got(key, payload) {
@@ -251,7 +252,9 @@ const LPT = (() => {
     const row = folder && byFolder(folder);
     if (!row) { main.append($("p", { class: "error", text: "no run " + folder + " in this dataset" })); return; }
     const t0 = performance.now();
+    mark("start");
     const meta = await load(folder + "/meta");
+    mark("meta");
     document.title = "LLM-PowerTrace — " + meta.run_id;
     main.append($("h1", { text: meta.run_id }));
     if (meta.cpu_proxy) main.append(proxyBanner("this run's power is"));
@@ -345,13 +348,17 @@ const LPT = (() => {
     const lv = meta.levels;
     const full = [lv.origin_ms, meta.end_ms];
     let seq = 0;
+    const forced = params().get("level");  // ?level=N forces the first draw's level (bench/explorer.py)
     async function draw(x0ms, x1ms, first) {
       const my = ++seq;
-      const level = chooseLevel(lv, x0ms, x1ms);
+      const level = first && forced !== null
+        ? Math.min(lv.bucket_ms.length - 1, Math.max(0, Number(forced))) : chooseLevel(lv, x0ms, x1ms);
       const margin = (x1ms - x0ms) * 0.5;
       const chunks = await loadRange(meta, level, x0ms - margin, x1ms + margin);
       if (my !== seq) return;
+      mark("loaded");
       const data = decode(meta, chunks, 0);
+      mark("decoded");
       const xs = [], ys = [];
       for (const [key, s] of slots) {
         const d = data[key] && data[key][s];
@@ -362,6 +369,7 @@ const LPT = (() => {
         idx.forEach((i) => { traces[i].x = xs[i]; traces[i].y = ys[i]; });
         await Plotly.newPlot(plot, traces, layout, { responsive: true, displaylogo: false, scrollZoom: true });
         state.firstDrawMs = performance.now() - t0;
+        state.drawnAtMs = performance.now();  // since navigation start
       } else {
         await Plotly.restyle(plot, { x: xs, y: ys }, idx);
       }
