@@ -275,7 +275,7 @@ const LPT = (() => {
     for (const s of ["u", "c", "T", "m"]) if (present.has(s)) rows.push([s, 1]);
     const weight = rows.reduce((a, r) => a + r[1], 0);
     const gap = 0.02;
-    const layout = { height: 260 + 110 * rows.length, margin: { l: 70, r: 20, t: 10, b: 40 },
+    const layout = { height: 260 + 110 * rows.length, margin: { l: 100, r: 20, t: 10, b: 40 },
       showlegend: true, legend: { orientation: "h", y: 1.02, yanchor: "bottom" },
       hovermode: "closest", uirevision: "keep", shapes: [],
       xaxis: { title: { text: "time since t0 (s)" }, anchor: "y" + (rows.length > 1 ? rows.length : "") } };
