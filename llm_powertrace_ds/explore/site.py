@@ -23,6 +23,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
@@ -31,6 +32,7 @@ from typing import Any
 from .. import layout, schema, shards
 from ..errors import InputError
 from ..metrics import metric_formulas
+from ..run import Run
 from .catalog import catalog, run_folder
 from .rundata import RunData
 
@@ -108,23 +110,70 @@ def _check_target(out: Path) -> None:
                          "choose an empty or new folder", field="--out")
 
 
+def iter_runs(root: Path) -> Iterator[Run]:
+    """Every run of the trace configs, reading each shard once.
+
+    A packed shard holds many runs, each as consecutive rows; they are grouped as they stream by
+    (``shards.iter_rows``), so a packed dataset is read in one pass instead of once per run.
+    """
+    for config in schema.TRACE_CONFIGS:
+        group: list[dict[str, Any]] = []
+        for row in shards.iter_rows(root, config):
+            if group and row["run_id"] != group[0]["run_id"]:
+                yield shards.run_from_rows(group, root=root)
+                group = []
+            group.append(row)
+        if group:
+            yield shards.run_from_rows(group, root=root)
+
+
+def requests_by_run(root: Path) -> dict[str, list[dict[str, Any]]]:
+    """The ``inference_requests`` rows of every run, read in one pass.
+
+    ``shards.run_from_rows`` looks for a run's own requests file only, which ``pack`` merges
+    away; this reads the config whatever its layout (per-run files or packed shards).
+    """
+    out: dict[str, list[dict[str, Any]]] = {}
+    for row in shards.iter_rows(root, schema.REQUESTS_CONFIG):
+        rid = str(row.pop("run_id"))
+        row.pop("platform", None)
+        out.setdefault(rid, []).append(row)
+    return out
+
+
 def _write_site(root: Path, tmp: Path, name: str) -> tuple[int, int]:
     rows = shards.list_runs(root)
+    by_id = {str(r["run_id"]): r for r in rows}
     formulas = metric_formulas()
     cat = catalog(rows)
     data = tmp / "data"
     (data / "runs").mkdir(parents=True)
-    for row in rows:
-        run_id = str(row["run_id"])
+    written: set[str] = set()
+    requests = requests_by_run(root)
+    for run in iter_runs(root):
+        run_id = run.run_id
+        if run_id not in by_id:
+            continue  # a trace without its runs row is not a published run
+        if run_id in written:  # rows of one run split across shards: read it whole
+            run = shards.read_run(root, run_id)
+        written.add(run_id)
+        if run.workload == "inference" and not run.requests:
+            run.requests = requests.get(run_id)
         folder = run_folder(run_id)
-        rd = RunData(shards.read_run(root, run_id), folder, row)
+        rd = RunData(run, folder, by_id[run_id])
         run_dir = data / "runs" / folder
+        if run_dir.exists():
+            shutil.rmtree(run_dir)
         run_dir.mkdir()
         (run_dir / "meta.js").write_text(_js(f"{folder}/meta", rd.meta(set(formulas))),
                                          encoding="utf-8")
         for chunk, payload in rd.chunks():
             (run_dir / f"{chunk}.js").write_text(_js(f"{folder}/{chunk}", payload),
                                                  encoding="utf-8")
+    missing = sorted(set(by_id) - written)
+    if missing:
+        raise InputError(f"run(s) {', '.join(missing[:5])} of {root} have a runs row but no "
+                         "trace rows", field="run_id")
     payload = {"dataset": name, "columns": cat["columns"], "rows": cat["rows"],
                "formulas": formulas, "flags": schema.FLAG_DESCRIPTIONS,
                "schema_version": schema.SCHEMA_VERSION}

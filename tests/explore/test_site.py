@@ -89,3 +89,16 @@ def test_cli_explore_bad_input_is_one_line(tmp_path, capsys):
     assert main(["explore", str(tmp_path / "nope"), "--out", str(tmp_path / "site")]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "nope" in err
+
+
+def test_packed_dataset_gives_the_same_site(demo_site, tmp_path):
+    root, site, runs = demo_site
+    packed = tmp_path / "packed"
+    shards.pack(root, packed, refresh_card=False)
+    assert any("-of-" in p.name for p in (packed / "data").rglob("*.arrow"))
+    site2 = tmp_path / "site2"
+    build_site(packed, site2, name="ds")
+    for run in runs:
+        folder = run_folder(run.run_id)
+        for path in sorted((site / "data/runs" / folder).iterdir()):
+            assert (site2 / "data/runs" / folder / path.name).read_bytes() == path.read_bytes()
