@@ -102,3 +102,27 @@ def test_packed_dataset_gives_the_same_site(demo_site, tmp_path):
         folder = run_folder(run.run_id)
         for path in sorted((site / "data/runs" / folder).iterdir()):
             assert (site2 / "data/runs" / folder / path.name).read_bytes() == path.read_bytes()
+
+
+def test_corrupt_shard_is_one_line_and_the_old_site_survives(tmp_path, capsys):
+    root = tmp_path / "ds"
+    shards.publish_run(root, synthetic_run("a"), refresh_card=False)
+    site = tmp_path / "site"
+    assert main(["explore", str(root), "--out", str(site)]) == 0
+    before = {p: p.read_bytes() for p in site.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    (bad,) = (root / "data" / "finetune").rglob("a.arrow")
+    bad.write_bytes(b"not an arrow stream")
+    assert main(["explore", str(root), "--out", str(site)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("error: Failed to read") and "a.arrow" in err[0]
+    assert {p: p.read_bytes() for p in site.rglob("*") if p.is_file()} == before
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".site")]
+
+
+def test_empty_dataset_gives_an_empty_catalog(tmp_path):
+    root = tmp_path / "ds"
+    (root / "data").mkdir(parents=True)
+    report = build_site(root, tmp_path / "site")
+    assert report.runs == 0 and report.ratio is None
+    assert (tmp_path / "site/index.html").is_file()
