@@ -365,13 +365,15 @@ const LPT = (() => {
         xs.push(d ? d.x : []); ys.push(d ? d.y : []);
       }
       const idx = slots.map((_, i) => i);
+      // few raw samples in view: mark each one, so the 100 ms ticks themselves are visible
+      const mode = level === 0 && (x1ms - x0ms) / lv.period_ms <= 600 ? "lines+markers" : "lines";
       if (first) {
-        idx.forEach((i) => { traces[i].x = xs[i]; traces[i].y = ys[i]; });
+        idx.forEach((i) => { traces[i].x = xs[i]; traces[i].y = ys[i]; traces[i].mode = mode; traces[i].marker = { size: 3 }; });
         await Plotly.newPlot(plot, traces, layout, { responsive: true, displaylogo: false, scrollZoom: true });
         state.firstDrawMs = performance.now() - t0;
         state.drawnAtMs = performance.now();  // since navigation start
       } else {
-        await Plotly.restyle(plot, { x: xs, y: ys }, idx);
+        await Plotly.restyle(plot, { x: xs, y: ys, mode }, idx);
       }
       state.level = level;
       state.range = [x0ms / 1000, x1ms / 1000];
