@@ -63,21 +63,20 @@ def plan_levels(origin_ms: int, end_ms: int, period_ms: float) -> Levels:
     return Levels(int(origin_ms), period, tuple(widths))
 
 
-def with_gap_breaks(t_ms: np.ndarray, values: np.ndarray, gap_ms: float
-                    ) -> tuple[np.ndarray, np.ndarray]:
-    """Raw samples with a NaN point inserted inside every interval longer than ``gap_ms``.
+def gap_breaks(t_ms: np.ndarray, gap_ms: float) -> tuple[np.ndarray, np.ndarray]:
+    """Where to break a line: one point in the middle of every interval longer than ``gap_ms``.
 
-    A line chart joins consecutive points; the NaN makes it break across a gap instead of
-    drawing a straight line through time that was not measured.
+    A line chart joins consecutive points; a NaN value inserted there (``np.insert(values,
+    positions, nan)``, and ``np.insert(t_ms, positions, times)``) makes it break across a gap
+    instead of drawing a straight line through time that was not measured.
+
+    Returns:
+        ``positions`` (insertion indices) and ``times`` (the gaps' midpoints, ms).
     """
     if len(t_ms) < 2:
-        return t_ms, values
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     gaps = np.flatnonzero(np.diff(t_ms) > gap_ms)
-    if not gaps.size:
-        return t_ms, values
-    t_mid = (t_ms[gaps] + t_ms[gaps + 1]) // 2
-    return (np.insert(t_ms, gaps + 1, t_mid),
-            np.insert(values.astype(np.float64), gaps + 1, np.nan))
+    return gaps + 1, (t_ms[gaps] + t_ms[gaps + 1]) // 2
 
 
 def bucket_extrema(t_ms: np.ndarray, values: np.ndarray, origin_ms: int, width_ms: int,

@@ -246,10 +246,10 @@ class RunData:
                 if a == b:
                     continue
                 tt = t[a:b]
-                gaps = np.flatnonzero(np.diff(tt) > gap_ms) + 1
-                entry = {"t": b64(np.insert(tt, gaps, (tt[gaps - 1] + tt[gaps]) // 2), "<i4")}
+                pos, mid = pyramid.gap_breaks(tt, gap_ms)
+                entry = {"t": b64(np.insert(tt, pos, mid), "<i4")}
                 for s, values in sig.items():
-                    entry[s] = b64(np.insert(values[a:b], gaps, np.nan), "<f4")
+                    entry[s] = b64(np.insert(values[a:b], pos, np.nan), "<f4")
                 out[key] = entry
             yield f"L0-{c}", {"level": 0, "chunk": c, "series": out}
         for k in range(1, len(lv.bucket_ms)):

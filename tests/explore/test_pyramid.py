@@ -49,9 +49,9 @@ def test_every_level_brackets_the_raw_signal(seed):
         assert (v >= lo[idx] - 1e-3).all() and (v <= hi[idx] + 1e-3).all()
 
 
-def test_gap_breaks_insert_one_nan_inside_each_gap():
-    t = np.array([0, 100, 200, 900, 1000], dtype=np.int64)
-    v = np.arange(5, dtype=float)
-    tt, vv = pyramid.with_gap_breaks(t, v, 300)
-    assert tt.tolist() == [0, 100, 200, 550, 900, 1000]
-    assert np.isnan(vv[3]) and vv[[0, 1, 2, 4, 5]].tolist() == [0, 1, 2, 3, 4]
+def test_gap_breaks_put_one_point_inside_each_gap():
+    t = np.array([0, 100, 200, 900, 1000, 2000], dtype=np.int64)
+    positions, times = pyramid.gap_breaks(t, 300)
+    assert positions.tolist() == [3, 5] and times.tolist() == [550, 1500]
+    assert np.insert(t, positions, times).tolist() == [0, 100, 200, 550, 900, 1000, 1500, 2000]
+    assert pyramid.gap_breaks(t[:1], 300)[0].size == 0
