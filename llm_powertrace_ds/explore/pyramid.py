@@ -19,9 +19,10 @@ import numpy as np
 
 FACTOR = 4
 """Ratio of the bucket widths of two adjacent levels."""
-OVERVIEW_BUCKETS = 1500
-"""The coarsest level has at most this many buckets over the whole run (3000 points per line;
-the run page picks the coarsest level with at most this many buckets in view)."""
+OVERVIEW_BUCKETS = 400
+"""The coarsest level has at most this many buckets over the whole run. The run page draws
+power at the finest level with at most 1,500 buckets in view (3,000 points per line) and the
+small panels (utilisation, clocks, temperature, memory) with at most 400."""
 CHUNK_POINTS = 16384
 """Buckets per chunk file (level >= 1); level 0 chunks span ``CHUNK_POINTS`` sample periods."""
 

@@ -3,12 +3,14 @@
  * Data files are scripts calling LPT.got(key, payload) (browsers refuse fetch() on file://).
  * A run's traces are a pyramid (llm_powertrace_ds/explore/pyramid.py): level 0 holds the raw
  * samples, level k >= 1 the first/second extrema of buckets of bucket_ms[k]; the run page draws the
- * coarsest level whose visible buckets fit MAX_BUCKETS and loads only the visible chunks.
+ * coarsest level whose visible buckets fit MAX_BUCKETS (MAX_SIGNAL_BUCKETS for the small panels of
+ * utilisation, clocks, temperature and memory) and loads only the visible chunks.
  */
 "use strict";
 
 const LPT = (() => {
-  const MAX_BUCKETS = 1500;  // pyramid.OVERVIEW_BUCKETS: at most 3000 points per line in view
+  const MAX_BUCKETS = 1500;  // power and total: at most 3000 points per line in view
+  const MAX_SIGNAL_BUCKETS = 400;  // utilisation, clocks, temperature, memory: the small panels
   const cache = {};
   const pending = {};
   const state = { page: null, level: null, range: null, firstDrawMs: null, draws: 0, marks: {} };
@@ -73,10 +75,10 @@ const LPT = (() => {
     "⚠ CPU PROXY — " + what + " MODELLED from CPU activity, NOT measured on a GPU. Never use it as GPU data.");
 
   // ---- pyramid: which level, which chunks, and the x/y arrays --------------------------------
-  function chooseLevel(levels, x0ms, x1ms) {
+  function chooseLevel(levels, x0ms, x1ms, maxBuckets = MAX_BUCKETS) {
     const span = Math.max(1, x1ms - x0ms);
     for (let k = 0; k < levels.bucket_ms.length; k++) {
-      if (span / levels.bucket_ms[k] <= MAX_BUCKETS) return k;
+      if (span / levels.bucket_ms[k] <= maxBuckets) return k;
     }
     return levels.bucket_ms.length - 1;
   }
@@ -353,15 +355,20 @@ const LPT = (() => {
       const my = ++seq;
       const level = first && forced !== null
         ? Math.min(lv.bucket_ms.length - 1, Math.max(0, Number(forced))) : chooseLevel(lv, x0ms, x1ms);
+      const sigLevel = Math.max(level, chooseLevel(lv, x0ms, x1ms, MAX_SIGNAL_BUCKETS));
       const margin = (x1ms - x0ms) * 0.5;
-      const chunks = await loadRange(meta, level, x0ms - margin, x1ms + margin);
+      const [chunks, sigChunks] = await Promise.all([
+        loadRange(meta, level, x0ms - margin, x1ms + margin),
+        sigLevel === level ? null : loadRange(meta, sigLevel, x0ms - margin, x1ms + margin)]);
       if (my !== seq) return;
       mark("loaded");
       const data = decode(meta, chunks, 0);
+      const sigData = sigChunks ? decode(meta, sigChunks, 0) : data;
       mark("decoded");
       const xs = [], ys = [];
       for (const [key, s] of slots) {
-        const d = data[key] && data[key][s];
+        const src = s === "p" ? data : sigData;
+        const d = src[key] && src[key][s];
         xs.push(d ? d.x : []); ys.push(d ? d.y : []);
       }
       const idx = slots.map((_, i) => i);
