@@ -130,6 +130,17 @@ const LPT = (() => {
     return out;
   }
 
+  // The part of a decoded series with lo <= x <= hi (x is non-decreasing): a whole chunk can hold
+  // far more points than the view needs.
+  function clip(d, lo, hi) {
+    const x = d.x;
+    let a = 0, b = x.length;
+    while (a < b) { const m = (a + b) >> 1; if (x[m] < lo) a = m + 1; else b = m; }
+    let c = a, e = x.length;
+    while (c < e) { const m = (c + e) >> 1; if (x[m] <= hi) c = m + 1; else e = m; }
+    return a === 0 && c === x.length ? d : { x: x.subarray(a, c), y: d.y.subarray(a, c) };
+  }
+
   function concat(parts) {
     if (parts.length === 1) return parts[0];
     let n = 0;
@@ -353,9 +364,10 @@ const LPT = (() => {
     const forced = params().get("level");  // ?level=N forces the first draw's level (bench/explorer.py)
     async function draw(x0ms, x1ms, first) {
       const my = ++seq;
-      const level = first && forced !== null
+      const force = first && forced !== null;
+      const level = force
         ? Math.min(lv.bucket_ms.length - 1, Math.max(0, Number(forced))) : chooseLevel(lv, x0ms, x1ms);
-      const sigLevel = Math.max(level, chooseLevel(lv, x0ms, x1ms, MAX_SIGNAL_BUCKETS));
+      const sigLevel = force ? level : Math.max(level, chooseLevel(lv, x0ms, x1ms, MAX_SIGNAL_BUCKETS));
       const margin = (x1ms - x0ms) * 0.5;
       const [chunks, sigChunks] = await Promise.all([
         loadRange(meta, level, x0ms - margin, x1ms + margin),
@@ -366,9 +378,10 @@ const LPT = (() => {
       const sigData = sigChunks ? decode(meta, sigChunks, 0) : data;
       mark("decoded");
       const xs = [], ys = [];
+      const lo = (x0ms - margin) / 1000, hi = (x1ms + margin) / 1000;
       for (const [key, s] of slots) {
         const src = s === "p" ? data : sigData;
-        const d = src[key] && src[key][s];
+        const d = src[key] && src[key][s] && clip(src[key][s], lo, hi);
         xs.push(d ? d.x : []); ys.push(d ? d.y : []);
       }
       const idx = slots.map((_, i) => i);
@@ -463,7 +476,8 @@ const LPT = (() => {
         const level = chooseLevel(m.levels, a, b);
         const data = decode(m, await loadRange(m, level, a - (b - a) * 0.5, b + (b - a) * 0.5), m.work_start_ms);
         const key = m.total ? "total" : (m.devices[0] || {}).key;
-        return (data[key] && data[key].p) || { x: [], y: [] };
+        const d = data[key] && data[key].p;
+        return d ? clip(d, (x0 - (x1 - x0) * 0.5) / 1000, (x1 + (x1 - x0) * 0.5) / 1000) : { x: [], y: [] };
       }));
       if (my !== seq) return;
       if (first) {
