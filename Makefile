@@ -14,12 +14,12 @@ $(PY):
 
 $(VENV)/.base-installed: pyproject.toml | $(PY)
 	$(PIP) install -q $(TORCH_CPU)
-	$(PIP) install -q -e '.[generate,plot]'
+	$(PIP) install -q -e '.[generate,plot,explore]'
 	touch $@
 
 $(VENV)/.dev-installed: pyproject.toml | $(PY)
 	$(PIP) install -q $(TORCH_CPU)
-	$(PIP) install -q -e '.[dev,generate,plot]'
+	$(PIP) install -q -e '.[dev,generate,plot,explore]'
 	touch $@
 
 venv: $(VENV)/.base-installed
@@ -39,7 +39,7 @@ test: $(VENV)/.dev-installed
 			(apt-get update -qq && apt-get install -y -qq chromium) >/dev/null 2>&1 \
 				|| echo "chromium could not be installed: the browser check will skip"; \
 		fi; \
-		$(PY) -m pytest -q -m "slow or not slow" ; \
+		LLM_POWERTRACE_SCREENSHOTS=build/screenshots $(PY) -m pytest -q -m "slow or not slow" ; \
 	else \
 		$(PY) -m pytest -q ; \
 	fi

@@ -5,6 +5,7 @@
 
     python upload.py DIR --repo-id ORG/NAME [--private] [--revision BRANCH] [--tag vX.Y]
                      [--create-pr] [--dry-run] [--file-format arrow|parquet] [--allow-proxy]
+    python upload.py DIR --space ORG/NAME [--repo-id ORG/NAME] [--dry-run] [--allow-proxy]
 
 Before any network call: every run passes validation, ``cpu_proxy`` runs are refused unless
 ``--allow-proxy``, the folder's card is regenerated, and every (config, split) loads with
@@ -19,6 +20,11 @@ Large uploads go in several commits (data first, the card last). Re-running afte
 interruption is safe: ``huggingface_hub`` skips files whose content is already on the Hub and
 never makes an empty commit. Several commits are not atomic on a branch: for an atomic
 publication use ``--create-pr`` (every commit goes to one pull request) and merge it.
+
+``--space ORG/NAME`` publishes the dataset's explorer (``llm-powertrace explore``) as a static
+Hugging Face Space (``sdk: static``), after the dataset when ``--repo-id`` is given too; its
+``data/`` and ``assets/`` folders are replaced as a whole, so runs removed from the dataset leave
+the Space as well.
 
 The token comes from ``HF_TOKEN`` or the login cache (``hf auth login``); it is never printed,
 logged or written. Exit codes: 0 ok, 1 failure, 2 bad usage.
@@ -92,8 +98,12 @@ def build_parser() -> argparse.ArgumentParser:
         "exit codes: 0 ok, 1 failure, 2 bad usage.",
     )
     parser.add_argument("dir", type=Path, metavar="DIR", help="dataset folder to publish")
-    parser.add_argument("--repo-id", required=True, metavar="ORG/NAME",
-                        help="Hub dataset repository (required; there is no default organisation)")
+    parser.add_argument("--repo-id", default=None, metavar="ORG/NAME",
+                        help="Hub dataset repository (required unless --space; there is no "
+                        "default organisation)")
+    parser.add_argument("--space", default=None, metavar="ORG/NAME",
+                        help="also (or only) publish the explorer site as a static Space "
+                        "(default: none)")
     parser.add_argument("--private", action="store_true",
                         help="create the repository as private (default: public; an existing "
                         "repository keeps its visibility)")
@@ -515,9 +525,14 @@ def main(argv: Sequence[str] | None = None, *, api: Any = None) -> int:
     from llm_powertrace_ds.hub import REPO_ID_RE
 
     printer = _Printer()
-    if not REPO_ID_RE.match(args.repo_id):
-        printer.err(f"error: --repo-id {args.repo_id!r} is not of the form ORG/NAME")
+    if not args.repo_id and not args.space:
+        printer.err("error: give --repo-id ORG/NAME (the dataset), --space ORG/NAME (the "
+                    "explorer), or both")
         return EXIT_USAGE
+    for flag, value in (("--repo-id", args.repo_id), ("--space", args.space)):
+        if value is not None and not REPO_ID_RE.match(value):
+            printer.err(f"error: {flag} {value!r} is not of the form ORG/NAME")
+            return EXIT_USAGE
     if args.tag and args.create_pr:
         printer.err("error: --tag cannot be combined with --create-pr: merge the pull request, "
                     "then tag the merged revision")
@@ -552,6 +567,15 @@ def _run(args: argparse.Namespace, api: Any, printer: _Printer) -> int:
             raise UploadError("HF_HUB_OFFLINE is set: unset it to upload, or pass --dry-run")
         token = _token()
         printer.secret = token
+    if args.repo_id:
+        code = _run_dataset(args, api, printer, token)
+        if code or not args.space:
+            return code
+    return _run_space(args, api, printer, token)
+
+
+def _run_dataset(args: argparse.Namespace, api: Any, printer: _Printer,
+                 token: str | None) -> int:
     with tempfile.TemporaryDirectory(prefix="llm-powertrace-upload-") as tmp:
         plan, upload_root = _prepare(args, Path(tmp))
         as_json = args.format == "json"
@@ -578,6 +602,114 @@ def _run(args: argparse.Namespace, api: Any, printer: _Printer) -> int:
                 + (f"; tagged {plan.tag}" if plan.tag else ""))
     if result["pr_url"]:
         printer.out("merge the pull request to publish it atomically")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------
+# The explorer as a static Space
+# ---------------------------------------------------------------------------------------------
+
+SPACE_REPLACED = ["data/**", "assets/**"]
+"""Remote folders replaced as a whole on every Space upload (stale runs go)."""
+
+
+def space_readme(space_id: str, dataset_name: str, repo_id: str | None) -> str:
+    """The Space's README.md: the YAML that makes it a static Space, and one paragraph."""
+    lines = ["---", f"title: {dataset_name.split('/')[-1]} explorer", "emoji: ⚡",
+             "colorFrom: yellow", "colorTo: gray", "sdk: static", "app_file: index.html",
+             "pinned: false", "short_description: Per-GPU power traces of LLM jobs, explored"]
+    if repo_id:
+        lines += ["datasets:", f"- {repo_id}"]
+    lines += ["---", "", f"# {dataset_name}: LLM-PowerTrace explorer", "",
+              "A static site written by `llm-powertrace explore`: the runs catalog, a zoomable "
+              "run page per run, a compare view and a sweep view. It needs no server and loads "
+              "nothing from the network."]
+    if repo_id:
+        lines += ["", f"Data: https://huggingface.co/datasets/{repo_id}"]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class SpacePlan:
+    """What the Space upload will send."""
+
+    dir: str
+    space_id: str
+    runs: int
+    proxy_runs: int
+    files: list[tuple[str, int]]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"dir": self.dir, "space_id": self.space_id, "repo_type": "space",
+                "space_sdk": "static", "runs": self.runs, "proxy_runs": self.proxy_runs,
+                "files": [{"path": p, "bytes": n} for p, n in self.files],
+                "total_bytes": sum(n for _, n in self.files),
+                "replaced": SPACE_REPLACED}
+
+    def lines(self) -> list[str]:
+        total = sum(n for _, n in self.files)
+        return [f"space plan: {self.dir} -> https://huggingface.co/spaces/{self.space_id} "
+                "(static)",
+                f"  explorer of {self.runs} run(s)"
+                + (f" ({self.proxy_runs} cpu_proxy run(s) allowed)" if self.proxy_runs else "")
+                + f"; {len(self.files)} file(s), {human_bytes(total)} in one commit; "
+                f"remote {', '.join(SPACE_REPLACED)} replaced"]
+
+
+def _prepare_space(args: argparse.Namespace, work: Path) -> tuple[SpacePlan, Path]:
+    from llm_powertrace_ds.explore import build_site
+
+    root = args.dir
+    if not (root / "data").is_dir():
+        raise UploadError(f"'{root}' is not a dataset folder (it has no data/ folder)")
+    check = validate_folder(root)
+    if check.runs == 0:
+        raise UploadError(f"'{root}' holds no published run")
+    if check.proxy_runs and not args.allow_proxy:
+        raise UploadError(
+            f"'{root}' holds {len(check.proxy_runs)} cpu_proxy run(s) (modelled from CPU "
+            "activity, not GPU measurements); pass --allow-proxy to publish them anyway")
+    name = args.repo_id or root.resolve().name
+    site = work / "space"
+    report = build_site(root, site, name=name)
+    (site / "README.md").write_text(space_readme(args.space, name, args.repo_id),
+                                    encoding="utf-8")
+    files = [(p.relative_to(site).as_posix(), p.stat().st_size)
+             for p in sorted(site.rglob("*")) if p.is_file()]
+    return SpacePlan(str(root), args.space, report.runs, report.proxy_runs, files), site
+
+
+def _run_space(args: argparse.Namespace, api: Any, printer: _Printer,
+               token: str | None) -> int:
+    as_json = args.format == "json"
+    with tempfile.TemporaryDirectory(prefix="llm-powertrace-space-") as tmp:
+        plan, site = _prepare_space(args, Path(tmp))
+        if as_json and args.dry_run:
+            printer.out(json.dumps(plan.as_json(), indent=2))
+        elif not as_json:
+            for line in plan.lines():
+                printer.out(line)
+        if args.dry_run:
+            if not as_json:
+                printer.out("dry run: the Space was not uploaded and no network call was made")
+            return EXIT_OK
+        if api is None:
+            from huggingface_hub import HfApi
+
+            api = HfApi(token=token)
+        api.create_repo(plan.space_id, repo_type="space", space_sdk="static",
+                        private=args.private, exist_ok=True)
+        info = api.upload_folder(
+            repo_id=plan.space_id, repo_type="space", folder_path=str(site),
+            ignore_patterns=list(NEVER_UPLOAD), delete_patterns=list(SPACE_REPLACED),
+            commit_message=f"Explorer of {plan.runs} run(s)",
+            commit_description="written by upload.py --space (llm-powertrace explore)")
+    url = f"https://huggingface.co/spaces/{plan.space_id}"
+    if as_json:
+        printer.out(json.dumps({**plan.as_json(), "result": {
+            "url": url, "commit": getattr(info, "commit_url", None)}}, indent=2))
+    else:
+        printer.out(f"uploaded the explorer ({len(plan.files)} file(s)) to {url}")
     return EXIT_OK
 
 

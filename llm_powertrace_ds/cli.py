@@ -26,6 +26,7 @@ COMMAND_MODULES = [
     "llm_powertrace_ds.cli_analysis",
     "llm_powertrace_ds.cli_generate",
     "llm_powertrace_ds.cli_facility",
+    "llm_powertrace_ds.cli_explore",
 ]
 
 EPILOG = """exit codes: 0 ok, 1 failure, 2 bad usage.

@@ -3,7 +3,8 @@
 Picks the best sampler (NVML when a GPU is usable, else ``cpu_proxy``), runs the demo
 fine-tuning and inference sweeps on tiny zoo models, builds the card (with figures), loads the
 result back with ``datasets.load_dataset``, prints a short metrics table per run and the paths of
-the plots, then shows how to import one's own nvidia-smi log. Re-running resumes: complete runs
+the plots, then shows how to import one's own nvidia-smi log, and ends with the path of the
+explorer written beside the dataset (``<out>-explorer/index.html``). Re-running resumes: complete runs
 are skipped. ``--quick`` runs a deterministic third of each sweep (task 0 of 3), so a later full
 ``demo`` reuses those runs.
 """
@@ -108,4 +109,19 @@ def run_demo(out: Path, *, quick: bool = False, quiet: bool = False) -> int:
     _say(quiet, f"\ndone in {time.monotonic() - t0:.0f} s. Re-running resumes; "
          f"`llm-powertrace plot {out} RUN_ID --out run.png` draws one run.\n")
     _say(quiet, IMPORT_HINT.format(out=out))
+    _say(quiet, explorer_line(out))
     return 1 if failed else 0
+
+
+def explorer_line(out: Path) -> str:
+    """Write the explorer beside the dataset (``<out>-explorer/``); the line naming its page."""
+    from .explore.site import MissingExtra, build_site
+
+    site = out.parent / f"{out.name}-explorer"
+    try:
+        report = build_site(out, site)
+    except MissingExtra:
+        return "explorer: not written (install the `explore` extra: pip install " \
+            "'llm-powertrace[explore]')"
+    return (f"explorer: {report.out / 'index.html'} (open it in a browser; "
+            f"`llm-powertrace explore {out} --out SITE` rewrites it)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import sys
 from pathlib import Path
 
@@ -10,7 +11,8 @@ import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-EXTERNAL = REPO.parent / "shared" / "data" / "external"
+# LLM_POWERTRACE_EXTERNAL points elsewhere (e.g. from a git worktree, whose parent has no shared/)
+EXTERNAL = Path(os.environ.get("LLM_POWERTRACE_EXTERNAL") or REPO.parent / "shared" / "data" / "external")
 if str(REPO) not in sys.path:  # upload.py lives at the repo root
     sys.path.insert(0, str(REPO))
 

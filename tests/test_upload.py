@@ -450,3 +450,63 @@ def test_token_is_never_printed_logged_or_written(env, make_run, capsys, caplog)
     assert blobs and all(TOKEN.encode() not in b for b in blobs)
     assert all(TOKEN not in text for text in seen)
     assert TOKEN[3:] not in "".join(seen)
+
+
+# ---------------------------------------------------------------------------------------------
+# The explorer as a static Space (--space)
+# ---------------------------------------------------------------------------------------------
+
+def test_space_dry_run_offline_plans_the_static_site(env, make_run, monkeypatch, no_network,
+                                                     no_figures, capsys):
+    pytest.importorskip("plotly")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("HF_TOKEN")
+    root = make_folder(env / "ds", make_run)
+    api = FakeApi()
+    assert main([str(root), "--space", "org/explorer", "--dry-run"], api=api) == 0
+    assert api.calls == []
+    out = capsys.readouterr().out
+    assert "space plan:" in out and "https://huggingface.co/spaces/org/explorer" in out
+    assert "explorer of 2 run(s)" in out
+    assert "dry run: the Space was not uploaded and no network call was made" in out
+    assert main([str(root), "--space", "org/explorer", "--dry-run", "--format", "json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    paths = {f["path"] for f in plan["files"]}
+    assert {"index.html", "run.html", "assets/plotly.min.js", "data/catalog.js",
+            "README.md"} <= paths
+    assert plan["repo_type"] == "space" and plan["space_sdk"] == "static"
+
+
+def test_space_upload_through_the_test_double(env, make_run, no_figures, capsys):
+    pytest.importorskip("plotly")
+    root = make_folder(env / "ds", make_run)
+    api = FakeApi()
+    assert main([str(root), "--repo-id", "org/ds", "--space", "org/explorer"], api=api) == 0
+    space_creates = [kw for kw in api.kwargs("create_repo") if kw["repo_type"] == "space"]
+    assert space_creates == [{"repo_id": "org/explorer", "repo_type": "space",
+                              "space_sdk": "static", "private": False, "exist_ok": True}]
+    (space_upload,) = [kw for kw in api.kwargs("upload_folder") if kw["repo_type"] == "space"]
+    assert space_upload["repo_id"] == "org/explorer"
+    assert space_upload["delete_patterns"] == ["data/**", "assets/**"]
+    files = api.commits[-1]  # the Space's commit comes after the dataset's
+    front = yaml.safe_load(files["README.md"].decode().split("---\n")[1])
+    assert front["sdk"] == "static" and front["app_file"] == "index.html"
+    assert front["datasets"] == ["org/ds"]
+    assert b"org/ds" in files["data/catalog.js"]  # the site names the dataset repo
+    assert str(env).encode() not in files["data/catalog.js"]
+    assert "uploaded the explorer" in capsys.readouterr().out
+
+
+def test_space_refuses_cpu_proxy_runs_unless_allowed(env, make_run, no_network, no_figures,
+                                                      capsys):
+    pytest.importorskip("plotly")
+    root = make_folder(env / "ds", make_run, proxy=True)
+    assert main([str(root), "--space", "org/explorer", "--dry-run"]) == 1
+    assert "--allow-proxy" in capsys.readouterr().err
+    assert main([str(root), "--space", "org/explorer", "--dry-run", "--allow-proxy"]) == 0
+
+
+def test_neither_repo_id_nor_space_is_bad_usage(tmp_path, capsys):
+    assert main([str(tmp_path)]) == 2
+    assert "--space" in capsys.readouterr().err
+    assert main([str(tmp_path), "--space", "not a repo"]) == 2

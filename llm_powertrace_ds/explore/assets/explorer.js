@@ -1,0 +1,568 @@
+/* LLM-PowerTrace explorer: page glue around plotly.js (no charting code of its own).
+ *
+ * Data files are scripts calling LPT.got(key, payload) (browsers refuse fetch() on file://).
+ * A run's traces are a pyramid (llm_powertrace_ds/explore/pyramid.py): level 0 holds the raw
+ * samples, level k >= 1 the first/second extrema of buckets of bucket_ms[k]; the run page draws the
+ * coarsest level whose visible buckets fit MAX_BUCKETS (MAX_SIGNAL_BUCKETS for the small panels of
+ * utilisation, clocks, temperature and memory) and loads only the visible chunks.
+ */
+"use strict";
+
+const LPT = (() => {
+  const MAX_BUCKETS = 1500;  // power and total: at most 3000 points per line in view
+  const MAX_SIGNAL_BUCKETS = 400;  // utilisation, clocks, temperature, memory: the small panels
+  const cache = {};
+  const pending = {};
+  const state = { page: null, level: null, range: null, firstDrawMs: null, draws: 0, marks: {} };
+  const mark = (name) => { state.marks[name] = performance.now(); };
+
+  // ---- data loading ---------------------------------------------------------------------------
+  function got(key, payload) {
+    cache[key] = payload;
+    const p = pending[key];
+    if (p) { delete pending[key]; p.resolve(payload); }
+  }
+
+  function load(key) {
+    if (cache[key]) return Promise.resolve(cache[key]);
+    if (pending[key]) return pending[key].promise;
+    const entry = {};
+    entry.promise = new Promise((resolve, reject) => { entry.resolve = resolve; entry.reject = reject; });
+    pending[key] = entry;
+    const s = document.createElement("script");
+    s.src = "data/runs/" + key + ".js";
+    s.onload = () => s.remove();
+    s.onerror = () => { delete pending[key]; s.remove(); entry.reject(new Error("cannot load " + s.src)); };
+    document.head.appendChild(s);
+    return entry.promise;
+  }
+
+  function bytes(b64) {
+    const bin = atob(b64);
+    const u = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) u[i] = bin.charCodeAt(i);
+    return u.buffer;
+  }
+  const f32 = (b64) => new Float32Array(bytes(b64));
+  const i32 = (b64) => new Int32Array(bytes(b64));
+
+  // ---- helpers ----------------------------------------------------------------------------------
+  const $ = (tag, attrs, ...kids) => {
+    const el = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (k === "class") el.className = v;
+      else if (k === "text") el.textContent = v;
+      else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+      else el.setAttribute(k, v);
+    }
+    for (const kid of kids) if (kid != null) el.append(kid);
+    return el;
+  };
+  const fmt = (v) => {
+    if (v === null || v === undefined) return "—";
+    if (Array.isArray(v)) return v.join(", ");
+    if (typeof v === "number") {
+      if (Number.isInteger(v)) return String(v);
+      const a = Math.abs(v);
+      return a !== 0 && (a >= 1e6 || a < 1e-3) ? v.toExponential(3) : v.toPrecision(4).replace(/\.?0+$/, "");
+    }
+    return String(v);
+  };
+  const params = () => new URLSearchParams(window.location.search);
+  const catalog = () => cache.catalog;
+  const byFolder = (folder) => catalog().rows.find((r) => r.folder === folder);
+  const proxyBanner = (what) => $("div", { class: "proxy-banner", role: "alert" },
+    "⚠ CPU PROXY — " + what + " MODELLED from CPU activity, NOT measured on a GPU. Never use it as GPU data.");
+
+  // ---- pyramid: which level, which chunks, and the x/y arrays --------------------------------
+  function chooseLevel(levels, x0ms, x1ms, maxBuckets = MAX_BUCKETS) {
+    const span = Math.max(1, x1ms - x0ms);
+    for (let k = 0; k < levels.bucket_ms.length; k++) {
+      if (span / levels.bucket_ms[k] <= maxBuckets) return k;
+    }
+    return levels.bucket_ms.length - 1;
+  }
+
+  async function loadRange(meta, level, x0ms, x1ms) {
+    const lv = meta.levels;
+    const span = lv.chunk_ms[level];
+    const c0 = Math.max(0, Math.floor((x0ms - lv.origin_ms) / span));
+    const c1 = Math.min(lv.n_chunks[level] - 1, Math.floor((x1ms - lv.origin_ms) / span));
+    const keys = [];
+    for (let c = c0; c <= c1; c++) keys.push(meta.folder + "/L" + level + "-" + c);
+    return Promise.all(keys.map(load));
+  }
+
+  // Returns {seriesKey: {signal: {x: Float64Array (s), y: Float32Array}}} for the chunks.
+  function decode(meta, chunks, offsetMs) {
+    const lv = meta.levels;
+    const out = {};
+    for (const ch of chunks) {
+      for (const [key, sig] of Object.entries(ch.series)) {
+        out[key] = out[key] || {};
+        if (ch.level === 0) {
+          const t = i32(sig.t);
+          const x = new Float64Array(t.length);
+          for (let i = 0; i < t.length; i++) x[i] = (t[i] - offsetMs) / 1000;
+          for (const [s, v] of Object.entries(sig)) {
+            if (s === "t") continue;
+            (out[key][s] = out[key][s] || []).push({ x, y: f32(v) });
+          }
+        } else {
+          const w = lv.bucket_ms[ch.level];
+          for (const [s, pair] of Object.entries(sig)) {
+            const a = f32(pair[0]), b = f32(pair[1]);
+            const n = a.length;
+            const x = new Float64Array(2 * n), y = new Float32Array(2 * n);
+            for (let i = 0; i < n; i++) {
+              const left = lv.origin_ms + (ch.i0 + i) * w - offsetMs;
+              x[2 * i] = (left + w / 4) / 1000; y[2 * i] = a[i];
+              x[2 * i + 1] = (left + 3 * w / 4) / 1000; y[2 * i + 1] = b[i];
+            }
+            (out[key][s] = out[key][s] || []).push({ x, y });
+          }
+        }
+      }
+    }
+    for (const sigs of Object.values(out)) {
+      for (const [s, parts] of Object.entries(sigs)) sigs[s] = concat(parts);
+    }
+    return out;
+  }
+
+  // The part of a decoded series with lo <= x <= hi (x is non-decreasing): a whole chunk can hold
+  // far more points than the view needs.
+  function clip(d, lo, hi) {
+    const x = d.x;
+    let a = 0, b = x.length;
+    while (a < b) { const m = (a + b) >> 1; if (x[m] < lo) a = m + 1; else b = m; }
+    let c = a, e = x.length;
+    while (c < e) { const m = (c + e) >> 1; if (x[m] <= hi) c = m + 1; else e = m; }
+    return a === 0 && c === x.length ? d : { x: x.subarray(a, c), y: d.y.subarray(a, c) };
+  }
+
+  function concat(parts) {
+    if (parts.length === 1) return parts[0];
+    let n = 0;
+    for (const p of parts) n += p.x.length + 1;
+    const x = new Float64Array(n), y = new Float32Array(n);
+    let o = 0;
+    for (const p of parts) {
+      x.set(p.x, o); y.set(p.y, o); o += p.x.length;
+      x[o] = p.x.length ? p.x[p.x.length - 1] : 0; y[o] = NaN; o += 1;  // break between chunks
+    }
+    return { x, y };
+  }
+
+  // ---- catalog page -------------------------------------------------------------------------------
+  function catalogPage(main) {
+    const cat = catalog();
+    const cols = cat.columns;
+    const filters = {};
+    let sortCol = "run_id", sortDir = 1;
+    const selected = new Set();
+    const proxies = cat.rows.filter((r) => r.cpu_proxy).length;
+    if (proxies) main.append(proxyBanner(proxies + " of " + cat.rows.length + " run(s) are cpu_proxy:"));
+    const bar = $("div", { class: "filters" });
+    const count = $("span", { id: "row-count" });
+    const compareBtn = $("button", { id: "compare-button", disabled: "disabled", onclick: () => {
+      window.location.href = "compare.html?runs=" + [...selected].map(encodeURIComponent).join(",");
+    } }, "compare selected (2–4)");
+    const search = $("input", { type: "search", id: "filter-text", placeholder: "run id contains…",
+      oninput: () => render() });
+    bar.append(search);
+    for (const c of cols.filter((c) => c.filter)) {
+      const values = new Set();
+      for (const r of cat.rows) {
+        const v = r[c.name];
+        if (Array.isArray(v)) v.forEach((x) => values.add(String(x)));
+        else if (v !== null && v !== undefined) values.add(String(v));
+      }
+      const sel = $("select", { "data-filter": c.name, title: c.description,
+        onchange: (e) => { filters[c.name] = e.target.value; render(); } },
+        $("option", { value: "", text: c.name + ": all" }));
+      [...values].sort((a, b) => a.localeCompare(b, undefined, { numeric: true }))
+        .forEach((v) => sel.append($("option", { value: v, text: v })));
+      bar.append(sel);
+    }
+    bar.append(count, compareBtn);
+    main.append(bar);
+    const table = $("table", { id: "catalog" });
+    const head = $("tr");
+    head.append($("th", { text: "" }));
+    for (const c of cols) {
+      head.append($("th", { "data-col": c.name, class: "sortable " + c.group,
+        title: (c.description || "") + (c.unit ? " [" + c.unit + "]" : "") + " — click to sort",
+        onclick: () => { sortDir = sortCol === c.name ? -sortDir : 1; sortCol = c.name; render(); } },
+        c.name + (c.unit ? " (" + c.unit + ")" : "")));
+    }
+    table.append($("thead", {}, head));
+    const body = $("tbody");
+    table.append(body);
+    main.append($("div", { class: "table-wrap" }, table));
+
+    function keep(r) {
+      const text = search.value.trim().toLowerCase();
+      if (text && !String(r.run_id).toLowerCase().includes(text)) return false;
+      for (const [name, want] of Object.entries(filters)) {
+        if (!want) continue;
+        const v = r[name];
+        if (Array.isArray(v) ? !v.map(String).includes(want) : String(v) !== want) return false;
+      }
+      return true;
+    }
+    function cmp(a, b) {
+      const x = a[sortCol], y = b[sortCol];
+      if (x === y) return 0;
+      if (x === null || x === undefined) return 1;
+      if (y === null || y === undefined) return -1;
+      if (typeof x === "number" && typeof y === "number") return sortDir * (x - y);
+      return sortDir * String(x).localeCompare(String(y), undefined, { numeric: true });
+    }
+    function render() {
+      body.replaceChildren();
+      const rows = cat.rows.filter(keep).sort(cmp);
+      for (const r of rows) {
+        const tr = $("tr", { "data-run-id": r.run_id, class: r.cpu_proxy ? "proxy" : "" });
+        const box = $("input", { type: "checkbox", "data-select": r.folder, onchange: (e) => {
+          if (e.target.checked) selected.add(r.folder); else selected.delete(r.folder);
+          compareBtn.disabled = selected.size < 2 || selected.size > 4;
+        } });
+        box.checked = selected.has(r.folder);
+        tr.append($("td", {}, box));
+        for (const c of cols) {
+          if (c.name === "run_id") {
+            tr.append($("td", { class: "run-id" },
+              $("a", { href: "run.html?run=" + encodeURIComponent(r.folder), text: r.run_id }),
+              r.cpu_proxy ? $("span", { class: "proxy-badge", title: cat.flags.cpu_proxy }, "CPU PROXY") : null));
+          } else if (c.name === "quality_flags") {
+            tr.append($("td", {}, ...r.quality_flags.map((f) =>
+              $("span", { class: "flag", title: cat.flags[f] || "" }, f))));
+          } else {
+            tr.append($("td", { class: typeof r[c.name] === "number" ? "num" : "" }, fmt(r[c.name])));
+          }
+        }
+        body.append(tr);
+      }
+      count.textContent = rows.length + " of " + cat.rows.length + " runs";
+      for (const th of head.querySelectorAll("th[data-col]")) {
+        th.classList.toggle("sorted", th.dataset.col === sortCol);
+        th.dataset.dir = th.dataset.col === sortCol ? (sortDir > 0 ? "asc" : "desc") : "";
+      }
+    }
+    render();
+    state.ready = true;
+  }
+
+  // ---- run page ---------------------------------------------------------------------------------
+  const COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+    "#7f7f7f", "#bcbd22", "#17becf"];
+  const PHASE_FILL = { "idle": "#bbbbbb", "warm-up": "#f5d76e", "steady window": "#2ecc71",
+    "checkpoint": "#e67e22", "eval": "#9b59b6" };
+
+  async function runPage(main) {
+    const folder = params().get("run");
+    const row = folder && byFolder(folder);
+    if (!row) { main.append($("p", { class: "error", text: "no run " + folder + " in this dataset" })); return; }
+    const t0 = performance.now();
+    mark("start");
+    const meta = await load(folder + "/meta");
+    mark("meta");
+    document.title = "LLM-PowerTrace — " + meta.run_id;
+    main.append($("h1", { text: meta.run_id }));
+    if (meta.cpu_proxy) main.append(proxyBanner("this run's power is"));
+    main.append($("p", { class: "subtitle", text: [meta.workload, meta.platform, meta.devices.length + " device(s)",
+      "sampler " + meta.sampler, "power field " + meta.power_field].join(" · ") }));
+    if (meta.total_note) main.append($("p", { class: "note", text: meta.total_note }));
+    const plot = $("div", { id: "run-plot", "data-run-plot": meta.run_id, class: "plot tall" });
+    main.append(plot);
+    const info = $("div", { class: "level-info", id: "level-info" });
+    main.append(info);
+
+    // y axes: power, [requests], events, then one per auxiliary signal present
+    const present = new Set();
+    meta.devices.forEach((d) => d.signals.forEach((s) => present.add(s)));
+    const rows = [["p", 3]];
+    if (meta.requests) rows.push(["req", 1]);
+    rows.push(["ev", 1]);
+    for (const s of ["u", "c", "T", "m"]) if (present.has(s)) rows.push([s, 1]);
+    const weight = rows.reduce((a, r) => a + r[1], 0);
+    const gap = 0.02;
+    const layout = { height: 260 + 110 * rows.length, margin: { l: 100, r: 20, t: 10, b: 40 },
+      showlegend: true, legend: { orientation: "h", y: 1.02, yanchor: "bottom" },
+      hovermode: "closest", uirevision: "keep", shapes: [],
+      xaxis: { title: { text: "time since t0 (s)" }, anchor: "y" + (rows.length > 1 ? rows.length : "") } };
+    const axisOf = {};
+    let top = 1;
+    rows.forEach(([key, w], i) => {
+      const h = (w / weight) * (1 - gap * (rows.length - 1));
+      const name = i === 0 ? "yaxis" : "yaxis" + (i + 1);
+      axisOf[key] = i === 0 ? "y" : "y" + (i + 1);
+      const label = key === "p" ? "power (W)" : key === "req" ? "requests in flight" : key === "ev" ? "events"
+        : meta.signals[key].label + " (" + meta.signals[key].unit + ")";
+      layout[name] = { domain: [Math.max(0, top - h), top], title: { text: label, font: { size: 11 } } };
+      if (key === "ev") layout[name].type = "category";
+      top -= h + gap;
+    });
+
+    // data traces: index bookkeeping so a zoom can restyle them in place
+    const traces = [];
+    const slots = [];  // [seriesKey, signal] per data trace
+    meta.devices.forEach((d, i) => {
+      traces.push({ type: "scatter", mode: "lines", name: d.label, legendgroup: d.key, yaxis: axisOf.p,
+        line: { width: 1, color: COLOURS[i % COLOURS.length] }, x: [], y: [], meta: { role: "device", key: d.key } });
+      slots.push([d.key, "p"]);
+    });
+    if (meta.total) {
+      traces.push({ type: "scatter", mode: "lines", name: "node total (0.1 s grid)", yaxis: axisOf.p,
+        line: { width: 1.6, color: "#000" }, x: [], y: [], meta: { role: "total", key: "total" } });
+      slots.push(["total", "p"]);
+    }
+    for (const s of ["u", "c", "T", "m"]) {
+      if (!axisOf[s]) continue;
+      meta.devices.forEach((d, i) => {
+        if (!d.signals.includes(s)) return;
+        traces.push({ type: "scatter", mode: "lines", name: d.label + " " + meta.signals[s].label,
+          legendgroup: d.key, showlegend: false, yaxis: axisOf[s],
+          line: { width: 1, color: COLOURS[i % COLOURS.length] }, x: [], y: [], meta: { role: "signal", key: d.key } });
+        slots.push([d.key, s]);
+      });
+    }
+    const nData = traces.length;
+    // events row: phase windows as bars, point events as markers
+    for (const [label, wins] of Object.entries(meta.phases)) {
+      const x = [], y = [];
+      for (const [b, e] of wins) { x.push(b / 1000, e / 1000, null); y.push(label, label, null); }
+      traces.push({ type: "scatter", mode: "lines", name: label, yaxis: axisOf.ev, showlegend: false,
+        line: { width: 8, color: PHASE_FILL[label] || "#5dade2" }, x, y, hoverinfo: "x+y",
+        meta: { role: "phase" } });
+      if (PHASE_FILL[label] && wins.length <= 60) {
+        for (const [b, e] of wins) layout.shapes.push({ type: "rect", xref: "x", yref: "y domain",
+          x0: b / 1000, x1: e / 1000, y0: 0, y1: 1, fillcolor: PHASE_FILL[label], opacity: 0.18,
+          line: { width: 0 }, layer: "below" });
+      }
+    }
+    for (const [label, pts] of Object.entries(meta.marks)) {
+      const x = pts.map((p) => (Array.isArray(p) ? p[0] : p) / 1000);
+      const text = pts.map((p) => (Array.isArray(p) ? p[1] : label));
+      traces.push({ type: "scatter", mode: "markers", name: label + " marks", yaxis: axisOf.ev, showlegend: false,
+        x, y: x.map(() => label + " ▾"), text, hoverinfo: "x+text",
+        marker: { symbol: "line-ns-open", size: 10, color: "#444" }, meta: { role: "event" } });
+    }
+    if (meta.requests) {
+      const r = meta.requests;
+      traces.push({ type: "scatter", mode: "lines", line: { shape: "hv", color: "#16a085" }, name: "in flight",
+        yaxis: axisOf.req, x: r.t_ms.map((t) => t / 1000), y: r.in_flight, meta: { role: "requests" } });
+      traces.push({ type: "scatter", mode: "markers", name: "arrivals", yaxis: axisOf.req,
+        x: r.arrivals_ms.map((t) => t / 1000), y: r.arrivals_ms.map(() => 0),
+        marker: { symbol: "triangle-up", size: 6, color: "#c0392b" }, meta: { role: "arrivals" } });
+    }
+
+    const lv = meta.levels;
+    const full = [lv.origin_ms, meta.end_ms];
+    let seq = 0;
+    const forced = params().get("level");  // ?level=N forces the first draw's level (bench/explorer.py)
+    async function draw(x0ms, x1ms, first) {
+      const my = ++seq;
+      const force = first && forced !== null;
+      const level = force
+        ? Math.min(lv.bucket_ms.length - 1, Math.max(0, Number(forced))) : chooseLevel(lv, x0ms, x1ms);
+      const sigLevel = force ? level : Math.max(level, chooseLevel(lv, x0ms, x1ms, MAX_SIGNAL_BUCKETS));
+      const margin = (x1ms - x0ms) * 0.5;
+      const [chunks, sigChunks] = await Promise.all([
+        loadRange(meta, level, x0ms - margin, x1ms + margin),
+        sigLevel === level ? null : loadRange(meta, sigLevel, x0ms - margin, x1ms + margin)]);
+      if (my !== seq) return;
+      mark("loaded");
+      const data = decode(meta, chunks, 0);
+      const sigData = sigChunks ? decode(meta, sigChunks, 0) : data;
+      mark("decoded");
+      const xs = [], ys = [];
+      const lo = (x0ms - margin) / 1000, hi = (x1ms + margin) / 1000;
+      for (const [key, s] of slots) {
+        const src = s === "p" ? data : sigData;
+        const d = src[key] && src[key][s] && clip(src[key][s], lo, hi);
+        xs.push(d ? d.x : []); ys.push(d ? d.y : []);
+      }
+      const idx = slots.map((_, i) => i);
+      // few raw samples in view: mark each one, so the 100 ms ticks themselves are visible
+      const mode = level === 0 && (x1ms - x0ms) / lv.period_ms <= 600 ? "lines+markers" : "lines";
+      if (first) {
+        idx.forEach((i) => { traces[i].x = xs[i]; traces[i].y = ys[i]; traces[i].mode = mode; traces[i].marker = { size: 3 }; });
+        await Plotly.newPlot(plot, traces, layout, { responsive: true, displaylogo: false, scrollZoom: true });
+        state.firstDrawMs = performance.now() - t0;
+        state.drawnAtMs = performance.now();  // since navigation start
+      } else {
+        await Plotly.restyle(plot, { x: xs, y: ys, mode }, idx);
+      }
+      state.level = level;
+      state.range = [x0ms / 1000, x1ms / 1000];
+      state.draws += 1;
+      state.points = xs.reduce((a, x) => a + x.length, 0);
+      plot.dataset.level = String(level);
+      plot.dataset.draws = String(state.draws);
+      info.textContent = level === 0
+        ? "showing raw samples (period " + lv.period_ms + " ms; node total on the " + lv.grid_ms + " ms metrics grid)"
+        : "showing min/max per " + lv.bucket_ms[level] / 1000 + " s bucket (peak-preserving); zoom in for raw samples";
+    }
+    await draw(full[0], full[1], true);
+    let timer = null;
+    plot.on("plotly_relayout", (ev) => {
+      let x0, x1;
+      if (ev["xaxis.autorange"]) { [x0, x1] = full; }
+      else if (ev["xaxis.range[0]"] !== undefined) { x0 = ev["xaxis.range[0]"] * 1000; x1 = ev["xaxis.range[1]"] * 1000; }
+      else if (ev["xaxis.range"]) { x0 = ev["xaxis.range"][0] * 1000; x1 = ev["xaxis.range"][1] * 1000; }
+      else return;
+      clearTimeout(timer);
+      timer = setTimeout(() => draw(x0, x1, false), 60);
+    });
+    main.append(metricsPanel(meta));
+    state.ready = true;
+  }
+
+  function metricsPanel(meta) {
+    const cat = catalog();
+    const box = $("section", { class: "panel" });
+    if (meta.flags.length) {
+      box.append($("h2", { text: "quality flags" }));
+      const ul = $("ul", { id: "flags" });
+      meta.flags.forEach((f) => ul.append($("li", {}, $("code", { text: f.flag }), " — " + f.description)));
+      box.append(ul);
+    }
+    if (meta.metric_notes.length) {
+      box.append($("h2", { text: "metric notes" }));
+      const ul = $("ul", { id: "metric-notes" });
+      meta.metric_notes.forEach((n) => ul.append($("li", { text: n })));
+      box.append(ul);
+    }
+    box.append($("h2", { text: "metrics (node total)" }));
+    const t = $("table", { id: "metrics" }, $("tr", {}, $("th", { text: "metric" }), $("th", { text: "value" }),
+      $("th", { text: "formula" })));
+    for (const [name, value] of Object.entries(meta.metrics)) {
+      t.append($("tr", { "data-metric": name }, $("td", {}, $("code", { text: name })),
+        $("td", { class: "num", text: fmt(value) }), $("td", { class: "formula", text: cat.formulas[name] || "" })));
+    }
+    box.append(t);
+    box.append($("h2", { text: "settings" }));
+    const s = $("table", { id: "settings" });
+    for (const [k, v] of Object.entries(meta.settings)) if (v !== null) s.append($("tr", {}, $("td", { text: k }), $("td", { text: fmt(v) })));
+    box.append(s);
+    return box;
+  }
+
+  // ---- compare page ---------------------------------------------------------------------------------
+  async function comparePage(main) {
+    const folders = (params().get("runs") || "").split(",").filter(Boolean).slice(0, 4);
+    main.append($("h1", { text: "compare runs" }));
+    if (folders.length < 2) {
+      main.append($("p", { text: "Pick 2–4 runs in the catalog (tick their boxes, then “compare selected”)." }));
+      state.ready = true;
+      return;
+    }
+    const metas = await Promise.all(folders.map((f) => load(f + "/meta")));
+    if (metas.some((m) => m.cpu_proxy)) main.append(proxyBanner("at least one of these runs is"));
+    main.append($("p", { class: "subtitle", text: "node totals aligned at work start (first warm-up, step, prefill, steady or arrival event): x = t − work start" }));
+    const plot = $("div", { id: "compare-plot", "data-compare-plot": metas.map((m) => m.run_id).join(","), class: "plot" });
+    main.append(plot);
+    const traces = metas.map((m, i) => ({ type: "scatter", mode: "lines", name: m.run_id + (m.cpu_proxy ? " (CPU PROXY)" : ""),
+      line: { width: 1.3, color: COLOURS[i % COLOURS.length] }, x: [], y: [], meta: { role: "compare", run: m.run_id } }));
+    const span = (m) => [m.levels.origin_ms - m.work_start_ms, m.end_ms - m.work_start_ms];
+    const lo = Math.min(...metas.map((m) => span(m)[0])), hi = Math.max(...metas.map((m) => span(m)[1]));
+    let seq = 0;
+    async function draw(x0, x1, first) {
+      const my = ++seq;
+      const parts = await Promise.all(metas.map(async (m) => {
+        const a = x0 + m.work_start_ms, b = x1 + m.work_start_ms;
+        const level = chooseLevel(m.levels, a, b);
+        const data = decode(m, await loadRange(m, level, a - (b - a) * 0.5, b + (b - a) * 0.5), m.work_start_ms);
+        const key = m.total ? "total" : (m.devices[0] || {}).key;
+        const d = data[key] && data[key].p;
+        return d ? clip(d, (x0 - (x1 - x0) * 0.5) / 1000, (x1 + (x1 - x0) * 0.5) / 1000) : { x: [], y: [] };
+      }));
+      if (my !== seq) return;
+      if (first) {
+        parts.forEach((p, i) => { traces[i].x = p.x; traces[i].y = p.y; });
+        await Plotly.newPlot(plot, traces, { height: 520, margin: { l: 70, r: 20, t: 10, b: 40 }, uirevision: "keep",
+          xaxis: { title: { text: "time since work start (s)" } }, yaxis: { title: { text: "node total power (W)" } },
+          legend: { orientation: "h", y: 1.02, yanchor: "bottom" } }, { responsive: true, displaylogo: false, scrollZoom: true });
+      } else {
+        await Plotly.restyle(plot, { x: parts.map((p) => p.x), y: parts.map((p) => p.y) }, parts.map((_, i) => i));
+      }
+      state.draws += 1;
+      plot.dataset.draws = String(state.draws);
+    }
+    await draw(lo, hi, true);
+    plot.on("plotly_relayout", (ev) => {
+      if (ev["xaxis.autorange"]) draw(lo, hi, false);
+      else if (ev["xaxis.range[0]"] !== undefined) draw(ev["xaxis.range[0]"] * 1000, ev["xaxis.range[1]"] * 1000, false);
+    });
+    const t = $("table", { id: "compare-metrics" });
+    t.append($("tr", {}, $("th", { text: "metric" }), ...metas.map((m) => $("th", { text: m.run_id }))));
+    const names = catalog().columns.filter((c) => c.group === "metric").map((c) => c.name);
+    for (const n of names) t.append($("tr", {}, $("td", {}, $("code", { text: n })), ...metas.map((m) => $("td", { class: "num", text: fmt(m.metrics[n]) }))));
+    main.append($("section", { class: "panel" }, $("h2", { text: "headline metrics" }), t));
+    state.ready = true;
+  }
+
+  // ---- sweep page --------------------------------------------------------------------------------------
+  function sweepPage(main) {
+    const cat = catalog();
+    main.append($("h1", { text: "sweep: a metric against an axis" }));
+    const metricNames = Object.keys(cat.formulas).filter((n) => cat.rows.some((r) => typeof r[n] === "number"))
+      .concat(cat.columns.filter((c) => c.group === "metric").map((c) => c.name));
+    const metricsSet = [...new Set(metricNames)].filter((n) => cat.rows.some((r) => typeof r[n] === "number"));
+    const axes = cat.columns.filter((c) => c.group === "axis" || c.group === "identity").map((c) => c.name)
+      .filter((n) => n !== "run_id");
+    const q = params();
+    const pick = (id, options, chosen) => {
+      const sel = $("select", { id, onchange: () => draw() });
+      options.forEach((o) => sel.append($("option", { value: o, text: o })));
+      if (chosen && options.includes(chosen)) sel.value = chosen;
+      return sel;
+    };
+    const ySel = pick("sweep-metric", metricsSet, q.get("metric") || "energy_per_token_j");
+    const xSel = pick("sweep-axis", axes, q.get("axis") || "model_params");
+    const cSel = pick("sweep-colour", axes, q.get("colour") || "platform");
+    const logX = $("input", { type: "checkbox", id: "sweep-logx", onchange: () => draw() });
+    const logY = $("input", { type: "checkbox", id: "sweep-logy", onchange: () => draw() });
+    main.append($("div", { class: "filters" }, "y ", ySel, " x ", xSel, " colour ", cSel,
+      $("label", {}, logX, " log x"), $("label", {}, logY, " log y")));
+    const plot = $("div", { id: "sweep-plot", class: "plot" });
+    main.append(plot);
+    if (cat.rows.some((r) => r.cpu_proxy)) main.append(proxyBanner("runs marked ◆ are cpu_proxy:"));
+    function draw() {
+      const y = ySel.value, x = xSel.value, c = cSel.value;
+      const groups = {};
+      for (const r of cat.rows) {
+        if (r[x] === null || r[x] === undefined || typeof r[y] !== "number") continue;
+        const g = String(r[c]);
+        (groups[g] = groups[g] || []).push(r);
+      }
+      const traces = Object.entries(groups).sort().map(([g, rs]) => ({ type: "scatter", mode: "markers", name: c + "=" + g,
+        x: rs.map((r) => r[x]), y: rs.map((r) => r[y]), text: rs.map((r) => r.run_id + (r.cpu_proxy ? " (CPU PROXY)" : "")),
+        marker: { size: 9, symbol: rs.map((r) => (r.cpu_proxy ? "diamond-open" : "circle")) } }));
+      Plotly.react(plot, traces, { height: 520, margin: { l: 70, r: 20, t: 10, b: 50 },
+        xaxis: { title: { text: x }, type: logX.checked ? "log" : "-" }, yaxis: { title: { text: y }, type: logY.checked ? "log" : "-" } },
+        { responsive: true, displaylogo: false });
+      plot.dataset.traces = String(traces.length);
+    }
+    draw();
+    state.ready = true;
+  }
+
+  // ---- entry ----------------------------------------------------------------------------------------------
+  function start() {
+    const page = document.body.dataset.page;
+    state.page = page;
+    const main = document.getElementById("main");
+    const cat = catalog();
+    document.getElementById("dataset").textContent = "dataset: " + cat.dataset + " · " + cat.rows.length + " runs · schema " + cat.schema_version;
+    const pages = { index: catalogPage, run: runPage, compare: comparePage, sweep: sweepPage };
+    Promise.resolve(pages[page](main)).catch((err) => {
+      main.append($("p", { class: "error", text: String(err) }));
+      console.error(err);
+    });
+  }
+
+  return { got, load, start, state, chooseLevel };
+})();

@@ -1,0 +1,74 @@
+"""The catalog: one row per run with its axes and headline metrics, and the columns' docs."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+from .. import schema
+from .rundata import _num, is_proxy
+
+IDENTITY = ("run_id", "workload", "platform", "model_family", "model_name", "model_params",
+            "num_gpus", "sampler", "sweep", "repeat")
+HEADLINE_METRICS = ("duration_s", "energy_j", "mean_power_w", "p99_power_w", "peak_power_w",
+                    "par", "ramp_up_max_1s_w_per_s", "ramp_down_max_1s_w_per_s",
+                    "ramp_abs_p99_1s_w_per_s", "energy_per_token_j")
+"""The metrics the catalog shows (every metric is on the run page)."""
+FILTER_MAX_VALUES = 40
+"""An axis or identity column with at most this many distinct values gets a drop-down filter
+(metrics are continuous: they are sorted, not filtered)."""
+
+
+def axis_names() -> list[str]:
+    """Every sweep axis of both workloads, in schema order, without duplicates."""
+    names = [c.name for c in schema.FINETUNE_AXES + schema.INFERENCE_AXES]
+    return [n for n in dict.fromkeys(names) if n not in IDENTITY]
+
+
+def run_folder(run_id: str) -> str:
+    """A file-system- and URL-safe folder name for a run: a readable slug and a short hash."""
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", run_id).strip("._")[:60] or "run"
+    return f"{slug}-{hashlib.sha256(run_id.encode()).hexdigest()[:8]}"
+
+
+def _docs() -> dict[str, dict[str, str]]:
+    docs: dict[str, dict[str, str]] = {}
+    for config in schema.RUNS_CONFIGS:
+        for col in schema.COLUMNS[config]:
+            docs.setdefault(col.name, {"description": col.description, "unit": col.unit})
+    return docs
+
+
+def catalog(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Catalog rows and columns from the runs-config rows (columns null in every run dropped).
+
+    Returns:
+        ``{"columns": [{name, group, description, unit, filter}], "rows": [...]}``; each row has
+        ``folder`` (its run page) and ``cpu_proxy`` (bool) beside the columns.
+    """
+    docs = _docs()
+    groups = ([(n, "identity") for n in IDENTITY] + [(n, "axis") for n in axis_names()]
+              + [(n, "metric") for n in HEADLINE_METRICS] + [("quality_flags", "flags")])
+    out_rows = []
+    for r in rows:
+        row: dict[str, Any] = {"folder": run_folder(str(r["run_id"])), "cpu_proxy": is_proxy(r)}
+        for name, _ in groups:
+            value = r.get(name)
+            row[name] = list(value or []) if name == "quality_flags" else _num(value)
+        out_rows.append(row)
+    columns = []
+    for name, group in groups:
+        values = [r[name] for r in out_rows]
+        if name != "quality_flags" and name != "run_id" and all(v is None for v in values):
+            continue
+        if name == "quality_flags":
+            distinct = {f for v in values for f in v}
+        else:
+            distinct = {v for v in values if v is not None}
+        doc = docs.get(name, {})
+        columns.append({"name": name, "group": group,
+                        "description": doc.get("description", ""), "unit": doc.get("unit", ""),
+                        "filter": group != "metric" and name != "run_id"
+                        and 0 < len(distinct) <= FILTER_MAX_VALUES})
+    return {"columns": columns, "rows": out_rows}

@@ -1,0 +1,237 @@
+"""Write the explorer: a static site (no server, no network at view time) for a dataset folder.
+
+Layout of ``SITE/``::
+
+    index.html  run.html  compare.html  sweep.html     the pages (one run page: ?run=<folder>)
+    assets/plotly.min.js                               plotly.js, from the ``plotly`` package
+    assets/explorer.js  assets/style.css               the pages' glue code
+    data/catalog.js                                    catalog rows, formulas, flag meanings
+    data/runs/<folder>/meta.js                         one run's description, events, metrics
+    data/runs/<folder>/L<level>-<chunk>.js             its pyramid chunks, loaded on demand
+    site.json                                          what was written, and its size
+
+Data files are JavaScript (``LPT.got(key, payload)``) loaded through ``<script>`` tags, because
+browsers refuse ``fetch`` on ``file://``; so the same folder works opened from disk and as a
+static Hugging Face Space. The site is built in a temporary sibling folder and renamed into place,
+so an interrupted build never leaves a half-written site, and a folder that is not an explorer
+site is never overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .. import layout, schema, shards
+from ..errors import InputError
+from ..metrics import metric_formulas
+from ..run import Run
+from .catalog import catalog, run_folder
+from .rundata import RunData
+
+MANIFEST = "site.json"
+PAGES = ("index.html", "run.html", "compare.html", "sweep.html")
+ASSETS = ("explorer.js", "style.css")
+SIZE_BOUND = 1.5
+"""The site's data files are at most this many times the dataset's trace bytes (checked)."""
+
+
+class MissingExtra(InputError, ImportError):
+    """plotly (the ``explore`` extra) is not installed."""
+
+
+@dataclass(frozen=True)
+class SiteReport:
+    """What ``build_site`` wrote.
+
+    Attributes:
+        out: the site folder.
+        runs: runs in the catalog.
+        data_bytes: bytes of ``data/`` (catalog, run descriptions, pyramid chunks).
+        trace_bytes: bytes of the dataset's trace shards (``data/finetune``, ``data/inference``).
+        library_bytes: bytes of the pages, plotly.js and the glue code (fixed, whatever the data).
+        proxy_runs: how many runs are ``cpu_proxy`` (modelled, not measured).
+    """
+
+    out: Path
+    runs: int
+    data_bytes: int
+    trace_bytes: int
+    library_bytes: int
+    proxy_runs: int
+
+    @property
+    def ratio(self) -> float | None:
+        """``data_bytes / trace_bytes`` (``None`` without traces)."""
+        return self.data_bytes / self.trace_bytes if self.trace_bytes else None
+
+    def as_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["out"] = str(self.out)
+        out["ratio"] = self.ratio
+        return out
+
+
+def plotly_js() -> str:
+    """The plotly.js bundle shipped inside the ``plotly`` Python package (offline use)."""
+    try:
+        from plotly.offline import get_plotlyjs
+    except ImportError:
+        raise MissingExtra("plotly is not installed: pip install 'llm-powertrace[explore]'",
+                           field="plotly") from None
+    return str(get_plotlyjs())
+
+
+def _js(key: str, payload: Any) -> str:
+    return f"LPT.got({json.dumps(key)},{json.dumps(payload, separators=(',', ':'))});\n"
+
+
+def _folder_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def trace_bytes(root: Path) -> int:
+    """Bytes of the trace-config shards of a dataset folder."""
+    return sum(p.stat().st_size for config in schema.TRACE_CONFIGS
+               for p in layout.shard_files(root, config))
+
+
+def _check_target(out: Path) -> None:
+    if out.exists() and (not out.is_dir()
+                         or (any(out.iterdir()) and not (out / MANIFEST).is_file())):
+        raise InputError(f"'{out}' exists and is not an explorer site (no {MANIFEST}); "
+                         "choose an empty or new folder", field="--out")
+
+
+def iter_runs(root: Path) -> Iterator[Run]:
+    """Every run of the trace configs, reading each shard once.
+
+    A packed shard holds many runs, each as consecutive rows; they are grouped as they stream by
+    (``shards.iter_rows``), so a packed dataset is read in one pass instead of once per run.
+    """
+    for config in schema.TRACE_CONFIGS:
+        group: list[dict[str, Any]] = []
+        for row in shards.iter_rows(root, config):
+            if group and row["run_id"] != group[0]["run_id"]:
+                yield shards.run_from_rows(group, root=root)
+                group = []
+            group.append(row)
+        if group:
+            yield shards.run_from_rows(group, root=root)
+
+
+def requests_by_run(root: Path) -> dict[str, list[dict[str, Any]]]:
+    """The ``inference_requests`` rows of every run, read in one pass.
+
+    ``shards.run_from_rows`` looks for a run's own requests file only, which ``pack`` merges
+    away; this reads the config whatever its layout (per-run files or packed shards).
+    """
+    out: dict[str, list[dict[str, Any]]] = {}
+    for row in shards.iter_rows(root, schema.REQUESTS_CONFIG):
+        rid = str(row.pop("run_id"))
+        row.pop("platform", None)
+        out.setdefault(rid, []).append(row)
+    return out
+
+
+def _write_site(root: Path, tmp: Path, name: str) -> tuple[int, int]:
+    rows = shards.list_runs(root)
+    by_id = {str(r["run_id"]): r for r in rows}
+    formulas = metric_formulas()
+    cat = catalog(rows)
+    data = tmp / "data"
+    (data / "runs").mkdir(parents=True)
+    written: set[str] = set()
+    requests = requests_by_run(root)
+    for run in iter_runs(root):
+        run_id = run.run_id
+        if run_id not in by_id:
+            continue  # a trace without its runs row is not a published run
+        if run_id in written:  # rows of one run split across shards: read it whole
+            run = shards.read_run(root, run_id)
+        written.add(run_id)
+        if run.workload == "inference" and not run.requests:
+            run.requests = requests.get(run_id)
+        folder = run_folder(run_id)
+        rd = RunData(run, folder, by_id[run_id])
+        run_dir = data / "runs" / folder
+        if run_dir.exists():
+            shutil.rmtree(run_dir)
+        run_dir.mkdir()
+        (run_dir / "meta.js").write_text(_js(f"{folder}/meta", rd.meta(set(formulas))),
+                                         encoding="utf-8")
+        for chunk, payload in rd.chunks():
+            (run_dir / f"{chunk}.js").write_text(_js(f"{folder}/{chunk}", payload),
+                                                 encoding="utf-8")
+    missing = sorted(set(by_id) - written)
+    if missing:
+        raise InputError(f"run(s) {', '.join(missing[:5])} of {root} have a runs row but no "
+                         "trace rows", field="run_id")
+    payload = {"dataset": name, "columns": cat["columns"], "rows": cat["rows"],
+               "formulas": formulas, "flags": schema.FLAG_DESCRIPTIONS,
+               "schema_version": schema.SCHEMA_VERSION}
+    (data / "catalog.js").write_text(_js("catalog", payload), encoding="utf-8")
+    assets = tmp / "assets"
+    assets.mkdir()
+    (assets / "plotly.min.js").write_text(plotly_js(), encoding="utf-8")
+    src = resources.files("llm_powertrace_ds.explore") / "assets"
+    for asset in ASSETS:
+        (assets / asset).write_text(src.joinpath(asset).read_text(encoding="utf-8"),
+                                    encoding="utf-8")
+    for page in PAGES:
+        (tmp / page).write_text(src.joinpath(page).read_text(encoding="utf-8"), encoding="utf-8")
+    return len(rows), sum(1 for r in cat["rows"] if r["cpu_proxy"])
+
+
+def build_site(root: str | Path, out: str | Path, *, name: str | None = None) -> SiteReport:
+    """Write the explorer of the dataset folder ``root`` into ``out``.
+
+    Args:
+        root: a dataset folder (with ``data/``).
+        out: the site folder; replaced atomically if it is an explorer site already.
+        name: the dataset's name shown on the pages (default: the folder's name; never a path).
+
+    Returns:
+        a :class:`SiteReport` with the sizes (the data files are at most ``SIZE_BOUND`` times
+        the dataset's trace bytes for datasets whose runs are longer than a few seconds).
+
+    Raises:
+        InputError: ``out`` is a folder that is not an explorer site.
+        MissingExtra: plotly is not installed.
+
+    Example:
+        >>> build_site("llm-powertrace", "llm-powertrace-explorer")  # doctest: +SKIP
+    """
+    root, out = Path(root), Path(out)
+    _check_target(out)
+    plotly_js()  # fail before any work when the extra is missing
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        runs, proxy = _write_site(root, tmp, name or root.resolve().name)
+        data_bytes = _folder_bytes(tmp / "data")
+        report = SiteReport(out, runs, data_bytes, trace_bytes(root),
+                            _folder_bytes(tmp) - data_bytes, proxy)
+        manifest = report.as_json()
+        manifest["out"] = out.name
+        manifest["generator"] = "llm-powertrace explore"
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+        os.chmod(tmp, 0o755)
+        old = None
+        if out.exists():
+            old = out.parent / f".{out.name}.old-{os.getpid()}"
+            out.rename(old)
+        tmp.rename(out)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return report

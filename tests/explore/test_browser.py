@@ -1,0 +1,146 @@
+"""The explorer in a real headless Chromium (Playwright driving the system browser).
+
+Catalog (rows, filter, sort, cpu_proxy badge), run page (one line per device plus the node
+total, event markers, requests, linked signals), zoom down to the raw samples, compare, sweep.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from llm_powertrace_ds import shards
+from llm_powertrace_ds.explore.catalog import run_folder
+
+TRACE_SUMMARY = """() => {
+  const el = document.querySelector('[data-run-plot]');
+  return el.data.map(t => ({role: t.meta && t.meta.role, name: t.name, n: t.x.length,
+                            xs: Array.from(t.x).filter(v => v !== null && !Number.isNaN(v))}));
+}"""
+
+
+def test_catalog_loads_one_row_per_run_with_no_console_error(demo_site, page, shots, open_page):
+    _, site, runs = demo_site
+    open_page(page, site, "index.html")
+    ids = page.eval_on_selector_all("tr[data-run-id]", "rows => rows.map(r => r.dataset.runId)")
+    assert sorted(ids) == sorted(r.run_id for r in runs)
+    proxy = page.eval_on_selector_all("tr.proxy", "rows => rows.map(r => r.dataset.runId)")
+    assert sorted(proxy) == ["ft-qwen-ddp-proxy", "inf-gpt2-proxy"]
+    assert page.locator("tr.proxy .proxy-badge").count() == 2
+    assert "CPU PROXY" in page.inner_text(".proxy-banner")
+    page.screenshot(path=str(shots / "catalog.png"), full_page=True)
+    assert page.errors == []
+
+
+def test_filters_reduce_rows_and_headers_sort(demo_site, page, open_page):
+    _, site, runs = demo_site
+    open_page(page, site, "index.html")
+    page.select_option("select[data-filter=workload]", "inference")
+    assert page.locator("tr[data-run-id]").count() == 2
+    page.select_option("select[data-filter=platform]", "cpu_proxy")
+    assert page.eval_on_selector_all("tr[data-run-id]", "r => r.map(x => x.dataset.runId)") == [
+        "inf-gpt2-proxy"]
+    assert page.inner_text("#row-count") == f"1 of {len(runs)} runs"
+    page.select_option("select[data-filter=workload]", "")
+    page.select_option("select[data-filter=platform]", "")
+    page.click("th[data-col=num_gpus]")
+    page.click("th[data-col=num_gpus]")  # descending
+    order = page.eval_on_selector_all("tr[data-run-id]", "r => r.map(x => x.dataset.runId)")
+    gpus = {r.run_id: len(r.devices) for r in runs}
+    assert [gpus[i] for i in order] == sorted(gpus.values(), reverse=True)
+    assert page.errors == []
+
+
+def test_run_page_draws_devices_total_events_and_signals(demo_site, page, shots, open_page):
+    root, site, _ = demo_site
+    open_page(page, site, f"run.html?run={run_folder('ft-llama-lora')}")
+    plot = page.locator("[data-run-plot]")
+    assert plot.get_attribute("data-run-plot") == "ft-llama-lora"
+    traces = page.evaluate(TRACE_SUMMARY)
+    roles = [t["role"] for t in traces]
+    assert roles.count("device") == 2 and roles.count("total") == 1
+    assert all(t["n"] > 100 for t in traces if t["role"] in ("device", "total"))
+    events = [t for t in traces if t["role"] == "event"]
+    assert events and sum(t["n"] for t in events) >= 1
+    assert [t for t in traces if t["role"] == "phase"]
+    assert roles.count("signal") == 2  # GPU utilisation of each device, on a linked axis
+    assert page.locator("#metrics tr[data-metric=energy_j] td.formula").inner_text().strip()
+    assert page.evaluate("LPT.state.level") >= 1  # the overview is the coarse level
+    page.screenshot(path=str(shots / "run.png"), full_page=True)
+    assert page.errors == []
+
+
+def test_zoom_changes_range_and_reaches_the_raw_samples(demo_site, page, shots, open_page):
+    root, site, _ = demo_site
+    open_page(page, site, f"run.html?run={run_folder('ft-llama-lora')}")
+    before = page.evaluate("LPT.state.range")
+    draws = page.evaluate("LPT.state.draws")
+    page.evaluate("Plotly.relayout(document.querySelector('[data-run-plot]'), "
+                  "{'xaxis.range': [100, 110]})")
+    page.wait_for_function(f"LPT.state.draws > {draws}")
+    assert page.evaluate("LPT.state.level") == 0
+    after = page.evaluate("LPT.state.range")
+    assert after == [100, 110] and after != before
+    run = shards.read_run(root, "ft-llama-lora")
+    traces = page.evaluate(TRACE_SUMMARY)
+    for dev, trace in zip(run.devices, [t for t in traces if t["role"] == "device"],
+                          strict=True):
+        shown = np.array([x for x in trace["xs"] if 100 <= x <= 110])
+        raw = dev.t_ms[(dev.t_ms >= 100_000) & (dev.t_ms <= 110_000)] / 1000.0
+        np.testing.assert_allclose(shown, raw)  # every raw sample, nothing else
+    page.screenshot(path=str(shots / "run-zoom.png"))
+    page.evaluate("Plotly.relayout(document.querySelector('[data-run-plot]'), "
+                  "{'xaxis.autorange': true})")
+    page.wait_for_function(f"LPT.state.draws > {draws + 1}")
+    assert page.evaluate("LPT.state.level") >= 1
+    assert page.errors == []
+
+
+def test_inference_run_shows_requests(demo_site, page, open_page):
+    _, site, _ = demo_site
+    open_page(page, site, f"run.html?run={run_folder('inf-llama')}")
+    traces = page.evaluate("""() => document.querySelector('[data-run-plot]').data
+        .filter(t => t.meta && (t.meta.role === 'requests' || t.meta.role === 'arrivals'))
+        .map(t => ({role: t.meta.role, y: Array.from(t.y)}))""")
+    by_role = {t["role"]: t["y"] for t in traces}
+    assert max(by_role["requests"]) == 4 and len(by_role["arrivals"]) == 5
+    assert page.errors == []
+
+
+def test_proxy_run_page_warns(demo_site, page, open_page):
+    _, site, _ = demo_site
+    open_page(page, site, f"run.html?run={run_folder('ft-qwen-ddp-proxy')}")
+    assert "NOT measured on a GPU" in page.inner_text(".proxy-banner")
+
+
+def test_compare_overlays_two_runs_aligned_at_work_start(demo_site, page, shots, open_page):
+    _, site, runs = demo_site
+    open_page(page, site, "index.html")
+    page.check(f"input[data-select='{run_folder('ft-llama-lora')}']")
+    page.check(f"input[data-select='{run_folder('ft-gpt2-full')}']")
+    page.click("#compare-button")
+    page.wait_for_url("**/compare.html?runs=*")
+    page.wait_for_function("typeof LPT !== 'undefined' && LPT.state.ready === true", timeout=30_000)
+    lines = page.evaluate("""() => document.querySelector('[data-compare-plot]').data
+        .map(t => ({run: t.meta.run, xs: Array.from(t.x).filter(v => !Number.isNaN(v))}))""")
+    assert {line["run"] for line in lines} == {"ft-llama-lora", "ft-gpt2-full"}
+    for line in lines:
+        assert len(line["xs"]) > 100
+        assert min(line["xs"]) < 0 < max(line["xs"])  # idle before work start, work after
+    page.screenshot(path=str(shots / "compare.png"))
+    assert page.errors == []
+
+
+def test_sweep_view_colours_by_an_axis(demo_site, page, open_page):
+    _, site, runs = demo_site
+    open_page(page, site, "sweep.html?metric=mean_power_w&axis=num_gpus&colour=platform")
+    assert page.get_attribute("#sweep-plot", "data-traces") == str(
+        len({r.platform for r in runs}))
+    assert page.errors == []
+
+
+@pytest.mark.parametrize("name", ["index.html", "compare.html", "sweep.html"])
+def test_pages_open_without_errors(demo_site, page, name, open_page):
+    _, site, _ = demo_site
+    open_page(page, site, name)
+    assert page.errors == []
