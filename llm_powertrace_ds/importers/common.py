@@ -29,9 +29,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import numpy as np
 import yaml
 
-from .. import schema
+from .. import schema, specs
 from ..errors import InputError
 from ..run import DeviceSeries, Event, Run, coerce_meta
+from . import enrich
 
 log = logging.getLogger("llm_powertrace_ds.importers")
 
@@ -778,9 +779,11 @@ def is_1s_average(power_field: str, gpu_name: str | None, platform: str) -> bool
 
 
 def fill_model(meta: dict[str, Any]) -> None:
-    """Default the model columns: family guessed from the name, ``unknown`` when none."""
+    """Default the model columns: family guessed from the name, ``unknown`` when none; the
+    parameter counts from the model-facts table (``specs.fill_model_facts``, with the source)."""
     if not meta.get("model_family"):
         meta["model_family"] = family_from_name(meta.get("model_name") or meta.get("model_label"))
+    specs.fill_model_facts(meta)
 
 
 def finish_meta(devices: list[DeviceData], meta: dict[str, Any], *, platform: str | None,
@@ -838,7 +841,7 @@ def assemble_run(devices: list[DeviceData], meta: dict[str, Any], *, file: Path,
         run_events.append(event)
     run = Run(meta=clean, devices=series, events=run_events)
     run.add_flags(*flags)
-    return run
+    return enrich.finish_imported_run(run)
 
 
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+-]{0,199}$")
