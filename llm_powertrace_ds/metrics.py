@@ -646,8 +646,10 @@ def _group_ramps(al: Aligned | None, cap: float | None, out: _Out) -> None:
 
 
 def _seed_union_total(devs: list[_Dev]) -> tuple[np.ndarray, np.ndarray] | None:
-    """The seed authors' aggregate: Σ_d (last reading of d at or before t) at every timestamp t
-    of any device, from the moment every device has read once (t in s, P in W)."""
+    """The seed authors' aggregate: Σ_d (last reading of d at or before t).
+
+    At every timestamp t of any device, from the moment every device has read once (t in s).
+    """
     start = max(int(d.t_ms[0]) for d in devs)
     times = np.unique(np.concatenate([d.t_ms[d.t_ms >= start] for d in devs]))
     if len(times) < 2:
@@ -874,7 +876,7 @@ def _group_oscillations(ev: _EventIndex, al: Aligned | None, out: _Out) -> None:
             out.null(("dominant_freq_hz", "dominant_amplitude_w"),
                      "flat spectrum (no oscillation in 0.05-5 Hz)")
         else:
-            peak, reason = _dominant_peak(freqs, psd, welch_windows(al))
+            peak, reason = _dominant_peak(freqs, psd, welch_windows(al) if al is not None else 1)
             if peak is None:
                 out.null(("dominant_freq_hz", "dominant_amplitude_w"), reason)
             else:

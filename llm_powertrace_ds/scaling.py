@@ -149,8 +149,11 @@ def mdape(pred: Iterable[float | None], actual: Iterable[float]) -> float | None
 
 
 def training_flops(row: Mapping[str, Any]) -> float | None:
-    """FLOPs of a run from its settings: 6 N tokens (full), 4 N tokens (LoRA/QLoRA), + 2 N tokens
-    with gradient checkpointing; inference 2 N (tokens_in + tokens_out). N as :func:`axis_value`."""
+    """FLOPs of a run from its settings.
+
+    6 N tokens (full), 4 N tokens (LoRA/QLoRA), + 2 N tokens with gradient checkpointing;
+    inference 2 N (tokens_in + tokens_out). N as :func:`axis_value`.
+    """
     n = axis_value(row, "model_params")
     if n is None or n <= 0:
         return None
@@ -471,7 +474,8 @@ def _batch(row: Mapping[str, Any]) -> float | None:
 def physics_features(row: Mapping[str, Any], inference: bool | None = None) -> dict[str, float]:
     """The physics law's per-token terms of a row (raises :class:`Unpredictable`).
 
-    ``inference`` overrides the row's workload (a ``predict`` setting rarely names it)."""
+    ``inference`` overrides the row's workload (a ``predict`` setting rarely names it).
+    """
     n_act = axis_value(row, "model_params")
     n_tot = _num(row.get("model_params"))
     g = _num(row.get("num_gpus"))
@@ -595,8 +599,8 @@ def fit_physics(rows: list[Mapping[str, Any]], target: str, *, n_boot: int = 200
                          "throughput, which is measured, not known before the run", field=target)
     use, feats = [], []
     for r in rows:
-        y = _num(r.get(target))
-        if y is None or y <= 0:
+        value = _num(r.get(target))
+        if value is None or value <= 0:
             continue
         try:
             f = physics_features(r)
@@ -681,7 +685,7 @@ LawFit = Callable[[list[Mapping[str, Any]]], Any]
 
 def conformal_half_width(rows: list[Mapping[str, Any]], target: str, fit_fn: LawFit
                          ) -> tuple[float | None, int, int]:
-    """q of the 90 % interval from leave-one-group-out log residuals.
+    """Q of the 90 % interval from leave-one-group-out log residuals.
 
     Returns:
         (q or ``None``, residuals used, runs a fold could not predict).
@@ -923,9 +927,12 @@ class FitResult:
     preferred = best_law
 
     def to_json(self) -> dict[str, Any]:
-        """The documented, stable shape (README "Scaling law"): ``target``, ``n_runs``, ``laws``
-        ``{name: {"params", "holdout"}}``, ``baselines`` ``{name: {"holdout"}}``, ``best_law``;
-        plus ``format``, the laws' states for :func:`predict` and the holdout points."""
+        """The documented, stable shape (README "Scaling law").
+
+        ``target``, ``n_runs``, ``laws`` ``{name: {"params", "holdout"}}``, ``baselines``
+        ``{name: {"holdout"}}``, ``best_law``; plus ``format``, the laws' states for
+        :func:`predict` and the holdout points.
+        """
         ho = self.holdout
         laws: dict[str, Any] = {
             "loglinear": {"params": self.loglinear.params_json(),

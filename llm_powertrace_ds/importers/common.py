@@ -779,8 +779,11 @@ def is_1s_average(power_field: str, gpu_name: str | None, platform: str) -> bool
 
 
 def fill_model(meta: dict[str, Any]) -> None:
-    """Default the model columns: family guessed from the name, ``unknown`` when none; the
-    parameter counts from the model-facts table (``specs.fill_model_facts``, with the source)."""
+    """Default the model columns: family from the name, parameter counts from the facts table.
+
+    The family is ``unknown`` when no name is given; ``specs.fill_model_facts`` records the
+    source of each filled count.
+    """
     if not meta.get("model_family"):
         meta["model_family"] = family_from_name(meta.get("model_name") or meta.get("model_label"))
     specs.fill_model_facts(meta)
