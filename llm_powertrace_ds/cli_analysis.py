@@ -119,8 +119,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--holdout", default=None, metavar="AXIS=top|family=NAME",
                    help="hold out the runs at an axis's largest value (AXIS a column or symbol: "
                    "N, B, L, G, f), or one model family, or COLUMN=VALUE (default: none)")
-    p.add_argument("--config", default="finetune_runs",
-                   help="runs table to fit (default: finetune_runs)")
+    p.add_argument("--config", default=None,
+                   help="runs table to fit: finetune_runs or inference_runs (default: the one "
+                   "the folder has; both present needs the choice)")
     p.add_argument("--split", default=None, help="platform split (default: all)")
     p.add_argument("--out", type=Path, default=None, metavar="FIT.json",
                    help="write the fit as JSON for `predict` and `plot --fit` (default: none)")
@@ -241,12 +242,22 @@ def cmd_fit(args: argparse.Namespace) -> int:
     from . import scaling
 
     root = resolve_dataset(args.dir)
+    config = args.config
     try:
-        rows = list(iter_run_rows(root, args.config, args.split))
+        if config is None:
+            present = {c: list(iter_run_rows(root, c, args.split)) for c in schema.RUNS_CONFIGS}
+            have = [c for c, r in present.items() if r]
+            if len(have) > 1:
+                _usage("the folder has fine-tuning and inference runs: fit one with --config "
+                       "finetune_runs or --config inference_runs")
+            config = have[0] if have else "finetune_runs"
+            rows = present.get(config, [])
+        else:
+            rows = list(iter_run_rows(root, config, args.split))
     except _Usage as exc:
         _usage(exc.reason)
     if not rows:
-        raise InputError(f"no runs in {root} (config {args.config}"
+        raise InputError(f"no runs in {root} (config {config}"
                          + (f", split {args.split})" if args.split else ")"))
     res = scaling.fit(rows, args.target, holdout=args.holdout, n_boot=args.n_boot,
                       seed=args.seed)
@@ -256,7 +267,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if args.save:
         from .shards import refresh_readme
 
-        res.save(Path(root) / scaling_card_path())
+        res.save(Path(root) / scaling.DATASET_FIT_PATH)
         refresh_readme(root)
     terms, held = fit_tables(data)
     if args.format == "json":
@@ -288,13 +299,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if args.out:
         print(f"\nwrote {args.out}")
     if args.save:
-        print(f"\nsaved with the dataset: {Path(root) / scaling_card_path()}")
+        print(f"\nsaved with the dataset: {Path(root) / scaling.DATASET_FIT_PATH}")
     return 0
-
-
-def scaling_card_path() -> str:
-    """Where ``fit --save`` keeps the last fit inside the dataset folder (the card shows it)."""
-    return "scaling/fit.json"
 
 
 def cmd_predict(args: argparse.Namespace) -> int:

@@ -100,6 +100,8 @@ MAX_EXTRAPOLATION_DECADES = 3.0
 """``predict`` refuses a setting further than this beyond the training range (log10 units)."""
 MIN_GROUPS = 3
 """Fewer models than this: the conformal residuals leave out single runs instead."""
+DATASET_FIT_PATH = "scaling/fit.json"
+"""Where ``fit --save`` keeps the last fit inside a dataset folder (the card shows it)."""
 LAWS = ("loglinear", "physics")
 BASELINES = ("constant", "proportional")
 _SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
