@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import sys
 from pathlib import Path
 
@@ -10,7 +11,9 @@ import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-EXTERNAL = REPO.parent / "shared" / "data" / "external"
+EXTERNAL = Path(os.environ.get("LLM_POWERTRACE_EXTERNAL",
+                               REPO.parent / "shared" / "data" / "external"))
+"""Real traces measured by others; ``LLM_POWERTRACE_EXTERNAL`` points elsewhere (a worktree)."""
 if str(REPO) not in sys.path:  # upload.py lives at the repo root
     sys.path.insert(0, str(REPO))
 
