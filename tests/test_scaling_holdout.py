@@ -23,8 +23,10 @@ HOLDOUT_KEYS = {"n_heldout", "n_predicted", "n_unpredictable", "unpredictable", 
 
 
 def inference_rows(noise: float = 0.08, seed: int = 5, platforms=tuple(TRUTH)) -> list[dict]:
-    """Runs of several models whose energy per token follows the physics law, with model-level
-    (between-group) and run-level noise."""
+    """Runs of several models whose energy per token follows the physics law.
+
+    With model-level (between-group) and run-level noise.
+    """
     rng = np.random.default_rng(seed)
     rows = []
     for name, n_tot, n_act, g in MODELS:
@@ -176,11 +178,11 @@ def test_cli_fit_csv_json_and_predict_help_example(tmp_path, capsys, fit_file):
 
 @pytest.fixture(scope="module")
 def mlenergy_rows(tmp_path_factory) -> list[dict]:
+    from conftest import EXTERNAL
+
     from llm_powertrace_ds.cli_analysis import iter_run_rows
     from llm_powertrace_ds.importers import import_summaries
     from llm_powertrace_ds.importers.mlenergy_v2 import publish_summaries
-
-    from conftest import EXTERNAL
 
     task = EXTERNAL / "mlenergy-v2" / "chat"
     if not task.is_dir():
