@@ -24,13 +24,14 @@ def summary(model: str, gpu: str, tp: int, pp: int, energy: float, tput: float,
             "Avg BS (reqs)": 60.0, "Max BS (reqs)": 64}
 
 
-def task_folder(root: Path, runs: list[tuple[str, str, int, int, int, float, float]]) -> Path:
+def task_folder(root: Path, runs: list[tuple[str, str, int, int, int, float, float]],
+                models: dict[str, float] | None = None) -> Path:
     """A task folder in ML.ENERGY's layout: models.json and <GPU>/<org>/<model>/bs+tp+pp.json."""
     task = root / "chat"
     task.mkdir(parents=True)
     (task / "models.json").write_text(json.dumps(
         {m: {"url": f"https://huggingface.co/{m}", "nickname": m, "params": p}
-         for m, p in MODELS.items()}), encoding="utf-8")
+         for m, p in (models or MODELS).items()}), encoding="utf-8")
     for gpu, model, b, tp, pp, energy, tput in runs:
         folder = task / gpu.removeprefix("NVIDIA ") / model
         folder.mkdir(parents=True, exist_ok=True)
