@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 
-from llm_powertrace_ds.cli import main
-
 from importers.test_mlenergy_v2 import task_folder
+
+from llm_powertrace_ds.cli import main
 
 MODELS = {f"org/model-{n}b": n for n in (2, 4, 7, 9, 13, 30, 70)}
 
