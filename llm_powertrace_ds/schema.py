@@ -333,15 +333,16 @@ RUN_METRICS = [
        "limit is unknown)"),
     # ramps
     *_ramp_columns(),
-    _c("ramp_up_p95_1s_w_per_s", "float64", "Seed authors' definition: 95th percentile of the "
-       "up-ramps r > 0, r(t) = (P(t) - P(t - 1 s)) / 1 s, P(t - 1 s) by linear interpolation",
-       "W/s"),
-    _c("ramp_up_p99_1s_w_per_s", "float64", "Seed authors' definition: 99th percentile of the "
-       "up-ramps r > 0 (as ramp_up_p95_1s_w_per_s)", "W/s"),
-    _c("ramp_down_p99_1s_w_per_s", "float64", "Seed authors' definition: 99th percentile of -r "
-       "over the down-ramps r < 0 (a positive magnitude)", "W/s"),
-    _c("ramp_event_frequency_1s", "float64", "Up-ramps r >= ramp_up_p95_1s_w_per_s per minute "
-       "of duration", "1/min"),
+    _c("ramp_up_p95_1s_w_per_s", "float64", "Seed-compatible: 95th percentile of the up-ramps "
+       "r > 0, r(t) = (P(t) - P(t - 1 s)) / 1 s, P(t - 1 s) by linear interpolation, on the "
+       "per-tick total (each device's last reading carried forward, 0.1 s grid)", "W/s"),
+    _c("ramp_up_p99_1s_w_per_s", "float64", "Seed-compatible: 99th percentile of the up-ramps "
+       "r > 0 (as ramp_up_p95_1s_w_per_s)", "W/s"),
+    _c("ramp_down_p99_1s_w_per_s", "float64", "Seed-compatible: 99th percentile of -r over the "
+       "down-ramps r < 0 (a positive magnitude), on the total at every device timestamp", "W/s"),
+    _c("ramp_event_frequency_1s", "float64", "Seed-compatible: ramps r >= theta per minute of "
+       "duration, among U = {r >= 0} (flat stretches count as upward), theta = p95 of U",
+       "1/min"),
     *[_c(f"ramp_{kind}_{tag}_w_per_s", "float64", f"Seed authors' definition at {tag}: "
          f"{text} (as the 1 s one, horizon {tag})", "W/s")
       for tag in ("5s", "10s")
@@ -354,9 +355,9 @@ RUN_METRICS = [
        "W"),
     _c("dynamic_range_10s_w", "float64", "Largest max - min of P within a sliding 10 s window",
        "W"),
-    _c("dominant_freq_hz", "float64", "Frequency of the largest peak of the Welch spectrum of "
-       "the detrended total in 0.05-5 Hz (5 Hz is the Nyquist frequency of the 0.1 s grid)",
-       "Hz"),
+    _c("dominant_freq_hz", "float64", "Frequency of the largest Welch-spectrum peak of the "
+       "detrended total in 0.05-5 Hz that stands out of its local background with >= 5 cycles "
+       "per window (null when none does: a trend is not an oscillation)", "Hz"),
     _c("dominant_amplitude_w", "float64", "Amplitude of the sinusoid at dominant_freq_hz "
        "(sqrt(2 x power in the spectral peak))", "W"),
     _c("band_rms_low_w", "float64", "RMS of the total's oscillation in 0.1-1 Hz", "W"),
