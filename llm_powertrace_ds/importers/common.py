@@ -802,8 +802,16 @@ def finish_meta(devices: list[DeviceData], meta: dict[str, Any], *, platform: st
     gpu_name = next((d.gpu_name for d in devices if d.gpu_name), None)
     slug, flags = resolve_platform(platform or meta.pop("platform", None), gpu_name)
     meta["platform"] = slug
-    meta["num_gpus"] = resolve_num_gpus(num_gpus, meta.get("num_gpus"), len(devices), file=file)
     out = list(flags)
+    declared = _num_or_none(meta.get("num_gpus"))
+    if num_gpus is None and declared is not None and declared < len(devices):
+        # the metadata undercounts the GPUs the log holds: keep every GPU, flag it (the seed
+        # authors' gpu_count_mismatch, which fires in either direction); --num-gpus stays strict
+        meta["num_gpus"] = len(devices)
+        out.append("gpu_count_mismatch")
+    else:
+        meta["num_gpus"] = resolve_num_gpus(num_gpus, meta.get("num_gpus"), len(devices),
+                                            file=file)
     if is_1s_average(meta["power_field"], gpu_name, slug):
         out.append("power_is_1s_average")
     return out
@@ -870,6 +878,13 @@ def apply_device_defaults(devices: Sequence[DeviceData], defaults: Mapping[str, 
         for key, value in defaults.items():
             if value is not None and getattr(dev, key) is None:
                 setattr(dev, key, value)
+
+
+def _num_or_none(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
 
 
 def resolve_num_gpus(given: int | None, declared: Any, found: int, *, file: Path) -> int:

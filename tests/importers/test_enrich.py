@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from llm_powertrace_ds import specs
+from llm_powertrace_ds.errors import InputError
 from llm_powertrace_ds.importers import import_file
 from llm_powertrace_ds.metrics import compute_run_metrics
 from llm_powertrace_ds.validate import validate_run
@@ -115,3 +116,14 @@ def test_precision_unknown_only_when_the_source_is_silent(tmp_path):
                           meta_path=tmp_path / "b.json")
     assert "precision_unknown" in without.flags
     assert np.isfinite(without.devices[0].power_w).all()
+
+
+def test_metadata_undercounting_gpus_is_flagged_not_fatal(tmp_path):
+    csv_path = trace_csv(tmp_path / "t.csv", ticks=5, gpus=4)
+    run = import_file("powertrace-csv", csv_path, workload="finetune",
+                      meta_path=their_json(tmp_path / "m.json", gpu_count=2))
+    assert run.meta["num_gpus"] == 4 and len(run.devices) == 4
+    assert "gpu_count_mismatch" in run.flags
+    with pytest.raises(InputError, match="--num-gpus is 2 but the log holds 4 GPUs"):
+        import_file("powertrace-csv", csv_path, workload="finetune", num_gpus=2,
+                    meta_path=their_json(tmp_path / "m.json"))
