@@ -103,6 +103,9 @@ MIN_GROUPS = 3
 DATASET_FIT_PATH = "scaling/fit.json"
 """Where ``fit --save`` keeps the last fit inside a dataset folder (the card shows it)."""
 LAWS = ("loglinear", "physics")
+MEASURED = frozenset({"duration_s", "tokens_per_s", "energy_j", "mean_power_w",
+                      "energy_per_token_j", "requests_completed", "steps"})
+"""Columns a run measures: ``predict`` ignores them (with a warning)."""
 BASELINES = ("constant", "proportional")
 _SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
 _LOG_MAX = 700.0  # exp() overflows above ~709
@@ -1070,5 +1073,9 @@ def predict(fit_data: str | Path | Mapping[str, Any], settings: Mapping[str, Any
                          f"{MAX_EXTRAPOLATION_DECADES:g} decades)", field=next(
                              a for a, d in extra.items() if d > MAX_EXTRAPOLATION_DECADES))
     value, lo, hi = law.predict_rows([row])[0]
+    measured = [k for k in settings if k in MEASURED]
+    if measured:
+        warnings.append(f"ignored {', '.join(measured)}: measured during a run, not known before "
+                        "it (the laws predict from pre-run settings only)")
     return {"target": data["target"], "model": model, "value": value, "lo90": lo, "hi90": hi,
             "extrapolation_decades": extra, "warnings": warnings, "settings": dict(settings)}

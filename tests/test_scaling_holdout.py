@@ -143,6 +143,9 @@ def test_predict_never_crashes(fit_file):
     far = scaling.predict(fit_file, {**ok, "model_params": 7e12}, model="physics")
     assert far["extrapolation_decades"]["model_params"] == pytest.approx(math.log10(7e12 / 70e9))
     assert "decades beyond the training range" in far["warnings"][0]
+    measured = scaling.predict(fit_file, {**ok, "duration_s": 1.0}, model="physics")
+    assert measured["value"] == scaling.predict(fit_file, ok, model="physics")["value"]
+    assert "ignored duration_s" in measured["warnings"][0]
     cases = [({**ok, "model_params": 1e300}, "refusing to extrapolate"),
              ({k: v for k, v in ok.items() if k != "num_gpus"}, "num_gpus"),
              ({**ok, "foo": 1}, "unknown setting 'foo'"),
