@@ -320,7 +320,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
          ["target", "model", "value", "lo90", "hi90"])
     if args.format == "table":
         for w in res["warnings"]:
-            print(f"warning: extrapolating: {w}")
+            print(f"warning: {w}")
     return 0
 
 
