@@ -121,7 +121,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "N, B, L, G, f), or one model family, or COLUMN=VALUE (default: none)")
     p.add_argument("--config", default=None,
                    help="runs table to fit: finetune_runs or inference_runs (default: the one "
-                   "the folder has; both present needs the choice)")
+                   "the folder has; finetune_runs when it has both)")
     p.add_argument("--split", default=None, help="platform split (default: all)")
     p.add_argument("--out", type=Path, default=None, metavar="FIT.json",
                    help="write the fit as JSON for `predict` and `plot --fit` (default: none)")
@@ -247,10 +247,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         if config is None:
             present = {c: list(iter_run_rows(root, c, args.split)) for c in schema.RUNS_CONFIGS}
             have = [c for c, r in present.items() if r]
-            if len(have) > 1:
-                _usage("the folder has fine-tuning and inference runs: fit one with --config "
-                       "finetune_runs or --config inference_runs")
-            config = have[0] if have else "finetune_runs"
+            config = have[0] if len(have) == 1 else "finetune_runs"
             rows = present.get(config, [])
         else:
             rows = list(iter_run_rows(root, config, args.split))
