@@ -13,7 +13,7 @@ over the numeric axes present (N ``model_params_active`` else ``model_params``, 
 ``global_batch_size`` / ``batch_size`` / ``concurrency``, L ``seq_len`` / ``prompt_len``, G
 ``num_gpus``, f ``gpu_clock_mhz``, ...; an axis is used when every run has a positive value and
 it takes at least two values) and categorical factors (``method``, ``precision``,
-``weight_quant``, ``kv_cache_quant``; φ = 1 for the alphabetically first level). A batch axis
+``weight_quant``, ``kv_cache_quant``, ``task``; φ = 1 for the alphabetically first level). A batch axis
 that takes ≥ 3 values over ≥ 4× also gets a curvature term γ (energy per token falls with the
 batch until the device is saturated). One intercept per platform. The 95 % interval of every
 coefficient comes from a residual bootstrap.
@@ -86,7 +86,7 @@ AXES: dict[str, str] = {
 """Candidate numeric axes (column -> symbol), in design order. ``model_params`` reads
 ``model_params_active`` when a row has it (mixture-of-experts)."""
 BATCH_AXES = ("global_batch_size", "batch_size", "concurrency")
-CATEGORICAL = ("method", "precision", "weight_quant", "kv_cache_quant")
+CATEGORICAL = ("method", "precision", "weight_quant", "kv_cache_quant", "task")
 FAMILY_COLUMN = "model_family"
 GROUP_COLUMNS = ("model_name", "model_label")
 N_BOOT = 1000

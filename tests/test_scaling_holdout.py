@@ -229,3 +229,16 @@ def test_mlenergy_intervals_are_calibrated_leaving_each_model_out(mlenergy_rows)
                 hits[law].append(p[law]["lo"] <= p["actual"] <= p[law]["hi"])
     for law, h in hits.items():
         assert len(h) == 191 and 0.8 <= np.mean(h) <= 0.98, law
+
+
+def test_task_is_a_factor_when_several_tasks_are_fitted():
+    rows = inference_rows()
+    for r in rows:
+        if r["batch_size"] in (64, 256):
+            r["task"], r["energy_per_token_j"] = "code", r["energy_per_token_j"] * 1.5
+        else:
+            r["task"] = "chat"
+    law = scaling.fit_loglinear(rows, "energy_per_token_j", n_boot=0)
+    factor = law.params_json()["factors"]["task"]
+    assert factor["reference"] == "chat"
+    assert factor["levels"]["code"]["factor"] == pytest.approx(1.5, rel=0.05)
