@@ -149,7 +149,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--set", dest="settings", nargs="+", action="extend", default=[],
                    metavar="AXIS=VALUE", help="a setting (column or symbol); repeatable")
     p.add_argument("--model", choices=("loglinear", "physics"), default=None,
-                   help="which law (default: the fit's preferred one)")
+                   help="which law (default: the fit's best law)")
     add_format(p)
     p.set_defaults(func=cmd_predict)
 

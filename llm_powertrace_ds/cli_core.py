@@ -62,8 +62,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "import", help="import existing power logs into a dataset folder", formatter_class=fmt,
         description="Import power logs measured by other tools into a dataset folder.",
-        epilog="example:\n  llm-powertrace import nvidia-smi gpu.csv --out llm-powertrace "
-        "--workload inference --platform a100_sxm4_80gb --tz America/Phoenix")
+        epilog="examples:\n  llm-powertrace import nvidia-smi gpu.csv --out llm-powertrace "
+        "--workload inference --platform a100_sxm4_80gb --tz America/Phoenix\n"
+        "  llm-powertrace import mlenergy-v2 benchmark/data/llm_text_generation/chat --out "
+        "mlenergy")
     p.add_argument("log_format", metavar="FORMAT",
                    choices=["nvidia-smi", "powertrace-csv", "mlenergy-v2"],
                    help="log format: nvidia-smi or powertrace-csv; or mlenergy-v2 (FILE is an "
