@@ -34,6 +34,7 @@ from llm_powertrace_ds import facility, layout, schema
 from llm_powertrace_ds.run import Event
 from llm_powertrace_ds.shards import write_text_atomic
 
+from . import analysis
 from . import figures as figures_mod
 from .metric_docs import attribute_docs, metric_groups
 from .summary import FolderSummary, is_cpu_proxy, summarize
@@ -671,7 +672,8 @@ def render_card(root: str | Path, options: CardOptions | None = None, *,
                     _how_to_use(summary, options), _figures_section(figures, summary),
                     _platforms_section(summary), _families_section(summary),
                     _axes_section(summary), _measurement_section(summary),
-                    _quality_section(summary), _metrics_section(), _facility_section(),
+                    _quality_section(summary), _metrics_section() + analysis.seed_note(), _facility_section(),
+                    analysis.scaling_section(summary.root), analysis.sources_section(summary.all_runs),
                     _dictionary_section(summary), _licence_citation_changelog(summary)):
         body += section
     while body and body[-1] == "":

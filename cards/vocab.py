@@ -69,6 +69,7 @@ VALUE_MEANINGS: dict[str, dict[str, str]] = {
         "cpu_proxy": "NOT a GPU measurement: a virtual device modelled from real CPU activity",
         "import:nvidia-smi": "imported from an `nvidia-smi --query-gpu` CSV log",
         "import:powertrace-csv": "imported from the LLM-PowerTrace authors' canonical CSV",
+        "import:mlenergy-v2": "imported ML.ENERGY leaderboard v2 run summary (no trace)",
     },
     "power_field": dict(schema.POWER_FIELDS),
     "status": {

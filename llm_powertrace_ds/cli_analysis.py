@@ -104,9 +104,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "fit", help="fit the energy/power scaling law", formatter_class=fmt,
         description="Fit a log-linear law with platform intercepts and a physics-informed law "
-        "(static power x time + energy per FLOP x FLOPs) on a runs table; with --holdout, refit "
-        "without the held-out runs and report their median absolute percentage error beside "
-        "two baselines (constant J/token; mean power x time).",
+        "(energy per token from weight streaming, FLOPs and devices) on a runs table, from "
+        "pre-run settings only, with group-wise conformal 90 %% intervals; with --holdout, "
+        "refit without the held-out runs and report n predicted / unpredictable (with "
+        "reasons), MdAPE and 90 %% coverage beside two baselines. Degenerate data are refused "
+        "with a one-line reason.",
         epilog="examples:\n  llm-powertrace fit llm-powertrace --target energy_per_token_j "
         "--holdout model_params=top --out fit.json\n"
         "  llm-powertrace fit llm-powertrace --holdout family=qwen --format json")
@@ -117,29 +119,37 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--holdout", default=None, metavar="AXIS=top|family=NAME",
                    help="hold out the runs at an axis's largest value (AXIS a column or symbol: "
                    "N, B, L, G, f), or one model family, or COLUMN=VALUE (default: none)")
-    p.add_argument("--config", default="finetune_runs",
-                   help="runs table to fit (default: finetune_runs)")
+    p.add_argument("--config", default=None,
+                   help="runs table to fit: finetune_runs or inference_runs (default: the one "
+                   "the folder has; finetune_runs when it has both)")
     p.add_argument("--split", default=None, help="platform split (default: all)")
     p.add_argument("--out", type=Path, default=None, metavar="FIT.json",
                    help="write the fit as JSON for `predict` and `plot --fit` (default: none)")
     p.add_argument("--n-boot", type=int, default=1000,
                    help="bootstrap replicates for the exponent intervals (default: 1000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: 0)")
-    p.add_argument("--format", choices=("table", "json"), default="table",
-                   help="output format (default: table)")
+    p.add_argument("--save", action="store_true",
+                   help="also keep the fit in the dataset folder (scaling/fit.json) and refresh "
+                   "the card, whose scaling-law section then shows its held-out table "
+                   "(default: off)")
+    p.add_argument("--format", choices=FORMATS, default="table",
+                   help="output format: table, json (the documented shape) or csv (the held-out "
+                   "table with --holdout, else the parameters) (default: table)")
     p.set_defaults(func=cmd_fit)
 
     p = sub.add_parser(
-        "predict", help="predict with a fitted law, with its 95 %% interval", formatter_class=fmt,
-        epilog="examples:\n  llm-powertrace predict fit.json --set platform=h100_sxm_80gb N=7B "
-        "B=32 L=1024 G=4 method=lora precision=bf16\n"
-        "  llm-powertrace predict fit.json --model physics --set platform=l40s num_gpus=4 "
-        "duration_s=3600 model_params=7e9 tokens=2e7 method=lora")
+        "predict", help="predict with a fitted law, with its 90 %% interval", formatter_class=fmt,
+        epilog="examples:\n  llm-powertrace predict fit.json --set platform=h100_sxm_80gb "
+        "model_params=7e9 num_gpus=1 batch_size=256\n"
+        "  llm-powertrace predict fit.json --model physics --set platform=h100_sxm_80gb "
+        "model_params=70B num_gpus=4 batch_size=128\n"
+        "Settings are what is known before a run (columns or symbols); a value beyond the "
+        "training range prints a warning with the distance in decades.")
     p.add_argument("fit", type=Path, metavar="FIT.json", help="a file written by `fit --out`")
     p.add_argument("--set", dest="settings", nargs="+", action="extend", default=[],
                    metavar="AXIS=VALUE", help="a setting (column or symbol); repeatable")
     p.add_argument("--model", choices=("loglinear", "physics"), default=None,
-                   help="which law (default: the fit's preferred one)")
+                   help="which law (default: the fit's best law)")
     add_format(p)
     p.set_defaults(func=cmd_predict)
 
@@ -186,62 +196,107 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     return 0
 
 
+def fit_tables(data: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(parameter rows, held-out rows) of a fit's JSON, for the table and CSV formats."""
+    terms: list[dict[str, Any]] = []
+    ll = data["loglinear"]
+    for plat, v in ll["platform_intercepts"].items():
+        terms.append({"law": "loglinear", "term": f"a[{plat}]", "value": v["a"]})
+    for e in ll["exponents"]:
+        terms.append({"law": "loglinear", "term": f"beta_{e['symbol']} ({e['axis']})",
+                      "value": e["exponent"], "ci95_lo": e["ci95"][0], "ci95_hi": e["ci95"][1]})
+        if "curvature" in e:
+            terms.append({"law": "loglinear", "term": f"gamma_{e['symbol']} (curvature in log "
+                          f"{e['axis']})", "value": e["curvature"],
+                          "ci95_lo": e["curvature_ci95"][0], "ci95_hi": e["curvature_ci95"][1]})
+    for name, spec in ll["factors"].items():
+        for lv, v in spec["levels"].items():
+            terms.append({"law": "loglinear", "term": f"{name}={lv} (vs {spec['reference']})",
+                          "value": v["factor"], "ci95_lo": v["ci95"][0], "ci95_hi": v["ci95"][1]})
+    terms.append({"law": "loglinear", "term": "interval_90_half_width_log",
+                  "value": ll["interval_90_half_width_log"]})
+    if data["physics"]:
+        ph = data["physics"]
+        for plat, coefs in ph["params"].items():
+            for t, v in coefs.items():
+                terms.append({"law": "physics", "term": f"c[{t}][{plat}]", "value": v["value"],
+                              "ci95_lo": v["ci95"][0], "ci95_hi": v["ci95"][1]})
+        terms.append({"law": "physics", "term": "interval_90_half_width_log",
+                      "value": ph["interval_90_half_width_log"]})
+    else:
+        terms.append({"law": "physics", "term": f"not fitted: {data['physics_note']}"})
+    held = []
+    for kind in ("laws", "baselines"):
+        for name, entry in data[kind].items():
+            h = entry.get("holdout")
+            if not h:
+                continue
+            held.append({"model": name if kind == "laws" else f"baseline {name}",
+                         "n_heldout": h["n_heldout"], "n_predicted": h["n_predicted"],
+                         "n_unpredictable": h["n_unpredictable"], "mdape_pct": h["mdape_pct"],
+                         "coverage_90": h["coverage_90"]})
+    return terms, held
+
+
 def cmd_fit(args: argparse.Namespace) -> int:
     from . import scaling
 
     root = resolve_dataset(args.dir)
+    config = args.config
     try:
-        rows = list(iter_run_rows(root, args.config, args.split))
+        if config is None:
+            present = {c: list(iter_run_rows(root, c, args.split)) for c in schema.RUNS_CONFIGS}
+            have = [c for c, r in present.items() if r]
+            config = have[0] if len(have) == 1 else "finetune_runs"
+            rows = present.get(config, [])
+        else:
+            rows = list(iter_run_rows(root, config, args.split))
     except _Usage as exc:
         _usage(exc.reason)
     if not rows:
-        raise InputError(f"no runs in {root} (config {args.config}"
+        raise InputError(f"no runs in {root} (config {config}"
                          + (f", split {args.split})" if args.split else ")"))
     res = scaling.fit(rows, args.target, holdout=args.holdout, n_boot=args.n_boot,
                       seed=args.seed)
     data = res.to_json()
     if args.out:
         res.save(args.out)
+    if args.save:
+        from .shards import refresh_readme
+
+        res.save(Path(root) / scaling.DATASET_FIT_PATH)
+        refresh_readme(root)
+    terms, held = fit_tables(data)
     if args.format == "json":
         print(json.dumps(data, indent=2))
         return 0
-    terms = []
+    if args.format == "csv":
+        emit(held or terms, "csv", list((held or terms)[0]) if held else
+             ["law", "term", "value", "ci95_lo", "ci95_hi"])
+        return 0
     ll = data["loglinear"]
-    for plat, v in ll["platform_intercepts"].items():
-        terms.append({"law": "loglinear", "term": f"a[{plat}]", "value": v["a"],
-                      "ci95_lo": v["ci95"][0], "ci95_hi": v["ci95"][1]})
-    for e in ll["exponents"]:
-        terms.append({"law": "loglinear", "term": f"beta_{e['symbol']} ({e['axis']})",
-                      "value": e["exponent"], "ci95_lo": e["ci95"][0], "ci95_hi": e["ci95"][1]})
-    for name, spec in ll["factors"].items():
-        for lv, v in spec["levels"].items():
-            terms.append({"law": "loglinear", "term": f"{name}={lv} (vs {spec['reference']})",
-                          "value": v["factor"], "ci95_lo": v["ci95"][0], "ci95_hi": v["ci95"][1]})
-    terms.append({"law": "loglinear", "term": "sigma_log", "value": ll["sigma_log"]})
-    if data["physics"]:
-        for plat, v in data["physics"]["params"].items():
-            terms.append({"law": "physics", "term": f"p_static[{plat}] (W/GPU)",
-                          "value": v["static_power_w_per_gpu"],
-                          "ci95_lo": v["static_power_ci95"][0],
-                          "ci95_hi": v["static_power_ci95"][1]})
-            terms.append({"law": "physics", "term": f"e_flop[{plat}] (J/FLOP)",
-                          "value": v["energy_per_flop_j"], "ci95_lo": v["energy_per_flop_ci95"][0],
-                          "ci95_hi": v["energy_per_flop_ci95"][1]})
-        terms.append({"law": "physics", "term": "sigma_log", "value": data["physics"]["sigma_log"]})
-    else:
-        terms.append({"law": "physics", "term": f"not fitted: {data['physics_note']}"})
-    print(f"target {data['target']}: {ll['n_runs']} runs; preferred law: {data['preferred']}")
+    print(f"target {data['target']}: {ll['n_runs']} runs; best law: {data['best_law']}")
     emit(terms, "table", ["law", "term", "value", "ci95_lo", "ci95_hi"])
     for note in ll["notes"] + (data["physics"]["notes"] if data["physics"] else []):
         print(f"note: {note}")
     if data["holdout"]:
         ho = data["holdout"]
         print(f"\nholdout {ho['spec']}: {ho['n_train']} runs fitted, {ho['n_test']} held out")
-        rows_h = [{"model": k, "mdape_pct": v,
-                   "coverage95": ho["coverage95"].get(k)} for k, v in ho["mdape_pct"].items()]
-        emit(rows_h, "table", ["model", "mdape_pct", "coverage95"])
+        emit(held, "table", ["model", "n_heldout", "n_predicted", "n_unpredictable",
+                             "mdape_pct", "coverage_90"])
+        for kind in ("laws", "baselines"):
+            for name, entry in data[kind].items():
+                for u in (entry.get("holdout") or {}).get("unpredictable", []):
+                    print(f"unpredictable ({name}): {u['run_id']}: {u['reason']}")
+        far = [(p["run_id"], p["extrapolation_decades"]) for p in ho["points"]
+               if p.get("extrapolation_decades")]
+        for run_id, ext in far:
+            print(f"extrapolation: {run_id}: " + ", ".join(
+                f"{axis} {d:.2f} decades beyond the training range" for axis, d in ext.items()))
     if args.out:
         print(f"\nwrote {args.out}")
+    if args.save:
+        print(f"\nsaved with the dataset: {Path(root) / scaling.DATASET_FIT_PATH}")
     return 0
 
 
@@ -255,8 +310,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
             _usage(f"--set {item!r} is not AXIS=VALUE")
         settings[key.strip()] = scaling.parse_value(value)
     res = scaling.predict(args.fit, settings, model=args.model)
+    if args.format == "json":
+        emit([res], "json")
+        return 0
     emit([res], args.format if args.format in FORMATS else "table",
-         ["target", "model", "value", "lo95", "hi95"])
+         ["target", "model", "value", "lo90", "hi90"])
+    if args.format == "table":
+        for w in res["warnings"]:
+            print(f"warning: {w}")
     return 0
 
 

@@ -62,15 +62,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "import", help="import existing power logs into a dataset folder", formatter_class=fmt,
         description="Import power logs measured by other tools into a dataset folder.",
-        epilog="example:\n  llm-powertrace import nvidia-smi gpu.csv --out llm-powertrace "
-        "--workload inference --platform a100_sxm4_80gb --tz America/Phoenix")
-    p.add_argument("log_format", metavar="FORMAT", choices=["nvidia-smi", "powertrace-csv"],
-                   help="log format: nvidia-smi or powertrace-csv")
+        epilog="examples:\n  llm-powertrace import nvidia-smi gpu.csv --out llm-powertrace "
+        "--workload inference --platform a100_sxm4_80gb --tz America/Phoenix\n"
+        "  llm-powertrace import mlenergy-v2 benchmark/data/llm_text_generation/chat --out "
+        "mlenergy")
+    p.add_argument("log_format", metavar="FORMAT",
+                   choices=["nvidia-smi", "powertrace-csv", "mlenergy-v2"],
+                   help="log format: nvidia-smi or powertrace-csv; or mlenergy-v2 (FILE is an "
+                   "ML.ENERGY leaderboard v2 task folder, e.g. .../chat: runs-table rows "
+                   "without traces)")
     p.add_argument("files", nargs="+", type=Path, metavar="FILE", help="log files")
     p.add_argument("--out", type=Path, default=Path("llm-powertrace"),
                    help="dataset folder (default: llm-powertrace)")
-    p.add_argument("--workload", choices=schema.WORKLOADS, required=True,
-                   help="what ran while the log was taken")
+    p.add_argument("--workload", choices=schema.WORKLOADS, default=None,
+                   help="what ran while the log was taken (required for nvidia-smi and "
+                   "powertrace-csv; mlenergy-v2 is inference)")
     p.add_argument("--meta", type=Path, default=None,
                    help="flat JSON/YAML mapping of our column names (for powertrace-csv: "
                    "its own metadata JSON; default: the .json beside the CSV if any)")
@@ -133,6 +139,12 @@ def cmd_import(args: argparse.Namespace) -> int:
     from .shards import publish_run, refresh_readme
 
     out_dir(args.out)
+    if args.log_format == "mlenergy-v2":
+        return _import_summaries(args)
+    if args.workload is None:
+        from .cli import UsageError
+
+        raise UsageError(f"import {args.log_format} needs --workload (finetune or inference)")
     # Read and check every file before publishing any: a bad file changes nothing.
     runs = [import_file(args.log_format, path, workload=args.workload, meta_path=args.meta,
                         platform=args.platform, num_gpus=args.num_gpus, tz=args.tz)
@@ -149,6 +161,26 @@ def cmd_import(args: argparse.Namespace) -> int:
         if results:  # whatever was published, the folder's card must list it
             refresh_readme(args.out)
     emit(results, args.format, ["run_id", "platform", "num_gpus", "samples", "flags"])
+    return 0
+
+
+def _import_summaries(args: argparse.Namespace) -> int:
+    from .importers import import_summaries
+    from .importers.mlenergy_v2 import publish_summaries
+    from .shards import refresh_readme
+
+    if args.workload not in (None, "inference"):
+        from .cli import UsageError
+
+        raise UsageError("mlenergy-v2 summaries are inference runs; drop --workload finetune")
+    runs = [pair for path in args.files for pair in import_summaries(args.log_format, path)]
+    try:
+        publish_summaries(args.out, runs)
+    finally:
+        refresh_readme(args.out)
+    emit([{"run_id": r.run_id, "platform": r.platform, "num_gpus": r.meta.get("num_gpus"),
+           "samples": 0, "flags": r.flags} for r, _ in runs], args.format,
+         ["run_id", "platform", "num_gpus", "samples", "flags"])
     return 0
 
 

@@ -205,7 +205,7 @@ def plot_fit(fit_data: Mapping[str, Any] | str | Path, out: str | Path, *,
     """Plot a fit: the log-linear law along one axis and the held-out points.
 
     The law is drawn along one axis (others at their training medians, categorical factors at
-    their reference level) with its 95 % interval per platform; the held-out points appear on
+    their reference level) with its 90 % interval per platform; the held-out points appear on
     the law panel and as predicted vs measured with their intervals.
     """
     from . import scaling
@@ -266,7 +266,7 @@ def plot_fit(fit_data: Mapping[str, Any] | str | Path, out: str | Path, *,
         ax_p.set_xscale("log")
         ax_p.set_yscale("log")
         ax_p.set_xlabel(f"measured {data['target']}")
-        ax_p.set_ylabel("predicted (95 % interval)")
+        ax_p.set_ylabel("predicted (90 % interval)")
         ax_p.set_title(f"held out: {spec}")
         ax_p.legend(fontsize=7)
     else:

@@ -16,7 +16,7 @@ from typing import Any
 
 from datasets import Features, List, Value
 
-SCHEMA_VERSION = "1.1.0"
+SCHEMA_VERSION = "1.2.0"
 """Bumped whenever a column is added, renamed or retyped; the card's changelog says why."""
 
 SCHEMA_CHANGELOG: list[tuple[str, str]] = [
@@ -25,6 +25,12 @@ SCHEMA_CHANGELOG: list[tuple[str, str]] = [
      "energy, percentiles, window peaks, PAR, load factor, ramps at 0.1/1/5/10 s in W/s and % of "
      "the limit, the seed authors' ramp definitions, swings, spectrum and bands, coincidence and "
      "synchrony, idle/near-limit/step/checkpoint states) and gpu_energy_counter_j."),
+    ("1.2.0", "Model facts (model_params_active, model_facts_source); inference axes task, "
+     "batch_size and pp_size (ML.ENERGY summaries); the seed authors' quality vocabulary "
+     "(sampling_interval_observed_median_s / _p95_s, ramps at 5 s and 10 s; flags "
+     "zero_power_samples, duplicate_samples, gpu_count_mismatch, precision_unknown, "
+     "power_limit_from_spec, summary_only). ramp_up_*_1s / ramp_event_frequency_1s now follow "
+     "the seed's definitions exactly (see the metric formulas)."),
 ]
 
 TRACE_CONFIGS = ("finetune", "inference")
@@ -37,7 +43,8 @@ MODEL_FAMILIES = (
     "llama", "qwen", "mistral", "gpt2", "gptj", "deepseek", "phi", "gemma", "other", "unknown",
 )
 MODEL_SOURCES = ("zoo", "hub", "import")
-SAMPLERS = ("nvml", "cpu_proxy", "import:nvidia-smi", "import:powertrace-csv")
+SAMPLERS = ("nvml", "cpu_proxy", "import:nvidia-smi", "import:powertrace-csv",
+            "import:mlenergy-v2")
 POWER_FIELDS = {
     "instant": "NVML field 186 (NVML_FI_DEV_POWER_INSTANT) or nvidia-smi power.draw.instant",
     "average": "NVML field 185 (1 s average) or nvidia-smi power.draw.average",
@@ -56,7 +63,8 @@ ERROR_FLAGS = ("empty", "nonmonotonic_time", "unequal_lengths", "negative_power"
 WARNING_FLAGS = (
     "gap", "stall", "irregular_sampling", "implausible_power", "stuck_sensor", "missing_gpu",
     "energy_mismatch", "incomplete", "power_is_1s_average", "platform_unknown",
-    "form_factor_unknown", "cpu_proxy",
+    "form_factor_unknown", "cpu_proxy", "zero_power_samples", "duplicate_samples",
+    "gpu_count_mismatch", "precision_unknown", "power_limit_from_spec", "summary_only",
 )
 QUALITY_FLAGS = ERROR_FLAGS + WARNING_FLAGS
 
@@ -78,6 +86,16 @@ FLAG_DESCRIPTIONS = {
     "platform_unknown": "the source names no GPU; the split is `unknown`",
     "form_factor_unknown": "the source names a GPU family only (e.g. `A100`), not its form factor",
     "cpu_proxy": "not a GPU measurement: modelled from real CPU activity",
+    "zero_power_samples": "a device reports exactly 0 W (a reading no powered GPU gives; the "
+    "seed authors' `zero_power_samples`)",
+    "duplicate_samples": "a device repeats a timestamp (the seed authors' `duplicate_samples`)",
+    "gpu_count_mismatch": "the devices in the log differ from the declared num_gpus, in either "
+    "direction (the seed authors' `gpu_count_mismatch`)",
+    "precision_unknown": "the source does not state the compute precision",
+    "power_limit_from_spec": "the log reports no power limit; default_power_limit_w is the "
+    "platform's datasheet value (llm_powertrace_ds/specs.py)",
+    "summary_only": "no power trace: the run is a published summary (e.g. ML.ENERGY), only its "
+    "runs-table row exists",
 }
 
 SPLIT_NAME_RE = re.compile(r"^\w+(\.\w+)*$")
@@ -134,6 +152,10 @@ MODEL = [
     _c("model_label", "string", "The source's own model label, e.g. `ds7bbase`"),
     _c("model_source", "string", "`zoo` (random-init architecture), `hub` (cached weights) or `import`"),
     _c("model_params", "int64", "Parameter count of the instantiated model", "parameters"),
+    _c("model_params_active", "int64", "Parameters used per token (mixture-of-experts models; "
+       "null for dense ones)", "parameters"),
+    _c("model_facts_source", "string", "Where model_params / model_params_active come from "
+       "when the log does not say (llm_powertrace_ds/specs.py)"),
 ]
 PROVENANCE = [
     Column("start_time", Value("timestamp[ms, tz=UTC]"), "UTC wall-clock time of the run's first tick"),
@@ -234,6 +256,10 @@ INFERENCE_AXES = [
     _c("gpu_clock_mhz", "int32", "Requested locked GPU clock (null = default)", "MHz"),
     _c("power_limit_setting_w", "float32", "Requested power cap (null = default)", "W"),
     _c("tp_size", "int16", "Tensor-parallel degree"),
+    _c("pp_size", "int16", "Pipeline-parallel degree"),
+    _c("batch_size", "int32", "Maximum batch size of the serving engine (e.g. vLLM "
+       "max_num_seqs)", "requests"),
+    _c("task", "string", "Benchmark task of a published summary (e.g. ML.ENERGY `chat`)"),
 ]
 INFERENCE_RESULTS = [
     _c("requests_completed", "int32", "Requests completed", "requests"),
@@ -307,24 +333,31 @@ RUN_METRICS = [
        "limit is unknown)"),
     # ramps
     *_ramp_columns(),
-    _c("ramp_up_p95_1s_w_per_s", "float64", "Seed authors' definition: 95th percentile of the "
-       "up-ramps r > 0, r(t) = (P(t) - P(t - 1 s)) / 1 s, P(t - 1 s) by linear interpolation",
-       "W/s"),
-    _c("ramp_up_p99_1s_w_per_s", "float64", "Seed authors' definition: 99th percentile of the "
-       "up-ramps r > 0 (as ramp_up_p95_1s_w_per_s)", "W/s"),
-    _c("ramp_down_p99_1s_w_per_s", "float64", "Seed authors' definition: 99th percentile of -r "
-       "over the down-ramps r < 0 (a positive magnitude)", "W/s"),
-    _c("ramp_event_frequency_1s", "float64", "Up-ramps r >= ramp_up_p95_1s_w_per_s per minute "
-       "of duration", "1/min"),
+    _c("ramp_up_p95_1s_w_per_s", "float64", "Seed-compatible: 95th percentile of the up-ramps "
+       "r > 0, r(t) = (P(t) - P(t - 1 s)) / 1 s, P(t - 1 s) by linear interpolation, on the "
+       "per-tick total (each device's last reading carried forward, 0.1 s grid)", "W/s"),
+    _c("ramp_up_p99_1s_w_per_s", "float64", "Seed-compatible: 99th percentile of the up-ramps "
+       "r > 0 (as ramp_up_p95_1s_w_per_s)", "W/s"),
+    _c("ramp_down_p99_1s_w_per_s", "float64", "Seed-compatible: 99th percentile of -r over the "
+       "down-ramps r < 0 (a positive magnitude), on the total at every device timestamp", "W/s"),
+    _c("ramp_event_frequency_1s", "float64", "Seed-compatible: ramps r >= theta per minute of "
+       "duration, among U = {r >= 0} (flat stretches count as upward), theta = p95 of U",
+       "1/min"),
+    *[_c(f"ramp_{kind}_{tag}_w_per_s", "float64", f"Seed authors' definition at {tag}: "
+         f"{text} (as the 1 s one, horizon {tag})", "W/s")
+      for tag in ("5s", "10s")
+      for kind, text in (("up_p95", "95th percentile of the up-ramps r > 0"),
+                         ("up_p99", "99th percentile of the up-ramps r > 0"),
+                         ("down_p99", "99th percentile of -r over the down-ramps r < 0"))],
     # swings and oscillations
     _c("swing_w", "float64", "p95_power_w - p5_power_w", "W"),
     _c("dynamic_range_1s_w", "float64", "Largest max - min of P within a sliding 1 s window",
        "W"),
     _c("dynamic_range_10s_w", "float64", "Largest max - min of P within a sliding 10 s window",
        "W"),
-    _c("dominant_freq_hz", "float64", "Frequency of the largest peak of the Welch spectrum of "
-       "the detrended total in 0.05-5 Hz (5 Hz is the Nyquist frequency of the 0.1 s grid)",
-       "Hz"),
+    _c("dominant_freq_hz", "float64", "Frequency of the largest Welch-spectrum peak of the "
+       "detrended total in 0.05-5 Hz that stands out of its local background with >= 5 cycles "
+       "per window (null when none does: a trend is not an oscillation)", "Hz"),
     _c("dominant_amplitude_w", "float64", "Amplitude of the sinusoid at dominant_freq_hz "
        "(sqrt(2 x power in the spectral peak))", "W"),
     _c("band_rms_low_w", "float64", "RMS of the total's oscillation in 0.1-1 Hz", "W"),
@@ -355,6 +388,10 @@ RUN_METRICS = [
        "overlapping gaps of several devices merged"),
     _c("gap_s", "float64", "Total length of those gaps: how much of energy_j rests on "
        "interpolation", "s"),
+    _c("sampling_interval_observed_median_s", "float64", "Median interval between consecutive "
+       "readings of a device, over all devices (the seed authors' name)", "s"),
+    _c("sampling_interval_observed_p95_s", "float64", "95th percentile of those intervals",
+       "s"),
 ]
 PER_DEVICE_METRICS = [
     Column("gpu_energy_j", List(Value("float64")), "Per device: trapezoid energy on its own "

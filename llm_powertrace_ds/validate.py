@@ -73,7 +73,9 @@ def validate_run(run: Run) -> ValidationReport:
     Checks: samples present, strictly increasing ``t_ms``, equal list lengths, negative power,
     gaps (> 3 periods), stalls (> 1 s), irregular sampling (interval CV > 0.25), implausible
     power (> 2x the limit), stuck sensor (power unchanged over > 10 s), missing GPUs (fewer
-    series than ``num_gpus``), counter-vs-integral energy mismatch (> 5 %).
+    series than ``num_gpus``), counter-vs-integral energy mismatch (> 5 %); and the seed authors'
+    vocabulary: ``zero_power_samples`` (a 0 W reading), ``duplicate_samples`` (a repeated
+    timestamp), ``gpu_count_mismatch`` (device series != ``num_gpus``, either direction).
     """
     rep = ValidationReport(run.run_id)
     if not run.devices:
@@ -82,6 +84,8 @@ def validate_run(run: Run) -> ValidationReport:
     num_gpus = run.meta.get("num_gpus")
     if num_gpus is not None and len(run.devices) < int(num_gpus):
         rep.add("missing_gpu", f"{len(run.devices)} device series for num_gpus={num_gpus}")
+    if num_gpus is not None and len(run.devices) != int(num_gpus):
+        rep.add("gpu_count_mismatch", f"{len(run.devices)} device series, num_gpus={num_gpus}")
     for dev in run.devices:
         name = f"gpu {dev.node_index}:{dev.gpu_index}"
         t = dev.t_ms
@@ -93,11 +97,15 @@ def validate_run(run: Run) -> ValidationReport:
             rep.add("unequal_lengths", f"{name}: {', '.join(bad_len)} length differs from t_ms")
             continue
         dt = np.diff(t)
+        if (dt == 0).any():
+            rep.add("duplicate_samples", f"{name}: {int((dt == 0).sum())} repeated timestamps")
         if (dt <= 0).any():
             i = int(np.flatnonzero(dt <= 0)[0])
             rep.add("nonmonotonic_time", f"{name}: t_ms goes from {t[i]} to {t[i + 1]} at sample {i + 1}")
             continue
         power = dev.power_w
+        if (power == 0).any():
+            rep.add("zero_power_samples", f"{name}: {int((power == 0).sum())} readings of 0 W")
         if np.nanmin(power, initial=np.inf) < 0:
             rep.add("negative_power", f"{name}: power {np.nanmin(power):.1f} W < 0")
         period = nominal_period_ms(run, t)

@@ -152,20 +152,20 @@ def test_fit_predict_and_plots(dataset, capsys, tmp_path):
     assert json.loads(fit_path.read_text()) == data
     ho = data["holdout"]
     assert ho["n_test"] == 4 and ho["n_train"] == 12
-    for key in ("loglinear", "physics", "baseline_constant_j_per_token",
-                "baseline_mean_power_x_time"):
+    for key in ("loglinear", "physics", "baseline_constant", "baseline_proportional"):
         assert key in ho["mdape_pct"]
+    assert set(data["laws"]) == {"loglinear", "physics"} and data["best_law"] in data["laws"]
     exps = {e["axis"]: e["exponent"] for e in data["loglinear"]["exponents"]}
     assert exps["model_params"] == pytest.approx(0.3, abs=0.05)  # power^0.3, tokens independent of N
 
     code, out, _ = _main(capsys, "fit", dataset, "--target", "mean_power_w", "--n-boot", 50)
-    assert code == 0 and "beta_N" in out and "preferred law" in out
+    assert code == 0 and "beta_N" in out and "best law" in out
 
     code, out, err = _main(capsys, "predict", fit_path, "--set", "platform=l40s", "N=2B", "B=8",
                            "--model", "loglinear", "--format", "json")
     assert code == 0, err
     pred = json.loads(out)[0]
-    assert pred["lo95"] < pred["value"] < pred["hi95"]
+    assert pred["lo90"] < pred["value"] < pred["hi90"]
     truth = 60.0 * 20 ** 0.3 * 8 ** 0.1 * 2 * 1.4 ** 0 * 40.0 / (8 * 256 * 40)
     assert pred["value"] == pytest.approx(truth, rel=0.15)
     code, _, err = _main(capsys, "predict", fit_path, "--set", "platform")

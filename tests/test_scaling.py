@@ -39,16 +39,16 @@ def loglinear_rows(n: int = 240, noise: float = 0.05, seed: int = 1) -> list[dic
     return rows
 
 
-PHYS = {"h100_sxm_80gb": (90.0, 0.9e-12, 3e14), "l40s": (45.0, 1.6e-12, 1.2e14)}
+PHYS = {"h100_sxm_80gb": (0.9e-12, 0.004), "l40s": (1.6e-12, 0.009)}
 
 
 def physics_rows(n: int = 200, noise: float = 0.05, seed: int = 2) -> list[dict]:
-    """Runs from energy = p_static · G · T + ε · FLOPs; T from a random model-FLOPs utilisation."""
+    """Runs whose energy per token follows the pre-run physics law e = beta k N + gamma G."""
     rng = np.random.default_rng(seed)
     rows = []
     for i in range(n):
         plat = list(PHYS)[i % 2]
-        p_static, eps, peak = PHYS[plat]
+        beta, gamma = PHYS[plat]
         npar = float(rng.choice([1e8, 3e8, 1e9, 3e9, 7e9]))
         b = int(rng.choice([4, 8, 16, 32]))
         seq = int(rng.choice([256, 512, 1024, 2048]))
@@ -57,15 +57,15 @@ def physics_rows(n: int = 200, noise: float = 0.05, seed: int = 2) -> list[dict]
         steps = int(rng.integers(50, 300))
         tokens = b * seq * steps
         row = {"run_id": f"ph-{i}", "workload": "finetune", "platform": plat,
-               "model_family": "llama", "model_params": npar, "global_batch_size": b,
-               "seq_len": seq, "num_gpus": g, "method": method, "precision": "bf16",
-               "gradient_checkpointing": bool(rng.integers(0, 2)), "tokens": tokens}
+               "model_family": "llama", "model_name": f"m{npar:g}", "model_params": npar,
+               "global_batch_size": b, "seq_len": seq, "num_gpus": g, "method": method,
+               "precision": "bf16", "gradient_checkpointing": bool(rng.integers(0, 2)),
+               "tokens": tokens}
         flops = scaling.training_flops(row)
-        mfu = rng.uniform(0.1, 0.55)
-        duration = flops / (g * peak * mfu)
-        energy = (p_static * g * duration + eps * flops) * math.exp(rng.normal(0, noise))
-        row.update(duration_s=duration, energy_j=energy, energy_per_token_j=energy / tokens,
-                   mean_power_w=energy / duration)
+        per_token = (beta * flops / tokens + gamma * g) * math.exp(rng.normal(0, noise))
+        duration = flops / (g * 1e14 * rng.uniform(0.1, 0.55))  # measured, never a predictor
+        row.update(duration_s=duration, energy_j=per_token * tokens,
+                   energy_per_token_j=per_token, mean_power_w=per_token * tokens / duration)
         rows.append(row)
     return rows
 
@@ -88,7 +88,7 @@ def _coverage(fit_json: dict, rows: list[dict], model: str) -> float:
     hits = []
     for r in rows:
         p = scaling.predict(fit_json, r, model=model)
-        hits.append(p["lo95"] <= r["energy_per_token_j"] <= p["hi95"])
+        hits.append(p["lo90"] <= r["energy_per_token_j"] <= p["hi90"])
     return float(np.mean(hits))
 
 
@@ -98,17 +98,16 @@ def test_holdout_loglinear_reports_errors_baselines_and_coverage():
     ho = res.holdout
     assert ho["n_test"] == sum(r["model_params"] == 7e9 for r in rows)
     m = ho["mdape_pct"]
-    for key in ("loglinear", "physics", "baseline_constant_j_per_token",
-                "baseline_mean_power_x_time"):
+    for key in ("loglinear", "physics", "baseline_constant", "baseline_proportional"):
         assert key in m
-    assert m["baseline_constant_j_per_token"] is not None
-    assert m["baseline_mean_power_x_time"] is not None
-    assert m["loglinear"] < 10 < m["baseline_constant_j_per_token"]
-    assert ho["coverage95"]["loglinear"] >= 0.9
+    assert m["baseline_constant"] is not None
+    assert m["baseline_proportional"] is not None
+    assert m["loglinear"] < 10 < m["baseline_constant"]
+    assert ho["coverage90"]["loglinear"] >= 0.8
     # the same through predict() on a fit of the training runs only
     train, test = scaling.split_holdout(rows, "model_params=top")
     train_fit = scaling.fit(train, "energy_per_token_j", n_boot=100).to_json()
-    assert _coverage(train_fit, test, "loglinear") >= 0.9
+    assert _coverage(train_fit, test, "loglinear") >= 0.8
 
 
 def test_physics_form_wins_on_physics_data_and_covers():
@@ -116,16 +115,16 @@ def test_physics_form_wins_on_physics_data_and_covers():
     res = scaling.fit(rows, "energy_per_token_j", holdout="model_params=top", n_boot=100)
     m = res.holdout["mdape_pct"]
     assert m["physics"] < m["loglinear"], m
-    assert res.preferred == "physics"
-    assert res.holdout["coverage95"]["physics"] >= 0.9
+    assert res.best_law == "physics"
+    assert res.holdout["coverage90"]["physics"] >= 0.8
     p = res.physics
-    assert p is not None
+    assert p is not None and p.terms == ["flops_per_token", "gpus"]
     i = p.platforms.index("h100_sxm_80gb")
-    assert p.static_w[i] == pytest.approx(90.0, rel=0.1)
-    assert p.joule_per_flop[i] == pytest.approx(0.9e-12, rel=0.1)
+    assert p.coef[i, 0] == pytest.approx(0.9e-12, rel=0.1)
+    assert p.coef[i, 1] == pytest.approx(0.004, rel=0.15)
     train, test = scaling.split_holdout(rows, "N=top")
     train_fit = scaling.fit(train, "energy_per_token_j", n_boot=50).to_json()
-    assert _coverage(train_fit, test, "physics") >= 0.9
+    assert _coverage(train_fit, test, "physics") >= 0.8
 
 
 def test_json_round_trip_and_predict(tmp_path):
@@ -138,8 +137,8 @@ def test_json_round_trip_and_predict(tmp_path):
                "method": "lora", "precision": "bf16"}
     out = scaling.predict(path, setting, model="loglinear")
     truth = 2e-7 * 0.6 * 7e9 ** 0.7 * 8 ** -0.3 * 1024 ** 0.2 * 4 ** 0.1
-    assert out["lo95"] < out["value"] < out["hi95"]
-    assert out["lo95"] <= truth <= out["hi95"]
+    assert out["lo90"] < out["value"] < out["hi90"]
+    assert out["lo90"] <= truth <= out["hi90"]
     with pytest.raises(InputError, match="platform"):
         scaling.predict(path, {**setting, "platform": "a100"}, model="loglinear")
     with pytest.raises(InputError, match="method"):
@@ -166,7 +165,9 @@ def test_other_targets_and_parse_value():
     rows = physics_rows(80)
     for target in ("mean_power_w", "energy_j"):
         res = scaling.fit(rows, target, n_boot=20)
-        assert res.loglinear.target == target and res.physics is not None
+        assert res.loglinear.target == target
+        # mean power needs the measured throughput: the pre-run physics law does not predict it
+        assert (res.physics is None) == (target == "mean_power_w")
     assert scaling.parse_value("7B") == 7e9
     assert scaling.parse_value("512") == 512.0
     assert scaling.parse_value("true") is True

@@ -10,6 +10,8 @@ Example:
 Formats:
     ``nvidia-smi``: logs of ``nvidia-smi --query-gpu=... --format=csv[,nounits] -lms N``.
     ``powertrace-csv``: the LLM-PowerTrace authors' long CSV with its metadata JSON.
+    ``mlenergy-v2`` (a summaries format: one task folder, many runs, no traces): ML.ENERGY
+    leaderboard v2 run summaries, see :mod:`.mlenergy_v2` and :func:`import_summaries`.
 """
 
 from __future__ import annotations
@@ -24,9 +26,25 @@ from .common import load_meta_file, resolve_zone
 from .nvidia_smi import import_nvidia_smi
 from .powertrace_csv import import_powertrace_csv
 
-__all__ = ["FORMATS", "import_file", "load_meta_file"]
+__all__ = ["FORMATS", "SUMMARY_FORMATS", "import_file", "import_summaries", "load_meta_file"]
 
 FORMATS = ("nvidia-smi", "powertrace-csv")
+SUMMARY_FORMATS = ("mlenergy-v2",)
+"""Formats of published run summaries without power traces (one folder, many runs)."""
+
+
+def import_summaries(fmt: str, path: str | Path) -> list[tuple[Run, dict]]:
+    """Read a folder of run summaries as ``(Run without devices, metrics)`` pairs.
+
+    Publish them with :func:`.mlenergy_v2.publish_summaries` (runs rows only, flag
+    ``summary_only``). Raises ``InputError`` on bad input, before anything is written.
+    """
+    from .mlenergy_v2 import summary_runs
+
+    if fmt not in SUMMARY_FORMATS:
+        raise InputError(f"unknown summaries format {fmt!r}; known: {', '.join(SUMMARY_FORMATS)}",
+                         field="format")
+    return summary_runs(path)
 
 log = logging.getLogger("llm_powertrace_ds.importers")
 

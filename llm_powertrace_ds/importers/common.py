@@ -29,9 +29,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import numpy as np
 import yaml
 
-from .. import schema
+from .. import schema, specs
 from ..errors import InputError
 from ..run import DeviceSeries, Event, Run, coerce_meta
+from . import enrich
 
 log = logging.getLogger("llm_powertrace_ds.importers")
 
@@ -778,9 +779,14 @@ def is_1s_average(power_field: str, gpu_name: str | None, platform: str) -> bool
 
 
 def fill_model(meta: dict[str, Any]) -> None:
-    """Default the model columns: family guessed from the name, ``unknown`` when none."""
+    """Default the model columns: family from the name, parameter counts from the facts table.
+
+    The family is ``unknown`` when no name is given; ``specs.fill_model_facts`` records the
+    source of each filled count.
+    """
     if not meta.get("model_family"):
         meta["model_family"] = family_from_name(meta.get("model_name") or meta.get("model_label"))
+    specs.fill_model_facts(meta)
 
 
 def finish_meta(devices: list[DeviceData], meta: dict[str, Any], *, platform: str | None,
@@ -796,8 +802,16 @@ def finish_meta(devices: list[DeviceData], meta: dict[str, Any], *, platform: st
     gpu_name = next((d.gpu_name for d in devices if d.gpu_name), None)
     slug, flags = resolve_platform(platform or meta.pop("platform", None), gpu_name)
     meta["platform"] = slug
-    meta["num_gpus"] = resolve_num_gpus(num_gpus, meta.get("num_gpus"), len(devices), file=file)
     out = list(flags)
+    declared = _num_or_none(meta.get("num_gpus"))
+    if num_gpus is None and declared is not None and declared < len(devices):
+        # the metadata undercounts the GPUs the log holds: keep every GPU, flag it (the seed
+        # authors' gpu_count_mismatch, which fires in either direction); --num-gpus stays strict
+        meta["num_gpus"] = len(devices)
+        out.append("gpu_count_mismatch")
+    else:
+        meta["num_gpus"] = resolve_num_gpus(num_gpus, meta.get("num_gpus"), len(devices),
+                                            file=file)
     if is_1s_average(meta["power_field"], gpu_name, slug):
         out.append("power_is_1s_average")
     return out
@@ -838,7 +852,7 @@ def assemble_run(devices: list[DeviceData], meta: dict[str, Any], *, file: Path,
         run_events.append(event)
     run = Run(meta=clean, devices=series, events=run_events)
     run.add_flags(*flags)
-    return run
+    return enrich.finish_imported_run(run)
 
 
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+-]{0,199}$")
@@ -864,6 +878,13 @@ def apply_device_defaults(devices: Sequence[DeviceData], defaults: Mapping[str, 
         for key, value in defaults.items():
             if value is not None and getattr(dev, key) is None:
                 setattr(dev, key, value)
+
+
+def _num_or_none(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
 
 
 def resolve_num_gpus(given: int | None, declared: Any, found: int, *, file: Path) -> int:

@@ -119,11 +119,11 @@ def test_stage_labels_become_events(tmp_path):
     stages = ["warmup"] * 3 + ["train"] * 3 + [""] * 2 + ["train"] * 2 + ["eval"] * 2
     run = import_file("powertrace-csv", trace_csv(tmp_path / "t.csv", ticks=12, stages=stages),
                       workload="finetune")
-    assert [(e.kind, e.label, e.t_ms, e.rank) for e in run.events] == [
+    assert [(e.kind, e.label, e.t_ms, e.rank) for e in run.events if e.kind == "stage"] == [
         ("stage", "warmup", 0, None), ("stage", "train", 300, None),
         ("stage", "eval", 1000, None)]
     # every device row carries the run-level events
-    assert all(len(run.device_events(d)) == 3 for d in run.devices)
+    assert all(len(run.device_events(d)) == len(run.events) for d in run.devices)
 
 
 def test_platform_argument_wins(tmp_path):
