@@ -224,8 +224,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from .export import export
+    from .names import check_name, check_split, known_configs
 
-    rows = export(resolve_dataset(args.dataset), args.config, args.out, split=args.split,
+    root = resolve_dataset(args.dataset)
+    check_name(args.config, known_configs(), what="config", field="--config")
+    check_split(root, args.split, [args.config])
+    rows = export(root, args.config, args.out, split=args.split,
                   long=args.long, file_format=args.file_format)
     if not args.quiet:
         print(f"{rows} rows -> {args.out}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from pathlib import Path
 
 from .errors import InputError
 
@@ -49,3 +50,32 @@ def check_name(value: str, valid: Iterable[str], *, what: str, field: str | None
     raise UnknownName(f"unknown {what} {value!r}{place}{hint} valid: {listing}"
                       if hint else f"unknown {what} {value!r}{place}; valid: {listing}",
                       field=field)
+
+
+def check_split(root: str | Path, split: str | None, configs: Iterable[str], *,
+                field: str = "--split") -> str | None:
+    """Check that ``split`` exists in ``root`` for at least one of ``configs``.
+
+    A wrong split used to give an empty result with exit code 0; now it is an error that lists
+    the splits the folder holds for those configs.
+
+    Raises:
+        UnknownName: ``split`` is not among them.
+    """
+    if split is None:
+        return None
+    from . import layout
+
+    folders = layout.shard_folders(root)
+    configs = list(configs)
+    valid = {s for c in configs for s in folders.get(c, {})}
+    return check_name(split, valid, what="split", field=field,
+                      where=f"in {root} (config {', '.join(configs)})")
+
+
+def known_configs() -> list[str]:
+    """Every config name the schema knows: the five base configs and ``<workload>-<family>``."""
+    from . import schema
+
+    return list(schema.ALL_CONFIGS) + [f"{w}-{f}" for w in schema.TRACE_CONFIGS
+                                       for f in schema.MODEL_FAMILIES]

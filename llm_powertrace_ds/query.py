@@ -27,7 +27,8 @@ Example (the folder ``llm-powertrace`` that ``llm-powertrace demo`` writes; here
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+import functools
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -73,7 +74,8 @@ class _Source(Protocol):
     def splits(self, config: str) -> list[str]: ...
 
     def batches(self, config: str, split: str, columns: list[str] | None,
-                keep: Callable[[Path], bool] | None = None) -> Iterator[pa.RecordBatch]: ...
+                families: Collection[str] | None = None,
+                run_ids: Collection[str] | None = None) -> Iterator[pa.RecordBatch]: ...
 
 
 class _FolderSource:
@@ -88,16 +90,21 @@ class _FolderSource:
         return sorted(self._folders.get(config, {}))
 
     def batches(self, config: str, split: str, columns: list[str] | None,
-                keep: Callable[[Path], bool] | None = None) -> Iterator[pa.RecordBatch]:
-        for path in layout.shard_files(self.root, config, split):
-            if keep is not None and not keep(path):
-                continue
-            try:
-                for batch in shards.iter_file_batches(path):
-                    yield batch.select(columns) if columns else batch
-            except (OSError, pa.ArrowInvalid) as exc:
-                raise shards.ShardError(f"Failed to read '{path}': {type(exc).__name__}: "
-                                        f"{exc}") from None
+                families: Collection[str] | None = None,
+                run_ids: Collection[str] | None = None) -> Iterator[pa.RecordBatch]:
+        for folder in self._folders.get(config, {}).get(split, []):
+            if families is not None and folder.name not in families:
+                continue  # a trace folder of another model family
+            for path in _shard_files(folder):
+                # per-run files are named <run_id>.arrow; packed shards hold several runs
+                if run_ids is not None and "-of-" not in path.stem and path.stem not in run_ids:
+                    continue
+                try:
+                    for batch in shards.iter_file_batches(path):
+                        yield batch.select(columns) if columns else batch
+                except (OSError, pa.ArrowInvalid) as exc:
+                    raise shards.ShardError(f"Failed to read '{path}': {type(exc).__name__}: "
+                                            f"{exc}") from None
 
 
 class _StreamingSource:
@@ -118,7 +125,8 @@ class _StreamingSource:
         return self._splits[config]
 
     def batches(self, config: str, split: str, columns: list[str] | None,
-                keep: Callable[[Path], bool] | None = None) -> Iterator[pa.RecordBatch]:
+                families: Collection[str] | None = None,
+                run_ids: Collection[str] | None = None) -> Iterator[pa.RecordBatch]:
         from datasets import load_dataset
 
         ds = load_dataset(self.name, config, split=split, streaming=True)
@@ -126,6 +134,17 @@ class _StreamingSource:
             ds = ds.select_columns(columns)
         for table in ds.with_format("arrow").iter(batch_size=64):
             yield from table.to_batches()
+
+
+def _shard_files(folder: Path) -> list[Path]:
+    """The shard files of one folder (hidden temporary files never match)."""
+    return sorted(p for p in folder.iterdir() if p.suffix in layout.READ_SUFFIXES
+                  and not p.name.startswith(".") and p.is_file())
+
+
+@functools.cache
+def _arrow_schema(config: str) -> pa.Schema:
+    return schema.features_for(config).arrow_schema
 
 
 def _open(source: str | Path, streaming: bool) -> _Source:
@@ -272,7 +291,7 @@ class Runs:
         """
         if self._table is None:
             tables = [pa.Table.from_batches(list(self._source.batches(cfg, split, None)),
-                                            schema=schema.features_for(cfg).arrow_schema)
+                                            schema=_arrow_schema(cfg))
                       for cfg, split in self._configs]
             table = (pa.concat_tables(tables, promote_options="default") if tables
                      else pa.table({"run_id": pa.array([], pa.string())}))
@@ -533,22 +552,15 @@ class Traces:
         columns = list(TRACE_KEYS) + ["t_ms", *self._signals]
         src = self._runs._source
         for (workload, platform), families in sorted(groups.items()):
-
-            def keep(path: Path, fams: set[str] = families) -> bool:
-                # per-run files are named <run_id>.arrow; packed shards hold several runs
-                if path.parent.name not in fams:
-                    return False
-                return "-of-" in path.stem or path.stem in rows
-
-            for batch in src.batches(workload, platform, columns, keep):
-                mask = pc.is_in(batch.column("run_id"), value_set=wanted)
-                if not pc.all(mask).as_py():
-                    batch = batch.filter(mask)
+            for batch in src.batches(workload, platform, columns, families, rows):
+                ids = batch.column("run_id").to_pylist()
+                if not all(i in rows for i in ids):  # a packed shard: keep the selected runs
+                    batch = batch.filter(pc.is_in(batch.column("run_id"), value_set=wanted))
+                    ids = batch.column("run_id").to_pylist()
                 if not batch.num_rows:
                     continue
                 t_flat, t_off = _list_to_numpy(batch.column("t_ms"))
                 flats = {s: _list_to_numpy(batch.column(s)) for s in self._signals}
-                ids = batch.column("run_id").to_pylist()
                 nodes = batch.column("node_index").to_pylist()
                 gpus = batch.column("gpu_index").to_pylist()
                 for i, rid in enumerate(ids):
