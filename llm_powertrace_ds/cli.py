@@ -67,7 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's final flush
+        return code
     except BrokenPipeError:
         return _closed_pipe()
     except UsageError as exc:
