@@ -14,6 +14,7 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from . import layout
 from .cli_core import add_format, emit, out_dir
@@ -135,11 +136,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 1 if report.failed else 0
 
 
-def dry_run_summary(report: object) -> str:
+def dry_run_summary(report: Any) -> str:
     """What a dry run plans: the sampler a real run would use, the time, assumptions."""
-    machine = getattr(report, "machine")
-    sampler = getattr(report, "sampler", None) or {}
-    est = getattr(report, "estimate", None)
+    machine = report.machine
+    sampler = report.sampler or {}
+    est = report.estimate
     lines = [f"sampler: {sampler.get('source', machine.source)}, every "
              f"{sampler.get('period_ms', 100.0):g} ms"]
     if est is not None:
