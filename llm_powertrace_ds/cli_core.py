@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from . import schema
+from .formatting import human_number
 from .hub import resolve_dataset
 
 FORMATS = ("table", "json", "csv")
@@ -29,7 +30,7 @@ def emit(rows: list[dict[str, Any]], fmt: str, columns: list[str] | None = None)
 
     def cell(v: Any) -> str:
         if isinstance(v, float):
-            return f"{v:.4g}"
+            return human_number(v)
         if isinstance(v, list):
             return ",".join(map(str, v)) or "-"
         return "-" if v is None else str(v)
