@@ -354,8 +354,10 @@ def _figures_section(figs: list[figures_mod.Figure], summary: FolderSummary) -> 
     lines += ["A representative run per workload and platform: the run with the median mean "
               "power of that platform (preferring runs without quality warnings). Each figure "
               "shows the power of every device and the node total (black, on the common 0.1 s "
-              "grid) over time with workload phases shaded, a 10 s zoom around the largest 1 s "
-              "ramp, the histogram of ramp rates and the Welch spectrum of the node total.", ""]
+              "grid) over time with workload phases shaded, then — where the run has them — a "
+              "10 s zoom around the largest 1 s ramp (runs of 20 s or more), the histogram of "
+              "ramp rates and the Welch spectrum of the node total (a gap-free stretch of 20 s "
+              "or more); a panel that would be empty is left out and the figure says why.", ""]
     for fig in figs:
         proxy = " — modelled from CPU activity, NOT a GPU measurement" if (
             fig.platform == "cpu_proxy") else ""
