@@ -19,7 +19,7 @@ $(VENV)/.base-installed: pyproject.toml | $(PY)
 
 $(VENV)/.dev-installed: pyproject.toml | $(PY)
 	$(PIP) install -q $(TORCH_CPU)
-	$(PIP) install -q -e '.[dev,generate,plot]'
+	$(PIP) install -q -e '.[dev,generate,plot,query]'
 	touch $@
 
 venv: $(VENV)/.base-installed
