@@ -179,3 +179,19 @@ def test_external_traces(external_dir, tmp_path):
     for run, trace in runs.traces():
         counts[run.run_id] = counts.get(run.run_id, 0) + len(trace.t_ms)
     assert sum(counts.values()) == 8_908 + 7_636 + 6_904
+
+
+def test_packed_folder_gives_the_same_traces(folder, tmp_path):
+    packed = tmp_path / "packed"
+    shards.pack(folder, packed, refresh_card=False)
+    assert any("-of-" in p.name for p in packed.rglob("*.arrow"))
+    sel = {"workload": "finetune"}
+    a = {(r.run_id, t.gpu_index): t.power_w
+         for r, t in Runs.load(folder, **sel).where(method="lora").traces()}
+    b = {(r.run_id, t.gpu_index): t.power_w
+         for r, t in Runs.load(packed, **sel).where(method="lora").traces()}
+    assert sorted(a) == sorted(b) == [("ft-a", 0), ("ft-a", 1), ("ft-b", 0), ("ft-b", 1)]
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+    totals = {r.run_id: t for r, t in Runs.load(packed).traces(total=True)}
+    assert sorted(totals) == ["ft-a", "ft-b", "ft-c", "inf-a"]
