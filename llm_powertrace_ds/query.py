@@ -159,13 +159,17 @@ def _open(source: str | Path, streaming: bool) -> _Source:
 # Rows
 # ---------------------------------------------------------------------------------------------
 
+class UnknownColumn(UnknownName, AttributeError):
+    """A row attribute that is no column (an ``AttributeError`` too, so ``hasattr`` works)."""
+
+
 class Row(Mapping[str, Any]):
     """One run's row: attribute access (``r.batch_size``) and mapping access (``r["energy_j"]``).
 
     Example:
         >>> r = Row({"run_id": "a", "batch_size": 8})
-        >>> r.batch_size, r["run_id"]
-        (8, 'a')
+        >>> r.batch_size, r["run_id"], hasattr(r, "batch_sise")
+        (8, 'a', False)
     """
 
     __slots__ = ("_data", "_read")
@@ -179,9 +183,9 @@ class Row(Mapping[str, Any]):
             raise AttributeError(name)
         if name not in self._data:
             close = difflib.get_close_matches(name, list(self._data), n=1)
-            raise UnknownName(f"unknown column {name!r}"
-                              + (f"; did you mean {close[0]!r}?" if close else ""),
-                              field=name)
+            raise UnknownColumn(f"unknown column {name!r}"
+                                + (f"; did you mean {close[0]!r}?" if close else ""),
+                                field=name)
         self._read.append(name)
         return self._data[name]
 
