@@ -195,3 +195,20 @@ def test_packed_folder_gives_the_same_traces(folder, tmp_path):
         np.testing.assert_array_equal(a[k], b[k])
     totals = {r.run_id: t for r, t in Runs.load(packed).traces(total=True)}
     assert sorted(totals) == ["ft-a", "ft-b", "ft-c", "inf-a"]
+
+
+def test_hub_repo_id_reads_the_downloaded_snapshot(folder, monkeypatch):
+    """A repo id goes through huggingface_hub.snapshot_download (a Hub test double here)."""
+    import huggingface_hub
+
+    calls = []
+
+    def fake_download(repo_id, repo_type=None, **kw):
+        calls.append((repo_id, repo_type))
+        return str(folder)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_download)
+    runs = Runs.load("some-org/llm-powertrace", workload="finetune").where(method="lora")
+    assert runs.run_ids() == Runs.load(folder, workload="finetune").where(method="lora").run_ids()
+    assert [r.run_id for r, _ in runs.traces(total=True)] == ["ft-a", "ft-b"]
+    assert calls == [("some-org/llm-powertrace", "dataset")]
