@@ -27,19 +27,19 @@ Example (the folder ``llm-powertrace`` that ``llm-powertrace demo`` writes; here
 from __future__ import annotations
 
 import difflib
-import functools
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import layout, schema, shards
+from . import schema
 from .errors import InputError, PowerTraceError
 from .names import UnknownName, check_name
+from .query_sources import Source, arrow_schema, list_to_numpy, open_source
 
 AGGREGATIONS = ("mean", "min", "max", "sum", "count", "count_distinct", "stddev", "variance",
                 "first", "last")
@@ -48,111 +48,8 @@ AGGREGATIONS = ("mean", "min", "max", "sum", "count", "count_distinct", "stddev"
 TRACE_KEYS = ("run_id", "node_index", "gpu_index")
 
 
-def _list_to_numpy(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
-    """Flattened values (NaN for null) and 0-based offsets of a list column (slices too)."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = pa.concat_arrays(arr.chunks) if arr.num_chunks != 1 else arr.chunk(0)
-    offsets = arr.offsets.to_numpy()
-    flat = arr.flatten()  # respects the slice, unlike ``.values``
-    values = flat.to_numpy(zero_copy_only=False)
-    if flat.null_count and values.dtype.kind != "f":
-        values = values.astype(np.float64)
-    return values, offsets - offsets[0]
-
-
 class MissingExtra(PowerTraceError, ImportError):
     """An optional dependency (pandas, polars, matplotlib) is not installed."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Sources: where batches come from
-# ---------------------------------------------------------------------------------------------
-
-class _Source(Protocol):
-    name: str
-
-    def splits(self, config: str) -> list[str]: ...
-
-    def batches(self, config: str, split: str, columns: list[str] | None,
-                families: Collection[str] | None = None,
-                run_ids: Collection[str] | None = None) -> Iterator[pa.RecordBatch]: ...
-
-
-class _FolderSource:
-    """A local dataset folder (or a Hub repo downloaded into one)."""
-
-    def __init__(self, root: Path, name: str) -> None:
-        self.root = root
-        self.name = name
-        self._folders = layout.shard_folders(root)
-
-    def splits(self, config: str) -> list[str]:
-        return sorted(self._folders.get(config, {}))
-
-    def batches(self, config: str, split: str, columns: list[str] | None,
-                families: Collection[str] | None = None,
-                run_ids: Collection[str] | None = None) -> Iterator[pa.RecordBatch]:
-        for folder in self._folders.get(config, {}).get(split, []):
-            if families is not None and folder.name not in families:
-                continue  # a trace folder of another model family
-            for path in _shard_files(folder):
-                # per-run files are named <run_id>.arrow; packed shards hold several runs
-                if run_ids is not None and "-of-" not in path.stem and path.stem not in run_ids:
-                    continue
-                try:
-                    for batch in shards.iter_file_batches(path):
-                        yield batch.select(columns) if columns else batch
-                except (OSError, pa.ArrowInvalid) as exc:
-                    raise shards.ShardError(f"Failed to read '{path}': {type(exc).__name__}: "
-                                            f"{exc}") from None
-
-
-class _StreamingSource:
-    """``datasets.load_dataset(..., streaming=True)`` on a folder or a Hub repo."""
-
-    def __init__(self, path: str) -> None:
-        self.name = path
-        self._splits: dict[str, list[str]] = {}
-
-    def splits(self, config: str) -> list[str]:
-        if config not in self._splits:
-            from datasets import get_dataset_config_names, get_dataset_split_names
-
-            if config not in get_dataset_config_names(self.name):
-                self._splits[config] = []
-            else:
-                self._splits[config] = sorted(get_dataset_split_names(self.name, config))
-        return self._splits[config]
-
-    def batches(self, config: str, split: str, columns: list[str] | None,
-                families: Collection[str] | None = None,
-                run_ids: Collection[str] | None = None) -> Iterator[pa.RecordBatch]:
-        from datasets import load_dataset
-
-        ds = load_dataset(self.name, config, split=split, streaming=True)
-        if columns:
-            ds = ds.select_columns(columns)
-        for table in ds.with_format("arrow").iter(batch_size=64):
-            yield from table.to_batches()
-
-
-def _shard_files(folder: Path) -> list[Path]:
-    """The shard files of one folder (hidden temporary files never match)."""
-    return sorted(p for p in folder.iterdir() if p.suffix in layout.READ_SUFFIXES
-                  and not p.name.startswith(".") and p.is_file())
-
-
-@functools.cache
-def _arrow_schema(config: str) -> pa.Schema:
-    return schema.features_for(config).arrow_schema
-
-
-def _open(source: str | Path, streaming: bool) -> _Source:
-    if streaming:
-        return _StreamingSource(str(source))
-    from .hub import resolve_dataset
-
-    return _FolderSource(resolve_dataset(source), str(source))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -235,7 +132,7 @@ class Runs:
     changes this one.
     """
 
-    def __init__(self, source: _Source, configs: Sequence[tuple[str, str]],
+    def __init__(self, source: Source, configs: Sequence[tuple[str, str]],
                  filters: tuple[Filter, ...] = ()) -> None:
         self._source = source
         self._configs = tuple(configs)  # (runs config, split)
@@ -269,7 +166,7 @@ class Runs:
         """
         workloads = list(schema.WORKLOADS) if workload is None else [
             check_name(workload, schema.WORKLOADS, what="workload", field="workload")]
-        src = _open(source, streaming)
+        src = open_source(source, streaming)
         configs: list[tuple[str, str]] = []
         valid: set[str] = set()
         for w in workloads:
@@ -295,7 +192,7 @@ class Runs:
         """
         if self._table is None:
             tables = [pa.Table.from_batches(list(self._source.batches(cfg, split, None)),
-                                            schema=_arrow_schema(cfg))
+                                            schema=arrow_schema(cfg))
                       for cfg, split in self._configs]
             table = (pa.concat_tables(tables, promote_options="default") if tables
                      else pa.table({"run_id": pa.array([], pa.string())}))
@@ -563,8 +460,8 @@ class Traces:
                     ids = batch.column("run_id").to_pylist()
                 if not batch.num_rows:
                     continue
-                t_flat, t_off = _list_to_numpy(batch.column("t_ms"))
-                flats = {s: _list_to_numpy(batch.column(s)) for s in self._signals}
+                t_flat, t_off = list_to_numpy(batch.column("t_ms"))
+                flats = {s: list_to_numpy(batch.column(s)) for s in self._signals}
                 nodes = batch.column("node_index").to_pylist()
                 gpus = batch.column("gpu_index").to_pylist()
                 for i, rid in enumerate(ids):
