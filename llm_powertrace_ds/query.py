@@ -133,11 +133,13 @@ class Runs:
     """
 
     def __init__(self, source: Source, configs: Sequence[tuple[str, str]],
-                 filters: tuple[Filter, ...] = ()) -> None:
+                 filters: tuple[Filter, ...] = (), base: dict[str, pa.Table] | None = None
+                 ) -> None:
         self._source = source
         self._configs = tuple(configs)  # (runs config, split)
         self._filters = filters
         self._table: pa.Table | None = None
+        self._base = {} if base is None else base  # the unfiltered table, shared by derived
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -178,7 +180,7 @@ class Runs:
         return cls(src, configs)
 
     def _derive(self, filters: tuple[Filter, ...]) -> Runs:
-        return Runs(self._source, self._configs, filters)
+        return Runs(self._source, self._configs, filters, self._base)
 
     # -- the runs table -------------------------------------------------------------------------
 
@@ -191,11 +193,13 @@ class Runs:
             (3, True)
         """
         if self._table is None:
-            tables = [pa.Table.from_batches(list(self._source.batches(cfg, split, None)),
-                                            schema=arrow_schema(cfg))
-                      for cfg, split in self._configs]
-            table = (pa.concat_tables(tables, promote_options="default") if tables
-                     else pa.table({"run_id": pa.array([], pa.string())}))
+            if "table" not in self._base:  # read once per load(), whatever is derived from it
+                tables = [pa.Table.from_batches(list(self._source.batches(cfg, split, None)),
+                                                schema=arrow_schema(cfg))
+                          for cfg, split in self._configs]
+                self._base["table"] = (pa.concat_tables(tables, promote_options="default")
+                                       if tables else pa.table({"run_id": pa.array([], pa.string())}))
+            table = self._base["table"]
             for f in self._filters:
                 table = table.filter(f(table))
             self._table = table.sort_by("run_id") if table.num_rows else table
