@@ -107,3 +107,14 @@ def test_non_tty_progress_lines(tmp_path):
     assert len(lines) == 2, proc.stderr
     assert lines[0].startswith("two: run 1/2 ") and " published in " in lines[0]
     assert "ETA" in lines[0] and lines[1].endswith("ETA 0 s")
+
+    # the query API on these real (cpu_proxy, TRL) runs: node totals agree with stored metrics
+    import numpy as np
+
+    from llm_powertrace_ds.query import Runs
+
+    runs = Runs.load(tmp_path / "ds", workload="finetune")
+    assert len(runs) == 2 and set(runs.to_arrow().column("platform").to_pylist()) == {"cpu_proxy"}
+    for run, trace in runs.traces(total=True):
+        x = trace.power_w[np.isfinite(trace.power_w)]
+        assert float(np.percentile(x, 99)) == pytest.approx(run.p99_power_w, rel=1e-5)
