@@ -220,9 +220,11 @@ def _proxy_warning(summary: FolderSummary) -> list[str]:
     splits = sorted({r["platform"] for r in proxy_runs} | (
         {"cpu_proxy"} if "cpu_proxy" in summary.platforms else set()))
     return [
-        f"> **Warning: {len(proxy_runs)} run(s) in this dataset are `cpu_proxy` data — NOT GPU "
+        f"> **Warning: {plural(len(proxy_runs), 'run')} in this dataset "
+        f"{'is' if len(proxy_runs) == 1 else 'are'} `cpu_proxy` data — NOT GPU "
         f"power measurements.** Their \"power\" is {model}, used where no GPU is available. "
-        f"They are in split(s) {', '.join(_code(s) for s in splits)} and "
+        f"They are in {'split' if len(splits) == 1 else 'splits'} "
+        f"{', '.join(_code(s) for s in splits)} and "
         "labelled in every row (`sampler = cpu_proxy`, `power_field = cpu_proxy_model`, "
         "`quality_flags` contains `cpu_proxy`). Exclude them from any analysis of GPU power.",
         "",
@@ -246,9 +248,9 @@ def _intro(summary: FolderSummary, options: CardOptions) -> list[str]:
     lines += [
         f"Time-resolved, per-device power traces of LLM fine-tuning and inference, with {what}.",
         "",
-        f"This release holds **{n_runs} run(s)** ({counts['finetune']} fine-tuning, "
-        f"{counts['inference']} inference) with **{devices} device trace(s)** on "
-        f"**{len(summary.platforms)} platform(s)** "
+        f"This release holds **{plural(n_runs, 'run')}** ({counts['finetune']} fine-tuning, "
+        f"{counts['inference']} inference) with **{plural(devices, 'device trace')}** on "
+        f"**{plural(len(summary.platforms), 'platform')}** "
         f"({', '.join(_code(p) for p in summary.platforms)}). "
         f"Schema version `{schema.SCHEMA_VERSION}`.",
         "",
@@ -453,7 +455,7 @@ def _axes_section(summary: FolderSummary) -> list[str]:
                    if schema.base_config(c) in (wl, f"{wl}_runs")]
         lines += [f"### {_WORKLOAD_NAMES[wl].capitalize()} axes", "",
                   f"Applies to {', '.join(_code(c) for c in configs)} "
-                  f"({len(runs)} run(s)).", ""]
+                  f"({plural(len(runs), 'run')}).", ""]
         rows = []
         for col in _axis_columns(wl):
             counts: dict[Any, Counter] = {}
@@ -509,7 +511,8 @@ def _measurement_section(summary: FolderSummary) -> list[str]:
         "GPUs, nvidia-smi `power.draw` and `nvmlDeviceGetPowerUsage` (`power_field = "
         "power_usage`) are a 1 s moving average, so fast transients are smoothed; "
         "`power.draw.instant` / NVML field 186 (`instant`) is not. In this dataset "
-        f"{n_usage} run(s) use `power_usage` and {n_avg_flag} carry the `power_is_1s_average` "
+        f"{plural(n_usage, 'run')} {'uses' if n_usage == 1 else 'use'} `power_usage` and "
+        f"{n_avg_flag} {'carries' if n_avg_flag == 1 else 'carry'} the `power_is_1s_average` "
         "flag.",
         "- **Missing values.** A reading the source does not report is null, never 0.",
     ]
@@ -642,6 +645,16 @@ def _limitations_section(summary: FolderSummary) -> list[str]:
                      "activity on a machine without a GPU — a pipeline check, never a GPU "
                      "measurement.")
     return lines + [""]
+
+
+def plural(n: int, word: str) -> str:
+    """``"1 run"``, ``"3 runs"``, ``"0 runs"``: a count and its noun, for people.
+
+    Example:
+        >>> plural(1, "run"), plural(0, "device trace")
+        ('1 run', '0 device traces')
+    """
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def flags_sentence(runs: Sequence[Mapping[str, Any]]) -> str:

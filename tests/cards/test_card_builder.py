@@ -266,7 +266,7 @@ def test_measurement_method_and_cpu_proxy_warning(card):
     method = section(card, "Measurement method")
     assert "NOT GPU power measurements" in method
     assert "`power.draw` is a 1 s average on newer GPUs" in method
-    assert "1 run(s) use `power_usage`" in method
+    assert "1 run uses `power_usage`" in method
     assert "Multi-node runs (1)" in method
     assert "Nyquist" in method
     samplers = {r[0]: r for r in table_rows(method)}

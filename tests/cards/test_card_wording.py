@@ -19,6 +19,15 @@ def test_formatting_doctests(module):
     assert res.attempted >= 1 and res.failed == 0
 
 
+def test_plural_doctest_and_no_run_s_in_the_card(card):
+    tester = doctest.DocTestRunner()
+    for t in doctest.DocTestFinder().find(builder.plural, "plural",
+                                          globs={"plural": builder.plural}):
+        tester.run(t)
+    assert tester.tries == 1 and tester.failures == 0
+    assert not re.findall(r"\w+\(s\)", card.split("\n---\n", 1)[1])  # "run(s)"; "(s)" units are fine
+
+
 def test_flags_sentence_has_no_double_negative():
     tester = doctest.DocTestRunner()
     for t in doctest.DocTestFinder().find(builder.flags_sentence, "flags_sentence",
