@@ -5,6 +5,10 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 # CPU build of torch: installs offline in seconds; never pull a multi-GB CUDA build in CI.
 TORCH_CPU ?= torch==2.13.0
+# setuptools says "Editable installation. Please be careful with folders in your working
+# directory..." on every editable install, and recent pip (26.3) shows it as a BuildBackendWarning
+# even with -q. It is information only; this filter hides that one message, nothing else.
+EDITABLE_QUIET := PYTHONWARNINGS="ignore:Editable installation"
 
 .PHONY: demo test lint venv install-base install-dev clean
 
@@ -14,12 +18,12 @@ $(PY):
 
 $(VENV)/.base-installed: pyproject.toml | $(PY)
 	$(PIP) install -q $(TORCH_CPU)
-	$(PIP) install -q -e '.[generate,plot,explore]'
+	$(EDITABLE_QUIET) $(PIP) install -q -e '.[generate,plot,explore]'
 	touch $@
 
 $(VENV)/.dev-installed: pyproject.toml | $(PY)
 	$(PIP) install -q $(TORCH_CPU)
-	$(PIP) install -q -e '.[dev,generate,plot,explore]'
+	$(EDITABLE_QUIET) $(PIP) install -q -e '.[dev,generate,plot,explore,query]'
 	touch $@
 
 venv: $(VENV)/.base-installed

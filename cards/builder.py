@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import shutil
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -31,6 +31,7 @@ from typing import Any, Literal
 import yaml
 
 from llm_powertrace_ds import facility, layout, schema
+from llm_powertrace_ds.formatting import human_number
 from llm_powertrace_ds.run import Event
 from llm_powertrace_ds.shards import write_text_atomic
 
@@ -111,13 +112,18 @@ def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
 
 
 def fmt_value(value: Any) -> str:
-    """A value as the card prints it (``null``, ``true``, ``0.0001``, ``7``, text)."""
+    """A value as the card prints it (``null``, ``true``, ``1e-4``, ``24050``, ``7``, text).
+
+    Floats go through :func:`llm_powertrace_ds.formatting.human_number` (6 significant digits,
+    no thousands separator because values are listed with commas): no float32 noise
+    (``9.999999747378752e-05``) and no exponent among plain numbers (``2.405e+04``).
+    """
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        return f"{value:.6g}"
+        return human_number(value, 6, grouping=False)
     return str(value)
 
 
@@ -215,9 +221,11 @@ def _proxy_warning(summary: FolderSummary) -> list[str]:
     splits = sorted({r["platform"] for r in proxy_runs} | (
         {"cpu_proxy"} if "cpu_proxy" in summary.platforms else set()))
     return [
-        f"> **Warning: {len(proxy_runs)} run(s) in this dataset are `cpu_proxy` data — NOT GPU "
+        f"> **Warning: {plural(len(proxy_runs), 'run')} in this dataset "
+        f"{'is' if len(proxy_runs) == 1 else 'are'} `cpu_proxy` data — NOT GPU "
         f"power measurements.** Their \"power\" is {model}, used where no GPU is available. "
-        f"They are in split(s) {', '.join(_code(s) for s in splits)} and "
+        f"They are in {'split' if len(splits) == 1 else 'splits'} "
+        f"{', '.join(_code(s) for s in splits)} and "
         "labelled in every row (`sampler = cpu_proxy`, `power_field = cpu_proxy_model`, "
         "`quality_flags` contains `cpu_proxy`). Exclude them from any analysis of GPU power.",
         "",
@@ -241,9 +249,9 @@ def _intro(summary: FolderSummary, options: CardOptions) -> list[str]:
     lines += [
         f"Time-resolved, per-device power traces of LLM fine-tuning and inference, with {what}.",
         "",
-        f"This release holds **{n_runs} run(s)** ({counts['finetune']} fine-tuning, "
-        f"{counts['inference']} inference) with **{devices} device trace(s)** on "
-        f"**{len(summary.platforms)} platform(s)** "
+        f"This release holds **{plural(n_runs, 'run')}** ({counts['finetune']} fine-tuning, "
+        f"{counts['inference']} inference) with **{plural(devices, 'device trace')}** on "
+        f"**{plural(len(summary.platforms), 'platform')}** "
         f"({', '.join(_code(p) for p in summary.platforms)}). "
         f"Schema version `{schema.SCHEMA_VERSION}`.",
         "",
@@ -349,8 +357,10 @@ def _figures_section(figs: list[figures_mod.Figure], summary: FolderSummary) -> 
     lines += ["A representative run per workload and platform: the run with the median mean "
               "power of that platform (preferring runs without quality warnings). Each figure "
               "shows the power of every device and the node total (black, on the common 0.1 s "
-              "grid) over time with workload phases shaded, a 10 s zoom around the largest 1 s "
-              "ramp, the histogram of ramp rates and the Welch spectrum of the node total.", ""]
+              "grid) over time with workload phases shaded, then — where the run has them — a "
+              "10 s zoom around the largest 1 s ramp (runs of 20 s or more), the histogram of "
+              "ramp rates and the Welch spectrum of the node total (a gap-free stretch of 20 s "
+              "or more); a panel that would be empty is left out and the figure says why.", ""]
     for fig in figs:
         proxy = " — modelled from CPU activity, NOT a GPU measurement" if (
             fig.platform == "cpu_proxy") else ""
@@ -446,7 +456,7 @@ def _axes_section(summary: FolderSummary) -> list[str]:
                    if schema.base_config(c) in (wl, f"{wl}_runs")]
         lines += [f"### {_WORKLOAD_NAMES[wl].capitalize()} axes", "",
                   f"Applies to {', '.join(_code(c) for c in configs)} "
-                  f"({len(runs)} run(s)).", ""]
+                  f"({plural(len(runs), 'run')}).", ""]
         rows = []
         for col in _axis_columns(wl):
             counts: dict[Any, Counter] = {}
@@ -502,7 +512,8 @@ def _measurement_section(summary: FolderSummary) -> list[str]:
         "GPUs, nvidia-smi `power.draw` and `nvmlDeviceGetPowerUsage` (`power_field = "
         "power_usage`) are a 1 s moving average, so fast transients are smoothed; "
         "`power.draw.instant` / NVML field 186 (`instant`) is not. In this dataset "
-        f"{n_usage} run(s) use `power_usage` and {n_avg_flag} carry the `power_is_1s_average` "
+        f"{plural(n_usage, 'run')} {'uses' if n_usage == 1 else 'use'} `power_usage` and "
+        f"{n_avg_flag} {'carries' if n_avg_flag == 1 else 'carry'} the `power_is_1s_average` "
         "flag.",
         "- **Missing values.** A reading the source does not report is null, never 0.",
     ]
@@ -526,10 +537,8 @@ def _quality_section(summary: FolderSummary) -> list[str]:
     for r in runs:
         for f in r.get("quality_flags") or []:
             flag_runs.setdefault(f, []).append(r)
-    clean = sum(1 for r in runs if not r.get("quality_flags"))
     lines = ["## Quality", "",
-             f"Every run is validated before it is published. {clean} of {len(runs)} run(s) "
-             "carry no quality flag.", ""]
+             f"Every run is validated before it is published. {flags_sentence(runs)}", ""]
     n_errors = sum(len(flag_runs.get(f, [])) for f in schema.ERROR_FLAGS)
     if n_errors == 0:
         lines += ["No published run carries an error-level flag.", ""]
@@ -616,17 +625,115 @@ def _dictionary_section(summary: FolderSummary) -> list[str]:
     return lines
 
 
-def _licence_citation_changelog(summary: FolderSummary) -> list[str]:
+def _limitations_section(summary: FolderSummary) -> list[str]:
+    """What the data can and cannot support (counts from this folder)."""
+    runs = summary.all_runs
+    if not runs:
+        return []
+    proxy = sum(1 for r in runs if is_cpu_proxy(r))
+    lines = ["## Limitations and intended use", "",
+             "**Intended use.** Research on how the power of LLM fine-tuning and inference "
+             "moves in time — peaks, ramps, oscillations, synchrony across devices — for "
+             "data-centre provisioning, power-grid planning, energy modelling and scaling-law "
+             "studies; testing power-aware schedulers and trace generators.", "",
+             "**Not intended for** certifying the energy or carbon footprint of a product or "
+             "model: the traces cover only the settings listed above, on the platforms listed "
+             "above.", "",
+             "**Limitations.**", "",
+             "- GPU power only: CPU, memory, storage, network, fans and cooling (PUE) are not "
+             "in the traces; facility power is higher.",
+             "- Sampling every 100 ms resolves oscillations up to 5 Hz (Nyquist); faster "
+             "transients alias or average out, and a `power_usage` reading is itself a 1 s "
+             "average (see *Measurement*).",
+             "- Zoo models have random weights and the data are synthetic token ids: compute, "
+             "and so power, follow the architecture's shape, but effects of real weights or "
+             "text (sparsity, early stopping of generation) are not captured.",
+             "- Readings are the vendor's sensor; energy from the counter and from integrated "
+             "power are both stored, and disagreements beyond 5 % are flagged "
+             "(`energy_mismatch`), but the sensor's absolute accuracy is not re-calibrated here.",
+             "- Each run is one machine's behaviour at one time (driver, clocks, temperature); "
+             "repeats show the spread, not a population."]
+    if proxy:
+        lines.append(f"- {proxy} of {len(runs)} run{'s' if len(runs) != 1 else ''} "
+                     f"{'is' if proxy == 1 else 'are'} `cpu_proxy` data: power modelled from CPU "
+                     "activity on a machine without a GPU — a pipeline check, never a GPU "
+                     "measurement.")
+    return lines + [""]
+
+
+def plural(n: int, word: str) -> str:
+    """``"1 run"``, ``"3 runs"``, ``"0 runs"``: a count and its noun, for people.
+
+    Example:
+        >>> plural(1, "run"), plural(0, "device trace")
+        ('1 run', '0 device traces')
+    """
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def flags_sentence(runs: Sequence[Mapping[str, Any]]) -> str:
+    """How many runs carry a quality flag, in plain words (no double negative).
+
+    Example:
+        >>> flags_sentence([{"quality_flags": []}, {"quality_flags": ["gap"]}])
+        '1 of 2 runs carries at least one quality flag; 1 carries none.'
+        >>> flags_sentence([{"quality_flags": None}])
+        'No run carries a quality flag.'
+    """
+    flagged = sum(1 for r in runs if r.get("quality_flags"))
+    n = len(runs)
+    if flagged == 0:
+        return "No run carries a quality flag."
+    verb = "carries" if flagged == 1 else "carry"
+    rest = n - flagged
+    tail = f"; {rest} {'carries' if rest == 1 else 'carry'} none." if rest else "."
+    return f"{flagged} of {n} run{'s' if n != 1 else ''} {verb} at least one quality flag{tail}"
+
+
+PAPER_BIBTEX = [
+    "@misc{llm_powertrace_paper,",
+    f"  title        = {{{PAPER_TITLE}}},",
+    "  howpublished = {Traces published by the authors at "
+    "\\url{https://leo-hxu.github.io/training-power-trace-explorer/}},",
+    "  note         = {Authors, year and venue are not stated in the sources this project "
+    "used; please complete them from the paper}",
+    "}",
+]
+"""The seed paper, as far as it is known here: its title and where its authors publish traces."""
+
+
+def dataset_bibtex(summary: FolderSummary, repo_id: str | None) -> list[str]:
+    """A complete BibTeX entry for this dataset (its year is that of its latest run).
+
+    Fields: title, author (the project's contributors), year, version (schema), publisher,
+    howpublished (the Hub URL, or a placeholder until published), license.
+    """
+    years = [r["start_time"].year for r in summary.all_runs
+             if hasattr(r.get("start_time"), "year")]
+    repo = repo_id or REPO_PLACEHOLDER
+    return [
+        "@misc{llm_powertrace_dataset,",
+        "  title        = {{LLM-PowerTrace}: Time-Resolved Per-{GPU} Power Traces of {LLM} "
+        "Fine-Tuning and Inference},",
+        "  author       = {{LLM-PowerTrace contributors}},",
+        f"  year         = {{{max(years) if years else 'n.d.'}}},",
+        f"  version      = {{schema {schema.SCHEMA_VERSION}}},",
+        "  publisher    = {Hugging Face},",
+        f"  howpublished = {{\\url{{https://huggingface.co/datasets/{repo}}}}},",
+        "  license      = {CC-BY-4.0},",
+        "}",
+    ]
+
+
+def _licence_citation_changelog(summary: FolderSummary, repo_id: str | None = None) -> list[str]:
     lines = ["## Licence", "",
              "The data are released under the Creative Commons Attribution 4.0 International "
              "licence (`cc-by-4.0`). The `llm-powertrace` software that produced them is "
              "Apache-2.0.", "",
              "## Citation", "",
-             f"This dataset follows the design of the paper *{PAPER_TITLE}*. If you use it, "
-             "please cite that paper by its title and this dataset by its repository. "
-             "(The paper's authors are not stated in our sources, so none are listed here.)",
-             "", "```bibtex", "@misc{llm_powertrace,",
-             f"  title = {{{PAPER_TITLE}}},", "}", "```", "",
+             "If you use these data, please cite the dataset and the paper whose design it "
+             f"follows, *{PAPER_TITLE}*:", "", "```bibtex", *dataset_bibtex(summary, repo_id), "",
+             *PAPER_BIBTEX, "```", "",
              "## Changelog", "",
              f"Current schema version: `{schema.SCHEMA_VERSION}`. Adding or renaming a column "
              "bumps it.", ""]
@@ -672,9 +779,11 @@ def render_card(root: str | Path, options: CardOptions | None = None, *,
                     _how_to_use(summary, options), _figures_section(figures, summary),
                     _platforms_section(summary), _families_section(summary),
                     _axes_section(summary), _measurement_section(summary),
-                    _quality_section(summary), _metrics_section() + analysis.seed_note(), _facility_section(),
+                    _quality_section(summary), _limitations_section(summary),
+                    _metrics_section() + analysis.seed_note(), _facility_section(),
                     analysis.scaling_section(summary.root), analysis.sources_section(summary.all_runs),
-                    _dictionary_section(summary), _licence_citation_changelog(summary)):
+                    _dictionary_section(summary),
+                    _licence_citation_changelog(summary, options.repo_id)):
         body += section
     while body and body[-1] == "":
         body.pop()

@@ -69,9 +69,7 @@ class FolderSummary:
 
 def is_cpu_proxy(run: dict[str, Any]) -> bool:
     """Whether a runs row (or run metadata) is ``cpu_proxy`` data, not a GPU measurement."""
-    return (run.get("platform") == "cpu_proxy" or run.get("sampler") == "cpu_proxy"
-            or run.get("power_field") == "cpu_proxy_model"
-            or "cpu_proxy" in (run.get("quality_flags") or []))
+    return schema.is_cpu_proxy(run)
 
 
 def _read_file(path: Path, columns: tuple[str, ...]) -> tuple[int, list[dict[str, Any]]]:

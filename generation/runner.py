@@ -91,6 +91,8 @@ class Report:
     machine: MachineInfo
     total_runs: int
     outcomes: list[Outcome]
+    estimate: Any = None  # planning.Estimate of the runs still to do (dry runs)
+    sampler: dict[str, Any] | None = None  # the sampler a real run would use (dry runs)
 
     @property
     def failed(self) -> list[Outcome]:
@@ -169,7 +171,8 @@ def is_done(root: str | Path, run_id: str, published: set[str]) -> bool:
 
 def generate(sweep_path: str | Path, out: str | Path, *, task_index: int = 0, num_tasks: int = 1,
              dry_run: bool = False, fail_fast: bool = False, progress: bool = True,
-             on_outcome: Callable[[Outcome], None] | None = None) -> Report:
+             on_outcome: Callable[[Outcome], None] | None = None,
+             progress_lines: bool = False) -> Report:
     """Run a sweep file into a dataset folder (resume, task split, dry run).
 
     Args:
@@ -181,6 +184,8 @@ def generate(sweep_path: str | Path, out: str | Path, *, task_index: int = 0, nu
         fail_fast: stop at the first failed run (raise :class:`RunFailed`).
         progress: show progress bars (runs, and steps within a run).
         on_outcome: called with each run's outcome as it is known.
+        progress_lines: log one line per finished run with the sweep's ETA (for output that
+            is not a terminal: CI, nohup, Slurm, where bars print nothing useful).
 
     Returns:
         A :class:`Report`.
@@ -191,7 +196,12 @@ def generate(sweep_path: str | Path, out: str | Path, *, task_index: int = 0, nu
     """
     out = Path(out)
     sweep = load_sweep(sweep_path, strict=False)  # plan() reports every problem at once
-    machine = detect_machine(sweep.sampler)
+    if dry_run:  # plans on any machine: an assumed GPU machine when NVML is not usable here
+        from .planning import planning_machine
+
+        machine = planning_machine(sweep.sampler)
+    else:
+        machine = detect_machine(sweep.sampler)
     runs = plan(sweep, machine)
     mine = task_subset(runs, task_index, num_tasks)
     published = published_run_ids(out, sweep.workload)
@@ -212,9 +222,18 @@ def generate(sweep_path: str | Path, out: str | Path, *, task_index: int = 0, nu
         else:
             todo.append(run)
     if todo:
-        _run_all(sweep, machine, todo, out, fail_fast=fail_fast, progress=progress, emit=emit)
+        _run_all(sweep, machine, todo, out, fail_fast=fail_fast, progress=progress, emit=emit,
+                 progress_lines=progress_lines)
     outcomes.sort(key=lambda o: o.index)
-    return Report(sweep=sweep.name, machine=machine, total_runs=len(runs), outcomes=outcomes)
+    report = Report(sweep=sweep.name, machine=machine, total_runs=len(runs), outcomes=outcomes)
+    if dry_run:
+        from .planning import estimate
+
+        todo_ids = {o.run_id for o in outcomes if o.status == "todo"}
+        report.estimate = estimate(sweep, [r for r in mine if r.run_id in todo_ids])
+        report.sampler = {"source": machine.source,
+                          "period_ms": sweep.sampler.get("period_ms", 100.0)}
+    return report
 
 
 def _info(run: PlannedRun) -> dict[str, Any]:
@@ -225,7 +244,8 @@ def _info(run: PlannedRun) -> dict[str, Any]:
 
 
 def _run_all(sweep: Sweep, machine: MachineInfo, todo: list[PlannedRun], out: Path, *,
-             fail_fast: bool, progress: bool, emit: Callable[[Outcome], None]) -> None:
+             fail_fast: bool, progress: bool, emit: Callable[[Outcome], None],
+             progress_lines: bool = False) -> None:
     from tqdm.auto import tqdm
 
     if any(sweep.launcher != "torchrun" and r.num_processes == 1 for r in todo):
@@ -234,8 +254,9 @@ def _run_all(sweep: Sweep, machine: MachineInfo, todo: list[PlannedRun], out: Pa
         sweep.spec.prepare()
     bar = tqdm(total=len(todo), desc=f"{sweep.name}", unit="run", disable=not progress,
                dynamic_ncols=True)
+    sweep_started = time.monotonic()
     try:
-        for run in todo:
+        for done, run in enumerate(todo, start=1):
             bar.set_postfix_str(run.run_id[-30:])
             started = time.monotonic()
             try:
@@ -248,10 +269,34 @@ def _run_all(sweep: Sweep, machine: MachineInfo, todo: list[PlannedRun], out: Pa
                 log.warning("run %s failed: %s", run.run_id, exc)
             emit(outcome)
             bar.update(1)
+            if progress_lines:
+                log.info("%s", progress_line(sweep.name, done, len(todo), outcome,
+                                             time.monotonic() - sweep_started))
             if outcome.status == "failed" and fail_fast:
                 raise RunFailed(f"run {run.run_id} failed: {outcome.error}")
     finally:
         bar.close()
+
+
+def _span(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600} h {s % 3600 // 60:02d} min" if s >= 3600 else (
+        f"{s // 60} min {s % 60:02d} s" if s >= 60 else f"{s} s")
+
+
+def progress_line(sweep: str, done: int, total: int, outcome: Outcome, elapsed_s: float) -> str:
+    """One line per finished run for logs that are not a terminal.
+
+    ETA = (elapsed / done) × (total − done): the mean time of the runs so far times the runs
+    left.
+
+    Example:
+        >>> progress_line("demo", 2, 5, Outcome(1, "ft-a", "published", 12.4), 30.0)
+        'demo: run 2/5 ft-a published in 12 s; elapsed 30 s, ETA 45 s'
+    """
+    eta = elapsed_s / done * (total - done)
+    return (f"{sweep}: run {done}/{total} {outcome.run_id} {outcome.status} in "
+            f"{_span(outcome.seconds)}; elapsed {_span(elapsed_s)}, ETA {_span(eta)}")
 
 
 class RunError(PowerTraceError, RuntimeError):

@@ -69,25 +69,61 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's final flush
+        return code
+    except BrokenPipeError:
+        return _closed_pipe()
     except UsageError as exc:
         if args.debug:
             raise
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (PowerTraceError, OSError, ValueError) as exc:
-        if args.debug:
-            raise
-        print(f"error: {exc}", file=sys.stderr)
-        print("hint: run with --debug for the traceback", file=sys.stderr)
-        return EXIT_FAILURE
     except ModuleNotFoundError as exc:
         if args.debug:
             raise
         print(f"error: {exc.name} is not installed: pip install 'llm-powertrace[generate]'",
               file=sys.stderr)
         return EXIT_FAILURE
+    except Exception as exc:
+        if args.debug:
+            raise
+        print(f"error: {_message(exc)}", file=sys.stderr)
+        if not _expected(exc):
+            print("hint: run with --debug for the traceback", file=sys.stderr)
+        return EXIT_FAILURE
 
+
+# Errors whose one-line message says everything: the project's own (bad input, no such run...)
+# and the user's file-system mistakes. Anything else is unexpected and gets the --debug hint.
+EXPECTED_ERRORS = (PowerTraceError, FileNotFoundError, FileExistsError, IsADirectoryError,
+                   NotADirectoryError, PermissionError)
+
+
+def _expected(exc: BaseException) -> bool:
+    return isinstance(exc, EXPECTED_ERRORS)
+
+
+def _message(exc: BaseException) -> str:
+    if _expected(exc) or isinstance(exc, (OSError, ValueError)):
+        return str(exc) or type(exc).__name__
+    return f"unexpected {type(exc).__name__}: {exc}"
+
+
+def _closed_pipe() -> int:
+    """The reader went away (``llm-powertrace metrics DIR | head``): stop quietly.
+
+    Python's documented recipe: point stdout at devnull so that the interpreter's final flush
+    raises nothing. Exit code 0: the reader chose to stop reading; nothing failed here.
+    """
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout without a descriptor (captured): nothing to redirect
+        pass
+    return EXIT_OK
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -27,29 +27,65 @@ class _Usage(InputError):
 
 
 def _runs_configs(config: str | None) -> list[str]:
+    """The runs config(s) behind ``--config`` (an unknown name lists the valid ones)."""
+    from .names import check_name, known_configs
+
     if config is None:
         return list(schema.RUNS_CONFIGS)
-    base = config if config in schema.RUNS_CONFIGS else None
-    if base is None:
-        try:
-            trace = schema.base_config(config)
-        except KeyError as exc:
-            raise _Usage(str(exc).strip("'\"")) from None
-        if trace in schema.TRACE_CONFIGS:
-            base = f"{trace}_runs"
-        else:
-            raise _Usage(f"config {config!r} has no runs table; use one of "
-                         f"{', '.join(schema.RUNS_CONFIGS + schema.TRACE_CONFIGS)}")
-    return [base]
+    valid = [c for c in known_configs() if c != schema.REQUESTS_CONFIG]
+    check_name(config, valid, what="config", field="--config")
+    if config in schema.RUNS_CONFIGS:
+        return [config]
+    return [f"{schema.base_config(config)}_runs"]
 
 
 def iter_run_rows(root: Path, config: str | None = None, split: str | None = None
                   ) -> Iterator[dict[str, Any]]:
-    """Rows of the runs configs (one per run) of a dataset folder."""
+    """Rows of the runs configs (one per run) of a dataset folder.
+
+    Raises:
+        UnknownName: an unknown config, or a split the folder does not hold for it.
+    """
+    from .names import check_split
     from .shards import iter_rows
 
-    for cfg in _runs_configs(config):
+    configs = _runs_configs(config)
+    check_split(root, split, configs)
+    for cfg in configs:
         yield from iter_rows(root, cfg, split)
+
+
+def check_columns(names: dict[str, str | None], config: str | None) -> None:
+    """Check ``--metric``/``--axis`` values against the runs tables' columns.
+
+    Args:
+        names: option -> value (``{"--metric": "energy_per_token_j"}``); ``None`` is skipped.
+        config: the ``--config`` given (``None``: both runs configs).
+
+    Raises:
+        UnknownName: a column no runs table has (the message suggests the closest one).
+    """
+    from .names import check_name
+
+    valid = {c.name for cfg in _runs_configs(config) for c in schema.COLUMNS[cfg]}
+    for option, value in names.items():
+        if value is not None:
+            check_name(value, valid, what=option.lstrip("-"), field=option)
+
+
+def check_settings(settings: dict[str, Any]) -> None:
+    """Check ``predict --set`` names: a runs-table column or an axis symbol (``N``, ``B``...).
+
+    Raises:
+        UnknownName: ``unknown axis 'foo'``, with the closest valid name.
+    """
+    from .names import check_name
+    from .scaling import AXES
+
+    valid = {c.name for cfg in schema.RUNS_CONFIGS for c in schema.COLUMNS[cfg]}
+    valid |= set(AXES.values())
+    for key in settings:
+        check_name(key, valid, what="axis", field="--set")
 
 
 def run_metrics_rows(root: Path, *, config: str | None = None, split: str | None = None,
@@ -309,6 +345,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         if not sep or not key.strip():
             _usage(f"--set {item!r} is not AXIS=VALUE")
         settings[key.strip()] = scaling.parse_value(value)
+    check_settings(settings)
     res = scaling.predict(args.fit, settings, model=args.model)
     if args.format == "json":
         emit([res], "json")
@@ -333,6 +370,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
         if args.metric or args.axis:
             if not (args.metric and args.axis):
                 _usage("a sweep plot needs both --metric and --axis")
+            check_columns({"--metric": args.metric, "--axis": args.axis}, args.config)
             try:
                 rows = list(iter_run_rows(root, args.config, args.split))
             except _Usage as exc:

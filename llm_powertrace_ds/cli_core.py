@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from . import schema
+from .formatting import human_number
 from .hub import resolve_dataset
 
 FORMATS = ("table", "json", "csv")
@@ -29,7 +30,7 @@ def emit(rows: list[dict[str, Any]], fmt: str, columns: list[str] | None = None)
 
     def cell(v: Any) -> str:
         if isinstance(v, float):
-            return f"{v:.4g}"
+            return human_number(v)
         if isinstance(v, list):
             return ",".join(map(str, v)) or "-"
         return "-" if v is None else str(v)
@@ -256,8 +257,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from .export import export
+    from .names import check_name, check_split, known_configs
 
-    rows = export(resolve_dataset(args.dataset), args.config, args.out, split=args.split,
+    root = resolve_dataset(args.dataset)
+    check_name(args.config, known_configs(), what="config", field="--config")
+    check_split(root, args.split, [args.config])
+    rows = export(root, args.config, args.out, split=args.split,
                   long=args.long, file_format=args.file_format)
     if not args.quiet:
         print(f"{rows} rows -> {args.out}")

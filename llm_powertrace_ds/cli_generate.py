@@ -14,6 +14,7 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from . import layout
 from .cli_core import add_format, emit, out_dir
@@ -120,7 +121,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     report = runner.generate(args.sweep, args.out, task_index=args.task_index,
                              num_tasks=args.num_tasks, dry_run=args.dry_run,
                              fail_fast=args.fail_fast,
-                             progress=not quiet and sys.stderr.isatty())
+                             progress=not quiet and sys.stderr.isatty(),
+                             progress_lines=not quiet and not sys.stderr.isatty())
     rows = [o.row() for o in report.outcomes]
     emit(rows, args.format, GENERATE_COLUMNS if not args.dry_run else
          ["index", "run_id", "status", "model", "method", "batch_size", "seq_len", "precision",
@@ -129,7 +131,25 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print(f"{report.sweep}: {len(report.outcomes)} of {report.total_runs} runs on "
               f"{report.machine.platform} ({report.machine.source}): "
               f"{report.status_summary()}", file=sys.stderr)
+    if not quiet and args.dry_run:
+        print(dry_run_summary(report), file=sys.stderr)
     return 1 if report.failed else 0
+
+
+def dry_run_summary(report: Any) -> str:
+    """What a dry run plans: the sampler a real run would use, the time, assumptions."""
+    machine = report.machine
+    sampler = report.sampler or {}
+    est = report.estimate
+    lines = [f"sampler: {sampler.get('source', machine.source)}, every "
+             f"{sampler.get('period_ms', 100.0):g} ms"]
+    if est is not None:
+        lines.append(f"time: {est.text()}")
+    if machine.extra.get("assumed"):
+        lines.append("planned for an assumed GPU machine (NVML is not usable here): "
+                     f"{machine.num_devices} GPUs, platform '{machine.platform}'; a real run "
+                     "needs a GPU here, and its run ids (which hash the platform) will differ")
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------------

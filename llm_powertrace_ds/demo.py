@@ -23,6 +23,11 @@ from .cli_core import emit
 
 DEMO_SWEEPS = ("demo-finetune.yaml", "demo-inference.yaml")
 QUICK_TASKS = 3
+RUN_BUDGET_S = 30.0
+"""A demo run should take at most this long (wall time, 2 cores); longer ones are named."""
+WARMUP_DOMINATES = 0.5
+"""A run whose warm-up is more than this share of its measured window is flagged: its
+energy per token then mostly measures warm-up (model loading, first-call kernel builds)."""
 TABLE_COLUMNS = ["run_id", "workload", "num_gpus", "energy_j", "mean_power_w", "peak_power_w",
                  "par", "ramp_abs_p99_1s_w_per_s", "energy_per_token_j"]
 
@@ -55,6 +60,58 @@ def sweep_paths() -> list[Path]:
     return [base / name for name in DEMO_SWEEPS]
 
 
+def warmup_shares(root: Path) -> dict[str, tuple[float, float]]:
+    """``run_id -> (warm-up s, measured window s)`` of every run of a dataset folder.
+
+    Warm-up = Σ (warmup_end − warmup_begin) over the run-level and rank-0 warm-up events;
+    the window = last − first tick of the run's first device row.
+    """
+    from .metrics import event_windows
+    from .run import Event, Run
+
+    out: dict[str, tuple[float, float]] = {}
+    for workload in ("finetune", "inference"):
+        for batch in shards.iter_batches(root, workload, columns=["run_id", "t_ms", "events"]):
+            ids = batch.column("run_id").to_pylist()
+            for i, rid in enumerate(ids):
+                if rid in out:
+                    continue
+                t = batch.column("t_ms")[i].values
+                window_s = (t[-1].as_py() - t[0].as_py()) / 1000.0 if len(t) > 1 else 0.0
+                events = [Event(e["t_ms"], e["kind"], rank=e["rank"])
+                          for e in batch.column("events")[i].as_py() or []
+                          if e["rank"] in (None, 0)]
+                probe = Run(meta={"run_id": rid}, devices=[], events=events)
+                warm_s = sum(e - b for b, e in event_windows(probe, "warmup_begin",
+                                                              "warmup_end")) / 1000.0
+                out[rid] = (warm_s, window_s)
+    return out
+
+
+def warmup_flags(shares: dict[str, tuple[float, float]]) -> dict[str, str]:
+    """A note for each run whose warm-up dominates its window (see ``WARMUP_DOMINATES``).
+
+    Example:
+        >>> warmup_flags({"a": (198.0, 202.0), "b": (1.0, 9.0)})
+        {'a': 'warm-up 198 s of a 202 s window (98 %): its energy per token mostly measures warm-up'}
+    """
+    notes = {}
+    for rid, (warm_s, window_s) in shares.items():
+        if window_s > 0 and warm_s / window_s > WARMUP_DOMINATES:
+            notes[rid] = (f"warm-up {warm_s:.0f} s of a {window_s:.0f} s window "
+                          f"({100 * warm_s / window_s:.0f} %): its energy per token mostly "
+                          "measures warm-up")
+    return notes
+
+
+def machine_text() -> str:
+    """``"2 CPU cores"``-style description of this machine (no host name)."""
+    import os
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{cores} CPU core{'s' if cores != 1 else ''}"
+
+
 def run_demo(out: Path, *, quick: bool = False, quiet: bool = False) -> int:
     """Run the demo into ``out``; returns the exit code (1 if a run failed).
 
@@ -73,17 +130,24 @@ def run_demo(out: Path, *, quick: bool = False, quiet: bool = False) -> int:
     source = sampler.resolve_source(sampler.SamplerConfig(source="auto"))
     _say(quiet, f"LLM-PowerTrace demo -> {out}/")
     _say(quiet, f"sampler: {SAMPLER_TEXT.get(source, source)}")
+    if not quick:
+        _say(quiet, "(`llm-powertrace demo --quick` runs a third of it; a later full demo "
+             "reuses those runs)")
     failed = 0
     t0 = time.monotonic()
+    slow: list[str] = []
     for path in sweep_paths():
         started = time.monotonic()
+        tty = sys.stderr.isatty()
         report = runner.generate(path, out, task_index=0, num_tasks=QUICK_TASKS if quick else 1,
-                                 progress=not quiet and sys.stderr.isatty())
+                                 progress=not quiet and tty, progress_lines=not quiet and not tty)
         failed += len(report.failed)
         _say(quiet, f"{report.sweep}: {len(report.outcomes)} of {report.total_runs} runs "
              f"({report.status_summary()}) in {time.monotonic() - started:.0f} s")
         for o in report.failed:
             _say(quiet, f"  failed {o.run_id}: {o.error}")
+        slow += [f"{o.run_id} ({o.seconds:.0f} s)" for o in report.outcomes
+                 if o.seconds > RUN_BUDGET_S]
 
     shards.refresh_readme(out)
     _say(quiet, f"card: {out / 'README.md'}")
@@ -97,16 +161,25 @@ def run_demo(out: Path, *, quick: bool = False, quiet: bool = False) -> int:
             _say(quiet, f"  load_dataset({str(out)!r}, {config!r}) -> {splits}")
     rows: list[dict[str, Any]] = [{c: r.get(c) for c in TABLE_COLUMNS}
                                   for r in shards.list_runs(out)]
+    shares = warmup_shares(out)
+    for row in rows:
+        warm_s, window_s = shares.get(row["run_id"], (None, None))
+        row["warmup_s"], row["window_s"] = warm_s, window_s
+    flags = warmup_flags(shares)
     if not quiet:
         print()
-        emit(rows, "table", TABLE_COLUMNS)
+        emit(rows, "table", TABLE_COLUMNS + ["warmup_s", "window_s"])
         print()
+        for rid, note in sorted(flags.items()):
+            print(f"flag: {rid}: {note}")
+        for item in slow:
+            print(f"slow: {item} took longer than the demo's {RUN_BUDGET_S:.0f} s budget per run")
     figures = sorted((out / "figures").glob("*.png"))
     for fig in figures:
         _say(quiet, f"plot: {fig}")
     if not figures:
         _say(quiet, "plots: none (install the `plot` extra: pip install 'llm-powertrace[plot]')")
-    _say(quiet, f"\ndone in {time.monotonic() - t0:.0f} s. Re-running resumes; "
+    _say(quiet, f"\ndone in {time.monotonic() - t0:.0f} s on {machine_text()}. Re-running resumes; "
          f"`llm-powertrace plot {out} RUN_ID --out run.png` draws one run.\n")
     _say(quiet, IMPORT_HINT.format(out=out))
     _say(quiet, explorer_line(out))

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from . import metrics as metrics_mod
+from . import schema
 from .errors import InputError, PowerTraceError
 from .run import Run
 
@@ -58,28 +59,97 @@ def _no_data(ax: Any, text: str) -> None:
     ax.set_yticks([])
 
 
+def _is_proxy(run: Run) -> bool:
+    return schema.is_cpu_proxy(run.meta)
+
+
+def _zoom_window(al: metrics_mod.Aligned, zoom_s: float) -> tuple[float, float] | None:
+    """A window of ``zoom_s`` (s) around the largest 1 s ramp.
+
+    ``None`` when the run is too short for a zoom to show more than the overview
+    (span < 2 × zoom_s).
+    """
+    span_s = (al.grid_ms[-1] - al.grid_ms[0]) / 1000.0
+    if span_s < 2 * zoom_s or al.valid.sum() < 2:
+        return None
+    k = int(round(1.0 / al.step_s))
+    ok = al.lag_pairs(k)
+    if ok.any():
+        jumps = np.where(ok, np.abs(np.nan_to_num(al.total[k:] - al.total[:-k])), -1.0)
+        centre = al.grid_ms[int(np.argmax(jumps))] / 1000.0 + 0.5
+    else:
+        centre = al.grid_ms[0] / 1000.0 + zoom_s / 2
+    lo = min(max(centre - zoom_s / 2, al.grid_ms[0] / 1000.0), al.grid_ms[-1] / 1000.0 - zoom_s)
+    return lo, lo + zoom_s
+
+
 def plot_run(run: Run, out: str | Path, *, zoom_s: float = 10.0,
              grid_ms: int = metrics_mod.GRID_MS) -> Path:
-    """Plot one run: power over time, a zoom on its largest ramp, ramp rates and spectrum.
-
-    Panels: per-device power and the node total over time with events as shaded phases, a
-    ``zoom_s`` zoom around the largest 1 s ramp, the ramp-rate histogram and the spectrum.
+    """Plot one run (see :func:`run_figure`) into ``out`` (PNG).
 
     Returns:
         the written file.
     """
-    fig = _figure(figsize=(12, 9), layout="constrained")
-    axes = fig.subplots(2, 2)
-    ax_t, ax_z, ax_h, ax_s = axes[0, 0], axes[0, 1], axes[1, 0], axes[1, 1]
-    fig.suptitle(f"{run.run_id} ({run.platform}, {len(run.devices)} device(s))")
-    al = metrics_mod.node_total(run, grid_ms)
+    return _save(run_figure(run, zoom_s=zoom_s, grid_ms=grid_ms), out)
 
-    # overview
+
+def run_figure(run: Run, *, zoom_s: float = 10.0, grid_ms: int = metrics_mod.GRID_MS) -> Any:
+    """One run's figure: power over time, a zoom on its largest ramp, ramp rates and spectrum.
+
+    Panels: per-device power and the node total over time with events as shaded phases, a
+    ``zoom_s`` zoom around the largest 1 s ramp, the ramp-rate histogram and the Welch spectrum.
+    A panel that would show nothing is left out (no blank panels): the zoom when the run is
+    shorter than twice ``zoom_s`` (the overview already shows it all), the histogram without
+    ramps, the spectrum without a gap-free stretch of ``metrics.MIN_SPECTRUM_S``; the figure
+    says which were left out and why. ``cpu_proxy`` runs are labelled as the proxy model
+    ("rank", "modelled power"), never as GPUs.
+
+    Returns:
+        a ``matplotlib.figure.Figure``.
+    """
+    proxy = _is_proxy(run)
+    dev_word = "rank" if proxy else "gpu"
+    power_label = "modelled power, cpu_proxy (W)" if proxy else "power (W)"
+    al = metrics_mod.node_total(run, grid_ms)
+    window = _zoom_window(al, zoom_s) if al is not None else None
+    ramps: list[tuple[str, np.ndarray]] = []
+    if al is not None:
+        for tag, delta in metrics_mod.RAMP_WINDOWS[:2]:
+            k = int(round(delta / al.step_s))
+            r = al.lag_diff(k) / (k * al.step_s)
+            if r.size:
+                ramps.append((tag, r))
+    spec = metrics_mod.welch_psd(al) if al is not None else None
+    left_out = []
+    if window is None:
+        left_out.append(f"zoom (run shorter than {2 * zoom_s:g} s)")
+    if not ramps:
+        left_out.append("ramp histogram (no gap-free node total)")
+    if spec is None:
+        left_out.append(f"spectrum (no gap-free stretch of {metrics_mod.MIN_SPECTRUM_S:g} s)")
+    panels = ["overview"] + (["zoom"] if window else []) + (["ramps"] if ramps else []) \
+        + (["spectrum"] if spec is not None else [])
+
+    n = len(panels)
+    rows, cols = {1: (1, 1), 2: (1, 2), 3: (2, 2), 4: (2, 2)}[n]
+    fig = _figure(figsize=(12 if cols == 2 else 9, 4.5 * rows), layout="constrained")
+    gs = fig.add_gridspec(rows, cols)
+    if n == 3:  # the overview spans the top row
+        slots = [gs[0, :], gs[1, 0], gs[1, 1]]
+    else:
+        slots = [gs[i // cols, i % cols] for i in range(n)]
+    axes: dict[str, Any] = {name: fig.add_subplot(slot)
+                            for name, slot in zip(panels, slots, strict=True)}
+    kind = "cpu_proxy model — not GPU data" if proxy else run.platform
+    unit = "rank(s)" if proxy else "device(s)"
+    fig.suptitle(f"{run.run_id} ({kind}, {len(run.devices)} {unit})")
+
+    ax_t = axes["overview"]
     for d in run.devices:
         ok = np.isfinite(d.power_w)
         t, p = d.t_ms[ok] / 1000.0, d.power_w[ok]
         s = _stride(len(t))
-        ax_t.plot(t[::s], p[::s], lw=0.6, alpha=0.7, label=f"gpu {d.node_index}:{d.gpu_index}")
+        ax_t.plot(t[::s], p[::s], lw=0.6, alpha=0.7, label=f"{dev_word} {d.node_index}:{d.gpu_index}")
     if al is not None:
         s = _stride(len(al.grid_ms))
         ax_t.plot(al.grid_ms[::s] / 1000.0, al.total[::s], color="black", lw=0.9,
@@ -91,57 +161,43 @@ def plot_run(run: Run, out: str | Path, *, zoom_s: float = 10.0,
                          label=None if label in seen else label)
             seen.add(label)
     ax_t.set_xlabel("time since t0 (s)")
-    ax_t.set_ylabel("power (W)")
-    ax_t.set_title("power per device and node total")
+    ax_t.set_ylabel(power_label)
+    ax_t.set_title("power per rank (cpu_proxy model) and total" if proxy
+                   else "power per device and node total")
     if run.devices:
         ax_t.legend(fontsize=7, loc="upper right", ncol=2)
     else:
         _no_data(ax_t, "no devices")
+    if left_out:
+        ax_t.text(0.01, 0.01, "not shown: " + "; ".join(left_out), transform=ax_t.transAxes,
+                  fontsize=7, color="#555555", va="bottom")
 
-    # zoom around the largest 1 s ramp
-    if al is not None and al.valid.sum() > 1:
-        k = int(round(1.0 / al.step_s))
-        ok = al.lag_pairs(k)
-        if ok.any():
-            jumps = np.where(ok, np.abs(np.nan_to_num(al.total[k:] - al.total[:-k])), -1.0)
-            centre = al.grid_ms[int(np.argmax(jumps))] / 1000.0
-        else:
-            centre = al.grid_ms[0] / 1000.0 + zoom_s / 2
-        lo, hi = centre - zoom_s / 2, centre + zoom_s / 2
+    if window is not None and al is not None:
+        ax_z = axes["zoom"]
+        lo, hi = window
         for dev in run.devices:
             sel = (dev.t_ms / 1000.0 >= lo) & (dev.t_ms / 1000.0 <= hi)
             ax_z.plot(dev.t_ms[sel] / 1000.0, dev.power_w[sel], ".-", lw=0.6, ms=2)
         sel = (al.grid_ms / 1000.0 >= lo) & (al.grid_ms / 1000.0 <= hi)
         ax_z.plot(al.grid_ms[sel] / 1000.0, al.total[sel], "k.-", lw=1, ms=3, label="node total")
-        ax_z.set_title(f"{zoom_s:g} s zoom around the largest 1 s ramp")
+        ax_z.set_xlim(lo, hi)
+        ax_z.set_title(f"{hi - lo:g} s zoom around the largest 1 s ramp")
         ax_z.set_xlabel("time since t0 (s)")
-        ax_z.set_ylabel("power (W)")
+        ax_z.set_ylabel(power_label)
         ax_z.legend(fontsize=7)
-    else:
-        _no_data(ax_z, "no gap-free node total")
 
-    # ramp histogram
-    if al is not None:
-        drawn = False
-        for tag, delta in metrics_mod.RAMP_WINDOWS[:2]:
-            k = int(round(delta / al.step_s))
-            r = al.lag_diff(k) / (k * al.step_s)
-            if r.size:
-                ax_h.hist(r, bins=120, histtype="step", log=True, label=f"δ = {tag}")
-                drawn = True
-        if drawn:
-            ax_h.set_xlabel("ramp rate r_δ = (P(t+δ) − P(t)) / δ (W/s)")
-            ax_h.set_ylabel("count")
-            ax_h.set_title("ramp-rate histogram (node total)")
-            ax_h.legend(fontsize=7)
-        else:
-            _no_data(ax_h, "no ramps")
-    else:
-        _no_data(ax_h, "no gap-free node total")
+    if ramps:
+        ax_h = axes["ramps"]
+        for tag, r in ramps:
+            ax_h.hist(r, bins=120, histtype="step", log=True, label=f"δ = {tag}")
+        ax_h.set_xlabel("ramp rate r_δ = (P(t+δ) − P(t)) / δ (W/s)"
+                        + (", cpu_proxy model" if proxy else ""))
+        ax_h.set_ylabel("count")
+        ax_h.set_title("ramp-rate histogram (node total)")
+        ax_h.legend(fontsize=7)
 
-    # spectrum
-    spec = metrics_mod.welch_psd(al) if al is not None else None
     if spec is not None:
+        ax_s = axes["spectrum"]
         f, psd = spec
         band = (f >= metrics_mod.SPECTRUM_BAND_HZ[0]) & (f <= metrics_mod.SPECTRUM_BAND_HZ[1])
         ax_s.semilogy(f[band], np.maximum(psd[band], 1e-12), lw=0.8)
@@ -154,9 +210,7 @@ def plot_run(run: Run, out: str | Path, *, zoom_s: float = 10.0,
         ax_s.set_xlabel("frequency (Hz; Nyquist 5 Hz at 0.1 s)")
         ax_s.set_ylabel("PSD (W²/Hz)")
         ax_s.set_title("Welch spectrum of the detrended node total")
-    else:
-        _no_data(ax_s, f"no gap-free stretch of {metrics_mod.MIN_SPECTRUM_S:g} s")
-    return _save(fig, out)
+    return fig
 
 
 def plot_sweep(rows: Iterable[Mapping[str, Any]], metric: str, axis: str, out: str | Path, *,

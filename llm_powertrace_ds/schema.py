@@ -11,6 +11,7 @@ schema. A value the source does not report is null, never 0.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -591,3 +592,13 @@ def check_split_name(split: str) -> str:
         raise ValueError(f"platform {split!r} is not a valid split name (must match "
                          f"{SPLIT_NAME_RE.pattern})")
     return split
+
+
+def is_cpu_proxy(meta: Mapping[str, Any]) -> bool:
+    """Whether a run (its metadata or runs row) is ``cpu_proxy`` data, not a GPU measurement.
+
+    The one rule: the platform, the sampler, the power field or the flag says so.
+    """
+    return (meta.get("platform") == "cpu_proxy" or meta.get("sampler") == "cpu_proxy"
+            or meta.get("power_field") == "cpu_proxy_model"
+            or "cpu_proxy" in (meta.get("quality_flags") or []))

@@ -111,7 +111,7 @@ def test_metrics_errors(dataset, capsys):
     code, _, err = _main(capsys, "metrics", dataset, "--run", "nope")
     assert code == 1 and err.startswith("error:") and "nope" in err
     code, _, err = _main(capsys, "metrics", dataset, "--config", "bogus")
-    assert code == 2 and "bogus" in err
+    assert code == 1 and "unknown config 'bogus'" in err
     code, _, err = _main(capsys, "metrics", dataset / "missing" / "dir")
     assert code == 1 and "neither a dataset folder nor a Hub repo id" in err
 

@@ -64,3 +64,62 @@ def test_missing_matplotlib_is_one_line_error(tmp_path, monkeypatch):
     assert "pip install 'llm-powertrace[plot]'" in str(info.value)
     assert "\n" not in str(info.value)
     assert isinstance(info.value, PowerTraceError)
+
+
+# ---------------------------------------------------------------------------------------------
+# No blank panels, a zoom only where it zooms, cpu_proxy labelled as the model
+# ---------------------------------------------------------------------------------------------
+
+def _drawn(ax) -> bool:
+    return bool(ax.lines or ax.patches or ax.collections)
+
+
+def _titles(fig) -> list[str]:
+    return [ax.get_title() for ax in fig.axes]
+
+
+@pytest.mark.parametrize("n,expected", [
+    (1, 1),      # one tick: the overview only
+    (34, 2),     # a 3.4 s demo run: overview + ramps (no 10 s zoom of the whole run, no spectrum)
+    (400, 3),    # 40 s with a gap every 15 s: no spectrum
+    (1200, 4),   # 2 min: every panel
+])
+def test_run_figure_never_has_blank_panels(n, expected):
+    run = _run(n=n)
+    if n == 400:  # a gap every 15 s: no gap-free stretch of 20 s, so no spectrum
+        for d in run.devices:
+            d.signals["power_w"][150::150] = np.nan
+            d.signals["power_w"][151::150] = np.nan
+            d.signals["power_w"][149::150] = np.nan
+            d.signals["power_w"][148::150] = np.nan
+    fig = plots.run_figure(run)
+    assert len(fig.axes) == expected, _titles(fig)
+    for ax in fig.axes:
+        assert _drawn(ax) and ax.get_title(), ax.get_title()
+    overview = fig.axes[0]
+    if expected < 4:
+        assert any("not shown:" in t.get_text() for t in overview.texts)
+
+
+def test_zoom_is_a_zoom():
+    fig = plots.run_figure(_run(n=1200), zoom_s=10.0)
+    zoom = next(ax for ax in fig.axes if "zoom" in ax.get_title())
+    lo, hi = zoom.get_xlim()
+    assert hi - lo == pytest.approx(10.0)
+    assert zoom.get_title().startswith("10 s zoom")
+    short = plots.run_figure(_run(n=150), zoom_s=10.0)  # 15 s < 2 x 10 s
+    assert not any("zoom" in t for t in _titles(short))
+
+
+def test_cpu_proxy_figure_says_proxy(tmp_path):
+    run = _run(n=300)
+    run.meta.update(platform="cpu_proxy", sampler="cpu_proxy", power_field="cpu_proxy_model")
+    fig = plots.run_figure(run)
+    text = " ".join([fig.get_suptitle()] + [ax.get_ylabel() for ax in fig.axes]
+                    + [t.get_text() for ax in fig.axes for t in ax.get_legend().get_texts()
+                       if ax.get_legend()])
+    assert "cpu_proxy model" in fig.get_suptitle() and "not GPU data" in fig.get_suptitle()
+    assert "modelled power, cpu_proxy (W)" in text
+    assert "gpu 0:0" not in text and "rank 0:0" in text
+    gpu = plots.run_figure(_run(n=300))
+    assert "gpu 0:0" in [t.get_text() for t in gpu.axes[0].get_legend().get_texts()]

@@ -1,0 +1,40 @@
+"""Numbers as people read them, for tables and the dataset card (never for JSON or CSV).
+
+A float read back from a float32 column carries binary noise (``1e-4`` is stored as
+``9.999999747378752e-05``); ``%g`` formatting then mixes plain and scientific numbers in one
+column (``24050`` becomes ``2.405e+04``). :func:`human_number` prints plain decimals from 0.001
+up to a billion (thousands grouped), and a short scientific form only outside that range.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def human_number(value: float, digits: int = 4, *, grouping: bool = True) -> str:
+    """A number for a table cell: ``digits`` significant digits, plain where that reads well.
+
+    Rules: 0 → ``0``; 1,000 ≤ |v| < 1e9 → rounded to an integer with grouped thousands
+    (``grouping``; off where values are themselves listed with commas);
+    0.001 ≤ |v| < 1,000 → ``digits`` significant digits, no exponent, trailing zeros dropped;
+    otherwise a short scientific form (``1e-4``, ``2.5e-5``, ``1.2e12``). NaN → ``nan``.
+
+    Example:
+        >>> [human_number(v) for v in (9.999999747378752e-05, 24050.31, 0.0123456, 3.0, 7e12)]
+        ['1e-4', '24,050', '0.01235', '3', '7e12']
+    """
+    if math.isnan(value) or math.isinf(value):
+        return str(value)
+    if value == 0:
+        return "0"
+    mag = abs(value)
+    if 1_000 <= mag < 1e9:
+        return f"{value:,.0f}" if grouping else f"{value:.0f}"
+    if 1e-3 <= mag < 1_000:
+        exponent = math.floor(math.log10(mag))
+        decimals = max(0, digits - 1 - exponent)
+        text = f"{value:.{decimals}f}"
+        return text.rstrip("0").rstrip(".") if "." in text else text
+    mantissa, _, exp = f"{value:.{max(0, digits - 2)}e}".partition("e")
+    mantissa = mantissa.rstrip("0").rstrip(".") if "." in mantissa else mantissa
+    return f"{mantissa}e{int(exp)}"
