@@ -22,6 +22,7 @@ NO_PERMISSION = real.NVML_ERROR_NO_PERMISSION
 GPU_IS_LOST = real.NVML_ERROR_GPU_IS_LOST
 UNKNOWN = real.NVML_ERROR_UNKNOWN
 LIBRARY_NOT_FOUND = real.NVML_ERROR_LIBRARY_NOT_FOUND
+INVALID_ARGUMENT = real.NVML_ERROR_INVALID_ARGUMENT
 
 FaultRule = Callable[[int], "int | None"]
 """call number (0-based, per GPU and function) -> NVML error code to raise, or None."""
@@ -63,6 +64,10 @@ class FakeGpu:
         power_range_mw: the power limits the GPU accepts.
         locked_clocks_mhz: ``(min, max)`` of a clock lock, ``None`` when unlocked.
         max_sm_clock_mhz: the highest SM clock.
+        ts0_us: NVML timestamp (CPU µs) of the first field-values call; each call adds
+            ``ts_step_us`` to it, except on the ticks listed in ``stale_ticks`` (the driver
+            returns the previous value again, with the previous timestamp).
+        call_code: a code the whole ``nvmlDeviceGetFieldValues`` call fails with (``None``).
     """
 
     name: str = "NVIDIA H100 80GB HBM3"
@@ -81,7 +86,12 @@ class FakeGpu:
     power_range_mw: tuple[int, int] = (200_000, 700_000)
     locked_clocks_mhz: tuple[int, int] | None = None
     max_sm_clock_mhz: int = 1980
+    ts0_us: int = 1_767_225_600_000_000
+    ts_step_us: int = 100_000
+    stale_ticks: frozenset[int] = frozenset()
+    call_code: int | None = None
     tick: int = -1
+    ts_us: int = 0
     energy_mj: float = 0.0
 
     def power_mw(self) -> int:
@@ -217,10 +227,17 @@ class FakeNvml:
         else:
             gpu.energy_mj += gpu.power_mw() * gpu.period_s * gpu.energy_scale
         self._gpu(handle, "nvmlDeviceGetFieldValues")
+        if gpu.call_code is not None:
+            raise real.NVMLError(gpu.call_code)
+        if gpu.tick == 0:
+            gpu.ts_us = gpu.ts0_us
+        elif gpu.tick not in gpu.stale_ticks:
+            gpu.ts_us += gpu.ts_step_us
         values = (real.c_nvmlFieldValue_t * len(fieldIds))()
         for i, fid in enumerate(fieldIds):
             v = values[i]
             v.fieldId = fid
+            v.timestamp = gpu.ts_us
             code = gpu.field_codes.get(fid, NVML_SUCCESS)
             v.nvmlReturn = code
             if code != NVML_SUCCESS:
