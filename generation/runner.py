@@ -190,6 +190,9 @@ def generate(sweep_path: str | Path, out: str | Path, *, task_index: int = 0, nu
         RunFailed: a run failed and ``fail_fast`` is set.
     """
     out = Path(out)
+    from .gpu_devices import pci_bus_order_env
+
+    pci_bus_order_env()  # before torch sees CUDA: CUDA's device order = NVML's (issue 11)
     sweep = load_sweep(sweep_path, strict=False)  # plan() reports every problem at once
     machine = detect_machine(sweep.sampler)
     runs = plan(sweep, machine)
@@ -212,9 +215,27 @@ def generate(sweep_path: str | Path, out: str | Path, *, task_index: int = 0, nu
         else:
             todo.append(run)
     if todo:
-        _run_all(sweep, machine, todo, out, fail_fast=fail_fast, progress=progress, emit=emit)
+        from .signals import terminate_on_signals
+
+        _restore_leftover_gpu_settings(machine)
+        with terminate_on_signals():  # SIGTERM/SIGHUP -> Terminated: every finally runs
+            _run_all(sweep, machine, todo, out, fail_fast=fail_fast, progress=progress,
+                     emit=emit)
     outcomes.sort(key=lambda o: o.index)
     return Report(sweep=sweep.name, machine=machine, total_runs=len(runs), outcomes=outcomes)
+
+
+def _restore_leftover_gpu_settings(machine: MachineInfo) -> None:
+    """Restore GPU settings journalled by a process that died before restoring them."""
+    if machine.source != "nvml":
+        return
+    from .sampler.errors import SamplerError
+    from .sampler.journal import restore_orphans
+
+    try:
+        restore_orphans()
+    except SamplerError as exc:
+        log.error("could not restore GPU settings left by a dead process: %s", exc)
 
 
 def _info(run: PlannedRun) -> dict[str, Any]:
@@ -362,15 +383,12 @@ def _sampler_config(sweep: Sweep, machine: MachineInfo, nproc: int) -> Any:
     return SamplerConfig(**kwargs)
 
 
-def _first_visible_gpus(n: int) -> tuple[int, ...] | None:
-    """NVML indices of the first ``n`` GPUs the workload sees (``None``: leave it to the sampler)."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        return tuple(range(n))
-    entries = [e.strip() for e in visible.split(",") if e.strip()]
-    if len(entries) >= n and all(e.isdigit() for e in entries[:n]):
-        return tuple(int(e) for e in entries[:n])
-    return None
+def _first_visible_gpus(n: int) -> tuple[int, ...]:
+    """NVML indices of the first ``n`` GPUs the workload sees, resolved by UUID
+    (``generation.gpu_devices``: integer, ``GPU-``/``MIG-`` entries; never a fallback to 0..n-1)."""
+    from .gpu_devices import resolve_workload_gpus
+
+    return tuple(g.nvml_index for g in resolve_workload_gpus(n))
 
 
 def _idle(recorder: Any, seconds: float) -> None:
@@ -419,7 +437,9 @@ def power_cap(gpu_indices: Sequence[int], watts: float | None) -> Iterator[list[
 
 
 def _cap_indices(config: Any, nproc: int) -> list[int]:
-    return list(config.gpu_indices) if config.gpu_indices is not None else list(range(nproc))
+    if config.gpu_indices is None:  # never guess: caps on NVML 0..n-1 may hit another tenant
+        raise RunError("the run's GPUs are unresolved; refusing to change GPU settings")
+    return list(config.gpu_indices)
 
 
 def _measure(sweep: Sweep, machine: MachineInfo, run: PlannedRun, sdir: Path, *,
@@ -447,15 +467,24 @@ def _measure_inline(sweep: Sweep, config: Any, machine: MachineInfo, run: Planne
 
     spec = sweep.spec
     spec.prepare()  # heavy imports happen before the sampler's t0
+    rank_events = EventRecorder(sdir, rank=0)
+    ctx = RunContext(run_id=run.run_id, staging_dir=sdir, mark=rank_events.mark,
+                     checkpoint_dir=_checkpoint_dir(sweep, run), progress=progress,
+                     device="cuda" if machine.cuda else "cpu")
+    # Model build/placement, data, CUDA context, warm-up: before the first tick (issue 11).
+    try:
+        ctx.prepared = spec.setup(run.settings, ctx)
+        _verify_inline_gpus(config, machine)
+    except BaseException:
+        rank_events.close()
+        ctx.prepared = None
+        raise
     sampler = Sampler(config, sdir, pids=[os.getpid()])
     run_events = EventRecorder(sdir, rank=None)
-    rank_events = EventRecorder(sdir, rank=0)
     sampler.start()
     try:
+        run_events.mark("prepare_end")
         _idle(run_events, sweep.idle_before_s)
-        ctx = RunContext(run_id=run.run_id, staging_dir=sdir, mark=rank_events.mark,
-                         checkpoint_dir=_checkpoint_dir(sweep, run), progress=progress,
-                         device="cuda" if machine.cuda else "cpu")
         result = spec.run(run.settings, ctx)
         rank_events.flush()
         _idle(run_events, sweep.idle_after_s)
@@ -482,10 +511,12 @@ def _measure_launched(sweep: Sweep, config: Any, machine: MachineInfo, run: Plan
     sampler = None
     try:
         pids = launched.wait_ready(LAUNCH_READY_TIMEOUT_S)
+        _verify_launched_gpus(config, machine, launched)
         sampler = Sampler(config, sdir, pids=pids)
         run_events = EventRecorder(sdir, rank=None)
         sampler.start()
         try:
+            run_events.mark("prepare_end")  # the ranks built everything before "ready"
             _idle(run_events, sweep.idle_before_s)
             launched.go()
             result = launched.wait_done()
@@ -499,6 +530,26 @@ def _measure_launched(sweep: Sweep, config: Any, machine: MachineInfo, run: Plan
         raise
     _check_sampler(summary)
     return result
+
+
+def _verify_inline_gpus(config: Any, machine: MachineInfo) -> None:
+    """Refuse an inline run whose CUDA device is not the GPU the sampler reads (by UUID)."""
+    if machine.source != "nvml" or not machine.cuda:
+        return
+    from .gpu_devices import check_same_gpus, resolve_workload_gpus, torch_device_uuids
+
+    gpus = resolve_workload_gpus(len(config.gpu_indices))
+    check_same_gpus(torch_device_uuids(range(len(gpus))), gpus)
+
+
+def _verify_launched_gpus(config: Any, machine: MachineInfo, launched: Any) -> None:
+    """Refuse a launched run whose ranks' CUDA devices are not the GPUs the sampler reads."""
+    if machine.source != "nvml" or not machine.cuda:
+        return
+    from .gpu_devices import check_same_gpus, resolve_workload_gpus
+
+    gpus = resolve_workload_gpus(len(config.gpu_indices))
+    check_same_gpus(launched.device_uuids(), gpus)
 
 
 def _check_sampler(summary: Any) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from datasets import Features, List, Value
 
-SCHEMA_VERSION = "1.1.0"
+SCHEMA_VERSION = "1.2.0"
 """Bumped whenever a column is added, renamed or retyped; the card's changelog says why."""
 
 SCHEMA_CHANGELOG: list[tuple[str, str]] = [
@@ -25,6 +25,10 @@ SCHEMA_CHANGELOG: list[tuple[str, str]] = [
      "energy, percentiles, window peaks, PAR, load factor, ramps at 0.1/1/5/10 s in W/s and % of "
      "the limit, the seed authors' ramp definitions, swings, spectrum and bands, coincidence and "
      "synchrony, idle/near-limit/step/checkpoint states) and gpu_energy_counter_j."),
+    ("1.2.0", "What actually ran (issue 11): weights_dtype, compute_dtype, attn_implementation, "
+     "tf32, gpu_persistence_mode on every workload; cb_attn_implementation, cb_use_cuda_graph, "
+     "cb_use_async_batching (the resolved continuous-batching configuration) on inference; "
+     "event kind prepare_end; quality flags power_limit_not_default and stale_power."),
 ]
 
 TRACE_CONFIGS = ("finetune", "inference")
@@ -50,13 +54,13 @@ EVENT_KINDS = (
     "idle_begin", "idle_end", "warmup_begin", "warmup_end", "step_begin", "step_end",
     "checkpoint_begin", "checkpoint_end", "eval_begin", "eval_end", "prefill_begin",
     "prefill_end", "decode_begin", "decode_end", "steady_begin", "steady_end",
-    "request_arrival", "request_finish", "stage",
+    "request_arrival", "request_finish", "stage", "prepare_end",
 )
 ERROR_FLAGS = ("empty", "nonmonotonic_time", "unequal_lengths", "negative_power")
 WARNING_FLAGS = (
     "gap", "stall", "irregular_sampling", "implausible_power", "stuck_sensor", "missing_gpu",
     "energy_mismatch", "incomplete", "power_is_1s_average", "platform_unknown",
-    "form_factor_unknown", "cpu_proxy",
+    "form_factor_unknown", "cpu_proxy", "power_limit_not_default", "stale_power",
 )
 QUALITY_FLAGS = ERROR_FLAGS + WARNING_FLAGS
 
@@ -78,6 +82,10 @@ FLAG_DESCRIPTIONS = {
     "platform_unknown": "the source names no GPU; the split is `unknown`",
     "form_factor_unknown": "the source names a GPU family only (e.g. `A100`), not its form factor",
     "cpu_proxy": "not a GPU measurement: modelled from real CPU activity",
+    "power_limit_not_default": "a GPU's power limit at the run's start differed from its "
+    "default limit although the run asked for no cap (a leftover setting, or the machine's)",
+    "stale_power": "some power readings repeated the previous tick's NVML timestamp (the "
+    "driver had no newer value)",
 }
 
 SPLIT_NAME_RE = re.compile(r"^\w+(\.\w+)*$")
@@ -186,6 +194,21 @@ EVENTS = [
            + ", ".join(f"`{k}`" for k in EVENT_KINDS), "ms"),
 ]
 
+EXECUTION = [
+    _c("weights_dtype", "string", "dtypes of the parameters the model held when the workload "
+       "started, comma-separated, most parameters first (e.g. `bfloat16,float32` for a bf16 "
+       "LoRA base with fp32 adapters; `nf4` for 4-bit bitsandbytes weights); observed, not "
+       "requested"),
+    _c("compute_dtype", "string", "dtype of the first decoder linear layer's output in the "
+       "first forward pass of the workload (observed: autocast and bitsandbytes compute dtype "
+       "included)"),
+    _c("attn_implementation", "string", "Attention kernel the model used "
+       "(`config._attn_implementation`: `eager`, `sdpa`, `flash_attention_2`, ...)"),
+    _c("tf32", "bool", "TF32 matmuls allowed on CUDA (`torch.backends.cuda.matmul.allow_tf32`) "
+       "during the workload; null on CPU"),
+    _c("gpu_persistence_mode", "bool", "NVML persistence mode on every GPU of the run at its "
+       "start (null: cpu_proxy or unreadable)"),
+]
 FINETUNE_AXES = [
     _c("method", "string", "Fine-tuning method: `full`, `lora` or `qlora`"),
     _c("lora_rank", "int16", "LoRA rank r"),
@@ -234,6 +257,13 @@ INFERENCE_AXES = [
     _c("gpu_clock_mhz", "int32", "Requested locked GPU clock (null = default)", "MHz"),
     _c("power_limit_setting_w", "float32", "Requested power cap (null = default)", "W"),
     _c("tp_size", "int16", "Tensor-parallel degree"),
+]
+CONTINUOUS_BATCHING = [
+    _c("cb_attn_implementation", "string", "Continuous batching: the paged attention kernel "
+       "used (set explicitly, never switched automatically)"),
+    _c("cb_use_cuda_graph", "bool", "Continuous batching: CUDA graphs captured and replayed"),
+    _c("cb_use_async_batching", "bool", "Continuous batching: asynchronous (double-buffered) "
+       "batch preparation"),
 ]
 INFERENCE_RESULTS = [
     _c("requests_completed", "int32", "Requests completed", "requests"),
@@ -399,8 +429,8 @@ def _dedupe(columns: list[Column]) -> list[Column]:
 
 def _workload_columns(workload: str) -> list[Column]:
     if workload == "finetune":
-        return FINETUNE_AXES + FINETUNE_RESULTS
-    return INFERENCE_AXES + INFERENCE_RESULTS
+        return FINETUNE_AXES + FINETUNE_RESULTS + EXECUTION
+    return INFERENCE_AXES + INFERENCE_RESULTS + EXECUTION + CONTINUOUS_BATCHING
 
 
 def trace_columns(workload: str) -> list[Column]:

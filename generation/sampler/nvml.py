@@ -245,9 +245,18 @@ def _select_handles(gpu_indices: Sequence[int] | None, env: Mapping[str, str]
         raise SourceUnavailable("CUDA_VISIBLE_DEVICES is empty: no GPU is visible")
     uuids: list[str] | None = None
     out: list[tuple[int, Any]] = []
-    for entry in entries:
+    ints = [e for e in entries if re.fullmatch(r"\d+", e)]
+    # A container (or a cgroup-constrained Slurm step) may show NVML only the GPUs it was given,
+    # renumbered from 0, while CUDA_VISIBLE_DEVICES still holds the host's indices: then the
+    # entries are positions, not NVML indices (the run-start UUID check confirms the mapping).
+    positional = (len(ints) == len(entries) == count
+                  and any(int(e) >= count for e in ints))
+    if positional:
+        log.warning("CUDA_VISIBLE_DEVICES=%s holds host indices but NVML sees %d GPU(s): "
+                    "taking them in order", ",".join(entries), count)
+    for pos, entry in enumerate(entries):
         if re.fullmatch(r"\d+", entry):
-            out.append(by_index(int(entry), "CUDA_VISIBLE_DEVICES entry"))
+            out.append(by_index(pos if positional else int(entry), "CUDA_VISIBLE_DEVICES entry"))
         elif entry.startswith("GPU-"):
             if uuids is None:
                 uuids = [_text(_call("nvmlDeviceGetUUID", _call("nvmlDeviceGetHandleByIndex", i)))
@@ -258,15 +267,29 @@ def _select_handles(gpu_indices: Sequence[int] | None, env: Mapping[str, str]
                                          f"{len(matches)} GPUs")
             out.append(by_index(matches[0], "CUDA_VISIBLE_DEVICES entry"))
         elif entry.startswith("MIG-"):
-            raise SamplerConfigError(f"CUDA_VISIBLE_DEVICES entry {entry!r} is a MIG instance; "
-                                     "NVML reads power per whole GPU, so MIG instances are not "
-                                     "sampled (make the whole GPU visible and set allow_mig)")
+            out.append(by_index(_mig_parent_index(entry), "CUDA_VISIBLE_DEVICES entry"))
         else:
             raise SamplerConfigError(f"CUDA_VISIBLE_DEVICES entry {entry!r} is neither an index "
-                                     "nor a GPU UUID")
+                                     "nor a GPU or MIG UUID")
     if len({i for i, _ in out}) != len(out):
         raise SamplerConfigError(f"CUDA_VISIBLE_DEVICES={','.join(entries)} names a GPU twice")
     return out
+
+
+def _mig_parent_index(mig_uuid: str) -> int:
+    """The NVML index of the GPU a MIG instance (``MIG-<uuid>``) belongs to.
+
+    NVML reads power per whole GPU: the parent is what the sampler reads (and, being in MIG
+    mode, is refused unless ``allow_mig``).
+    """
+    try:
+        mig = _call("nvmlDeviceGetHandleByUUID", mig_uuid)
+        parent = _call("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", mig)
+        return int(_call("nvmlDeviceGetIndex", parent))
+    except SourceError as exc:
+        raise SamplerConfigError(f"CUDA_VISIBLE_DEVICES entry {mig_uuid!r} is a MIG instance "
+                                 f"whose GPU NVML cannot find ({exc}); NVML reads power per "
+                                 "whole GPU: make the whole GPU visible") from exc
 
 
 def _mig_enabled(handle: Any) -> bool:
@@ -382,6 +405,17 @@ def select_devices(gpu_indices: Sequence[int] | None = None, *, allow_mig: bool 
 def device_handle(index: int) -> Any:
     """The handle of the GPU of NVML index ``index`` (in a session)."""
     return _call("nvmlDeviceGetHandleByIndex", int(index))
+
+
+def device_handle_by_uuid(uuid: str) -> Any:
+    """The handle of the GPU whose UUID is ``uuid`` (``GPU-...``; in a session)."""
+    return _call("nvmlDeviceGetHandleByUUID", uuid)
+
+
+def persistence_mode(handle: Any) -> bool:
+    """Whether the GPU is in persistence mode (the driver stays loaded between processes)."""
+    return int(_call("nvmlDeviceGetPersistenceMode", handle)) == int(
+        getattr(pynvml, "NVML_FEATURE_ENABLED", 1))
 
 
 def device_name(handle: Any) -> str:

@@ -68,6 +68,8 @@ class FakeGpu:
             ``ts_step_us`` to it, except on the ticks listed in ``stale_ticks`` (the driver
             returns the previous value again, with the previous timestamp).
         call_code: a code the whole ``nvmlDeviceGetFieldValues`` call fails with (``None``).
+        mig_uuids: UUIDs (``MIG-...``) of the MIG instances on this GPU.
+        persistence: persistence mode enabled.
     """
 
     name: str = "NVIDIA H100 80GB HBM3"
@@ -90,6 +92,8 @@ class FakeGpu:
     ts_step_us: int = 100_000
     stale_ticks: frozenset[int] = frozenset()
     call_code: int | None = None
+    mig_uuids: tuple[str, ...] = ()
+    persistence: bool = True
     tick: int = -1
     ts_us: int = 0
     energy_mj: float = 0.0
@@ -99,8 +103,9 @@ class FakeGpu:
 
 
 class _Handle:
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, mig: str | None = None) -> None:
         self.index = index
+        self.mig = mig
 
     def __repr__(self) -> str:
         return f"<handle {self.index}>"
@@ -165,6 +170,27 @@ class FakeNvml:
         if not 0 <= index < len(self.gpus):
             raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
         return _Handle(index)
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        self.calls["nvmlDeviceGetHandleByUUID"] += 1
+        text = uuid.decode() if isinstance(uuid, bytes) else uuid
+        for i, gpu in enumerate(self.gpus):
+            if gpu.uuid == text:
+                return _Handle(i)
+            if text in gpu.mig_uuids:
+                return _Handle(i, mig=text)
+        raise real.NVMLError(real.NVML_ERROR_NOT_FOUND)
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, migDevice):  # noqa: N803
+        if migDevice.mig is None:
+            raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+        return _Handle(migDevice.index)
+
+    def nvmlDeviceGetIndex(self, handle):
+        return handle.index
+
+    def nvmlDeviceGetPersistenceMode(self, handle):
+        return int(self._gpu(handle, "nvmlDeviceGetPersistenceMode").persistence)
 
     # -- static facts -----------------------------------------------------------------------
     def nvmlDeviceGetName(self, handle):
