@@ -131,3 +131,21 @@ def torch_device_uuids(indices: Sequence[int]) -> list[str]:
     import torch
 
     return [str(torch.cuda.get_device_properties(int(i)).uuid) for i in indices]
+
+
+def persistence_modes(nvml_indices: Sequence[int]) -> list[bool | None]:
+    """NVML persistence mode of each GPU (``None`` where unreadable or NVML is unusable)."""
+    from generation.sampler import nvml
+    from generation.sampler.errors import SourceError
+
+    try:
+        with nvml.session():
+            out: list[bool | None] = []
+            for index in nvml_indices:
+                try:
+                    out.append(nvml.persistence_mode(nvml.device_handle(index)))
+                except SourceError:
+                    out.append(None)
+            return out
+    except SourceError:
+        return [None] * len(nvml_indices)

@@ -313,6 +313,7 @@ def execute_run(sweep: Sweep, machine: MachineInfo, run: PlannedRun, out: Path, 
         try:
             result = _measure(sweep, machine, run, sdir, progress=progress)
             record = _build_run(sdir, meta, result)
+            _gpu_state_facts(record, run, machine)
             published = publish_run(out, record)
         except Exception as exc:  # noqa: BLE001 - any failure of a run is recorded, not fatal
             message = f"{type(exc).__name__}: {exc}"
@@ -530,6 +531,23 @@ def _measure_launched(sweep: Sweep, config: Any, machine: MachineInfo, run: Plan
         raise
     _check_sampler(summary)
     return result
+
+
+def _gpu_state_facts(record: Any, run: PlannedRun, machine: MachineInfo) -> None:
+    """Persistence mode of the run's GPUs, and the ``power_limit_not_default`` flag when a GPU's
+    limit at the start differed from its default although the run asked for no cap."""
+    if machine.source != "nvml":
+        return
+    from .gpu_devices import persistence_modes
+
+    modes = persistence_modes([d.gpu_index for d in record.devices])
+    record.meta["gpu_persistence_mode"] = all(modes) if modes and None not in modes else None
+    if run.settings.get("power_limit_setting_w") is None and any(
+            d.power_limit_w is not None and d.default_power_limit_w is not None
+            and abs(d.power_limit_w - d.default_power_limit_w) > 0.5 for d in record.devices):
+        log.warning("run %s: a GPU's power limit differs from its default at the start",
+                    run.run_id)
+        record.add_flags("power_limit_not_default")
 
 
 def _verify_inline_gpus(config: Any, machine: MachineInfo) -> None:

@@ -35,6 +35,7 @@ def test_a_repeated_nvml_timestamp_is_a_stale_reading(fake_nvml, tmp_path):
     stale = (spool.samples["faults"] & FAULT_STALE) != 0
     assert stale.tolist() == [False, False, True, True, False, False]  # calls 3, 4 = ticks 2, 3
     assert spool.summary.faults == {"stale_power": 2}
+    assert "stale_power" in spool_to_run(tmp_path, META).flags
 
 
 def test_invalid_argument_per_field_at_start_falls_back_to_power_usage(fake_nvml, tmp_path):
@@ -72,3 +73,30 @@ def test_clock_event_reasons_fall_back_to_throttle_reasons(fake_nvml):
     assert "ThrottleReasons" in devices[0].details["probes"]["clock_event_reasons"]
     assert source.read(0).clock_event_reasons == 1
     assert fake.calls["nvmlDeviceGetCurrentClocksThrottleReasons"] >= 2
+
+
+def test_runner_flags_a_leftover_power_limit_and_records_persistence(fake_nvml):
+    from types import SimpleNamespace
+
+    from generation import runner
+    from generation.workloads import MachineInfo
+    from llm_powertrace_ds.run import DeviceSeries, Run
+
+    fake_nvml([FakeGpu(persistence=True), FakeGpu(persistence=False)])
+    machine = MachineInfo(source="nvml", platform="h100_sxm_80gb", num_devices=2, cuda=True,
+                          bf16=True)
+
+    def record(limit_w: float) -> Run:
+        devs = [DeviceSeries(gpu_index=i, t_ms=np.arange(3), signals={},
+                             power_limit_w=limit_w, default_power_limit_w=700.0)
+                for i in (0, 1)]
+        return Run(meta={"run_id": "r", "workload": "finetune"}, devices=devs, events=[])
+
+    leftover = record(450.0)
+    runner._gpu_state_facts(leftover, SimpleNamespace(run_id="r", settings={}), machine)
+    assert "power_limit_not_default" in leftover.flags
+    assert leftover.meta["gpu_persistence_mode"] is False  # GPU 1 is not in persistence mode
+    capped = record(450.0)
+    runner._gpu_state_facts(capped, SimpleNamespace(run_id="r", settings={
+        "power_limit_setting_w": 450.0}), machine)
+    assert "power_limit_not_default" not in capped.flags  # asked for
