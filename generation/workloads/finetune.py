@@ -131,7 +131,10 @@ class FinetuneSpec(WorkloadSpec):
                 problems.append(("method", "qlora needs CUDA (4-bit bitsandbytes); this "
                                  f"machine samples with {machine.source}"))
             elif not machine.bitsandbytes:
-                problems.append(("method", "qlora needs bitsandbytes: pip install bitsandbytes"))
+                from .quant import bitsandbytes_reason
+
+                problems.append(("method", f"qlora needs bitsandbytes with CUDA: "
+                                 f"{bitsandbytes_reason(machine)}"))
         if r["lora_targets"]:
             unknown = sorted(set(r["lora_targets"].split(",")) - spec.target_modules)
             if unknown:

@@ -40,6 +40,37 @@ def installed(module: str) -> bool:
         return False
 
 
+QLORA_EXTRA_HINT = "pip install 'llm-powertrace[qlora]'"
+
+
+def bitsandbytes_problem() -> str | None:
+    """Why bitsandbytes cannot quantise on CUDA here, or ``None`` when it can.
+
+    Checked at sweep validation on GPU machines (``generation.sweep.detect_machine``): missing,
+    failing to import, or a build without CUDA support (``cextension.lib.compiled_with_cuda``;
+    ``COMPILED_WITH_CUDA`` in older releases). Imports bitsandbytes (and so torch) only when it
+    is installed.
+    """
+    if not installed(_MODULES["bitsandbytes"]):
+        return f"bitsandbytes is not installed: {QLORA_EXTRA_HINT}"
+    try:
+        from bitsandbytes import cextension
+    except (ImportError, OSError, RuntimeError) as exc:
+        return f"bitsandbytes cannot be imported ({type(exc).__name__}: {exc})"
+    lib = getattr(cextension, "lib", None)
+    cuda = getattr(lib, "compiled_with_cuda", getattr(cextension, "COMPILED_WITH_CUDA", None))
+    if cuda is False:
+        return ("the installed bitsandbytes has no CUDA support (a CPU-only build or no "
+                f"matching CUDA library); reinstall it for this CUDA: {QLORA_EXTRA_HINT}")
+    return None
+
+
+def bitsandbytes_reason(machine: MachineInfo) -> str:
+    """The one-line reason bitsandbytes is unusable on ``machine`` (for sweep errors)."""
+    return str(machine.extra.get("bitsandbytes_problem")
+               or f"bitsandbytes is not installed: {QLORA_EXTRA_HINT}")
+
+
 def resolve_backends(r: dict[str, Any], machine: MachineInfo) -> None:
     """Fill ``weight_quant_backend``/``kv_cache_backend`` in place (null when not quantised).
 
@@ -77,8 +108,7 @@ def quant_problems(r: dict[str, Any], machine: MachineInfo) -> list[tuple[str, s
                 problems.append(("weight_quant_backend", "bitsandbytes weight quantisation needs "
                                  f"CUDA; this machine samples with {machine.source}"))
             elif not machine.bitsandbytes:
-                problems.append(("weight_quant_backend", "bitsandbytes is not installed: pip "
-                                 "install bitsandbytes"))
+                problems.append(("weight_quant_backend", bitsandbytes_reason(machine)))
     kq, kb = r["kv_cache_quant"], r["kv_cache_backend"]
     if kq != "none":
         if r["batching"] == "continuous":
@@ -126,6 +156,8 @@ __all__ = [
     "WEIGHT_QUANT",
     "WEIGHT_QUANT_BACKENDS",
     "bitsandbytes_config",
+    "bitsandbytes_problem",
+    "bitsandbytes_reason",
     "installed",
     "kv_cache_kwargs",
     "quant_problems",
