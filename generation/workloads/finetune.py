@@ -390,9 +390,7 @@ def sft_config_kwargs(r: dict[str, Any], ctx: RunContext, output_dir: Path) -> d
         kwargs["ddp_backend"] = "nccl" if cuda else "gloo"
         kwargs["ddp_find_unused_parameters"] = False
     if r["parallelism"] == "fsdp":
-        kwargs["fsdp"] = "full_shard auto_wrap"
-        kwargs["fsdp_config"] = {"use_orig_params": True,
-                                 "activation_checkpointing": False}
+        kwargs.update(fsdp_kwargs())
     return kwargs
 
 
@@ -514,6 +512,24 @@ def setup(r: dict[str, Any], ctx: RunContext) -> Prepared:
         torch.cuda.synchronize()
     probe = models.ComputeDtypeProbe(trainer.model)
     return Prepared(trainer, callback, model_params, probe, columns)
+
+
+def fsdp_kwargs() -> dict[str, Any]:
+    """FSDP2 through the trainer, in transformers 5 / accelerate 1.x's current form.
+
+    ``fsdp=True`` plus everything in ``fsdp_config`` (the string form ``"full_shard auto_wrap"``
+    is deprecated). FSDP2 (``fully_shard``, ``version: 2``) shards parameters, gradients and
+    optimiser state; ``reshard_after_forward=True`` is FSDP1's ``FULL_SHARD``; every decoder
+    layer is a unit (``TRANSFORMER_BASED_WRAP`` on the model's ``_no_split_modules``).
+    ``use_orig_params`` is an FSDP1 option (FSDP2 always keeps the original parameters), so it
+    is not passed. Activation checkpointing stays the trainer's own switch
+    (``gradient_checkpointing``), never FSDP's.
+    """
+    return {"fsdp": True,
+            "fsdp_config": {"version": 2, "reshard_after_forward": True,
+                            "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+                            "state_dict_type": "FULL_STATE_DICT",
+                            "activation_checkpointing": False}}
 
 
 def train(r: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
