@@ -385,8 +385,10 @@ def _sampler_config(sweep: Sweep, machine: MachineInfo, nproc: int) -> Any:
 
 
 def _first_visible_gpus(n: int) -> tuple[int, ...]:
-    """NVML indices of the first ``n`` GPUs the workload sees, resolved by UUID
-    (``generation.gpu_devices``: integer, ``GPU-``/``MIG-`` entries; never a fallback to 0..n-1)."""
+    """NVML indices of the first ``n`` GPUs the workload sees, resolved by UUID.
+
+    ``generation.gpu_devices``: integer, ``GPU-``/``MIG-`` entries; never a fallback to 0..n-1.
+    """
     from .gpu_devices import resolve_workload_gpus
 
     return tuple(g.nvml_index for g in resolve_workload_gpus(n))
@@ -534,8 +536,11 @@ def _measure_launched(sweep: Sweep, config: Any, machine: MachineInfo, run: Plan
 
 
 def _gpu_state_facts(record: Any, run: PlannedRun, machine: MachineInfo) -> None:
-    """Persistence mode of the run's GPUs, and the ``power_limit_not_default`` flag when a GPU's
-    limit at the start differed from its default although the run asked for no cap."""
+    """Persistence mode of the run's GPUs, and the ``power_limit_not_default`` flag.
+
+    The flag is set when a GPU's limit at the start differed from its default although the run
+    asked for no cap.
+    """
     if machine.source != "nvml":
         return
     from .gpu_devices import persistence_modes

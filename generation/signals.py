@@ -1,5 +1,6 @@
-"""SIGTERM and SIGHUP become a clean shutdown of ``generate`` (Slurm time limit, ``scancel``,
-``timeout``, eviction, a closed terminal).
+"""SIGTERM and SIGHUP become a clean shutdown of ``generate``.
+
+Slurm's time limit, ``scancel``, ``timeout``, an eviction, a closed terminal send them.
 
 Their default action kills the process on the spot: no ``finally`` runs, so a power cap or a
 clock lock stays on the GPU and the sampler's summary is never written. Inside
@@ -42,8 +43,10 @@ class Terminated(SystemExit):
 
 @contextlib.contextmanager
 def terminate_on_signals() -> Iterator[None]:
-    """Turn SIGTERM/SIGHUP into :class:`Terminated` for the duration (main thread only;
-    elsewhere a no-op). The previous handlers come back on exit."""
+    """Turn SIGTERM/SIGHUP into :class:`Terminated` for the duration.
+
+    Main thread only (elsewhere a no-op). The previous handlers come back on exit.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return

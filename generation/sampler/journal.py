@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 
 JOURNAL_ENV = "LLM_POWERTRACE_GPU_JOURNAL"
 FORMAT = "llm-powertrace-gpu-settings-journal/1"
+INDEX_KEY_PREFIX = "nvml-index-"
+"""Key of a GPU whose UUID NVML cannot report (the NVML index instead)."""
 
 
 def journal_path() -> Path:
@@ -182,7 +184,9 @@ def restore_orphans(*, include_own: bool = False, path: Path | None = None
                 report: dict[str, Any] = {"gpu": f"GPU {entry.get('nvml_index')}",
                                           "power_limit_w": None, "clocks_reset": False}
                 try:
-                    handle = nvml.device_handle_by_uuid(uuid)
+                    handle = (nvml.device_handle(int(uuid[len(INDEX_KEY_PREFIX):]))
+                              if uuid.startswith(INDEX_KEY_PREFIX)
+                              else nvml.device_handle_by_uuid(uuid))
                     if entry.get("clocks_locked"):
                         nvml.reset_gpu_locked_clocks(handle)
                         report["clocks_reset"] = True

@@ -303,9 +303,7 @@ def device_settings(gpu_indices: Sequence[int], *, power_limit_w: float | None =
     if len(set(indices)) != len(indices):
         raise SamplerConfigError(f"{' and '.join(requested)}: GPU indices {indices} name a GPU "
                                  "twice")
-    from . import nvml
-
-    from . import journal
+    from . import journal, nvml
 
     applied = [AppliedSettings(i, requested_power_limit_mw=power_mw,
                                requested_sm_clock_mhz=clock_mhz) for i in indices]
@@ -368,8 +366,8 @@ def _journal(nvml: Any, journal: Any, handle: Any, a: AppliedSettings,
     if a.requested_power_limit_mw is not None:
         a.original_power_limit_mw = _step(AXIS_POWER_LIMIT, f"read GPU {index}'s power limit",
                                           nvml.power_limit_mw, handle)
-    axis = AXIS_POWER_LIMIT if a.requested_power_limit_mw is not None else AXIS_GPU_CLOCK
-    uuid = _step(axis, f"read GPU {index}'s UUID", nvml.device_uuid, handle)
+    # Keyed by UUID (survives renumbering); a GPU whose UUID is unreadable by its NVML index.
+    uuid = _optional(nvml.device_uuid, handle) or f"{journal.INDEX_KEY_PREFIX}{index}"
     journal.record(uuid, nvml_index=index, power_limit_mw=a.original_power_limit_mw,
                    clocks_locked=a.requested_sm_clock_mhz is not None)
     uuids[index] = uuid

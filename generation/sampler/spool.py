@@ -309,8 +309,10 @@ def read_spool(path: str | os.PathLike[str]) -> Spool:
 
 
 def _record_dtype(header: dict[str, Any]) -> np.dtype:
-    """The record layout a spool was written with (its header says; older spools lack fields
-    added since, e.g. ``power_ts_us``)."""
+    """The record layout a spool was written with.
+
+    Its header says; older spools lack fields added since, e.g. ``power_ts_us``.
+    """
     fields = header.get("record_fields")
     if not fields:
         return RECORD_DTYPE

@@ -183,9 +183,11 @@ class WorkloadSpec:
         """Import the heavy libraries now (before the sampler's first tick); default: nothing."""
 
     def setup(self, resolved: dict[str, Any], ctx: RunContext) -> Any:
-        """Build what the run needs before the sampler starts (model on its device, data,
-        CUDA context, warm-up); the runner puts the result in ``ctx.prepared``. Default: nothing
-        (``run`` then sets up inside the measured window)."""
+        """Build what the run needs before the sampler starts.
+
+        Model on its device, data, CUDA context, warm-up; the runner puts the result in
+        ``ctx.prepared``. Default: nothing (``run`` then sets up inside the measured window).
+        """
         return None
 
     def resolve(self, values: dict[str, Any], machine: MachineInfo) -> dict[str, Any]:

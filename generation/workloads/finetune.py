@@ -591,9 +591,12 @@ def train(r: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
 
 
 def release_memory(cuda: bool) -> None:
-    """Free the previous run's memory: ``gc.collect()`` (after the caller dropped its
-    references), then ``torch.cuda.empty_cache()`` — in that order, or the cache keeps the
-    model's blocks and the next run's idle padding starts with them (issue 11, item 3)."""
+    """Free the previous run's memory (issue 11, item 3).
+
+    ``gc.collect()`` (after the caller dropped its references), then
+    ``torch.cuda.empty_cache()`` — in that order, or the cache keeps the model's blocks and the
+    next run's idle padding starts with them.
+    """
     import gc
 
     gc.collect()

@@ -413,8 +413,10 @@ def _first_linear(model: Any) -> Any:
 
 def execution_columns(model: Any, *, cuda: bool, compute_dtype: str | None = None
                       ) -> dict[str, Any]:
-    """The columns of what actually ran: ``weights_dtype``, ``compute_dtype``,
-    ``attn_implementation``, ``tf32`` (observed on the instantiated model and torch)."""
+    """The columns of what actually ran, observed on the instantiated model and torch.
+
+    ``weights_dtype``, ``compute_dtype`` (the caller's probe), ``attn_implementation``, ``tf32``.
+    """
     import torch
 
     config = getattr(model, "config", None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from sampler.fake_nvml import FakeGpu, FakeNvml  # rootdir-relative, as in test_sweep.py
 
 from generation import gpu_devices, runner
 from generation.gpu_devices import (
@@ -14,8 +15,6 @@ from generation.gpu_devices import (
 )
 from generation.sampler import nvml as nvml_mod
 from generation.sampler.errors import SamplerConfigError
-
-from sampler.fake_nvml import FakeGpu, FakeNvml  # rootdir-relative, as in test_sweep.py
 
 UUIDS = [f"GPU-{i}{i}{i}{i}aaaa-bbbb-cccc-dddd-eeeeeeeeeeee" for i in range(4)]
 
