@@ -1451,6 +1451,8 @@ def setup(r: dict[str, Any], ctx: RunContext) -> PreparedServing:
     cuda = ctx.device == "cuda"
     if cuda and not tp:
         torch.cuda.init()
+    if cuda and quant.uses_quanto(r):
+        quant.build_quanto_cuda_extension()  # nvcc/ninja build: minutes, never in the window
     model = load_model_tp(r, ctx) if tp else load_model(r, ctx.device)
     model_params = models.count_params(model)  # sharded weights are DTensors: global sizes
     columns = models.execution_columns(model, cuda=cuda)

@@ -1,5 +1,8 @@
-"""Issue 11, items 1, 2 and 4 for inference: set up before the window, explicit and recorded
-continuous batching, dtype columns that are the real dtypes."""
+"""Issue 11, items 1, 2 and 4 for inference.
+
+Set up before the window, explicit and recorded continuous batching, dtype columns that are the
+real dtypes.
+"""
 
 from __future__ import annotations
 
