@@ -475,6 +475,7 @@ def _measure_inline(sweep: Sweep, config: Any, machine: MachineInfo, run: Planne
                      checkpoint_dir=_checkpoint_dir(sweep, run), progress=progress,
                      device="cuda" if machine.cuda else "cpu")
     # Model build/placement, data, CUDA context, warm-up: before the first tick (issue 11).
+    _release_device_memory(machine)  # what a previous (failed, e.g. OOM) run still held
     try:
         ctx.prepared = spec.setup(run.settings, ctx)
         _verify_inline_gpus(config, machine)
@@ -495,6 +496,7 @@ def _measure_inline(sweep: Sweep, config: Any, machine: MachineInfo, run: Planne
         run_events.close()
         rank_events.close()
         summary = sampler.stop()
+        ctx.prepared = None  # a failed run must not keep its model alive
     _check_sampler(summary)
     return result
 
@@ -553,6 +555,21 @@ def _gpu_state_facts(record: Any, run: PlannedRun, machine: MachineInfo) -> None
         log.warning("run %s: a GPU's power limit differs from its default at the start",
                     run.run_id)
         record.add_flags("power_limit_not_default")
+
+
+def _release_device_memory(machine: MachineInfo) -> None:
+    """``gc.collect()`` then ``torch.cuda.empty_cache()`` before an inline run's setup.
+
+    Every inline run then starts its idle padding from the same state: the previous run's model
+    (or the frames of a run that failed, e.g. out of memory) no longer holds device memory.
+    """
+    import gc
+    import sys
+
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if machine.cuda and torch is not None and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 def _verify_inline_gpus(config: Any, machine: MachineInfo) -> None:

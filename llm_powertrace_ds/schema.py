@@ -28,7 +28,8 @@ SCHEMA_CHANGELOG: list[tuple[str, str]] = [
     ("1.2.0", "What actually ran (issue 11): weights_dtype, compute_dtype, attn_implementation, "
      "tf32, gpu_persistence_mode on every workload; cb_attn_implementation, cb_use_cuda_graph, "
      "cb_use_async_batching (the resolved continuous-batching configuration) on inference; "
-     "event kind prepare_end; quality flags power_limit_not_default and stale_power."),
+     "event kind prepare_end; quality flags power_limit_not_default and stale_power; runs "
+     "metric idle_power_w."),
 ]
 
 TRACE_CONFIGS = ("finetune", "inference")
@@ -317,6 +318,9 @@ RUN_METRICS = [
     _c("steady_energy_per_token_j", "float64", "steady_energy_j / tokens generated in the steady "
        "window (per request: first token at first_token_ms, the rest spread uniformly until "
        "finish_ms)", "J/token"),
+    _c("idle_power_w", "float64", "Node-total mean power in the idle padding before the "
+       "workload (first idle_begin to the next idle_end): the run's own idle baseline, to "
+       "compare runs made in one process", "W"),
     # level
     _c("duration_s", "float64", "Span of the run's power readings, first to last over all "
        "devices", "s"),
