@@ -743,7 +743,7 @@ class NvmlSource(Source):
                 faults |= FAULT_FIELD_NOT_SUPPORTED
             except UnknownError:
                 faults |= FAULT_TRANSIENT
-        return Reading(*out, faults=faults, power_ts_us=power_ts_us)
+        return Reading._make([*out, faults, power_ts_us])  # field order of Reading
 
     # -- the rest ---------------------------------------------------------------------------
     def provenance(self) -> dict[str, Any]:

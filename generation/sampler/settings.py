@@ -397,8 +397,8 @@ def _apply(nvml: Any, handle: Any, a: AppliedSettings) -> None:
 
 def _restore(nvml: Any, handles: dict[int, Any], applied: list[AppliedSettings]) -> list[int]:
     """Restore every changed GPU; return the indices whose settings are back (or untouched)."""
-    failures = []
-    restored = []
+    failures: list[str] = []
+    restored: list[int] = []
     for a in reversed(applied):
         handle = handles.get(a.gpu_index)
         n_failures = len(failures)

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -123,3 +124,40 @@ def test_restore_gpu_settings_command(gpus, capsys):
     assert main(["restore-gpu-settings", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["power_limit_w"] == 700.0
     assert gpus[0].power_limit_mw == 700_000
+
+
+CHILD = """
+import json, os, sys, time
+sys.path.insert(0, {tests!r})
+from generation.sampler import device_settings, nvml
+from generation.signals import terminate_on_signals
+from fake_nvml import FakeGpu, FakeNvml
+
+fake = FakeNvml([FakeGpu(uuid={uuid!r})])
+nvml.pynvml = fake
+state = {state!r}
+try:
+    with terminate_on_signals(), device_settings([0], power_limit_w=300):
+        print("capped", fake.gpus[0].power_limit_mw, flush=True)
+        time.sleep(60)
+finally:
+    with open(state, "w") as f:
+        json.dump({{"power_limit_mw": fake.gpus[0].power_limit_mw}}, f)
+"""
+
+
+def test_sigterm_to_a_capped_generate_process_restores_and_exits_143(tmp_path, monkeypatch):
+    # A real process, a real signal (what Slurm's time limit, scancel or `timeout` send).
+    monkeypatch.delenv(NO_DEVICE_SETTINGS_ENV, raising=False)
+    tests = str(Path(__file__).parent)
+    state = tmp_path / "state.json"
+    code = CHILD.format(tests=tests, uuid=UUID0, state=str(state))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                             env=env)
+    assert child.stdout.readline().split() == ["capped", "300000"]
+    assert read_entries()[UUID0]["power_limit_mw"] == 700_000  # journalled before the set
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(timeout=30) == 128 + signal.SIGTERM
+    assert json.loads(state.read_text())["power_limit_mw"] == 700_000  # restored
+    assert not journal_path().exists()  # and the journal entry cleared
