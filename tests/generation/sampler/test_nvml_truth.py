@@ -100,3 +100,23 @@ def test_runner_flags_a_leftover_power_limit_and_records_persistence(fake_nvml):
     runner._gpu_state_facts(capped, SimpleNamespace(run_id="r", settings={
         "power_limit_setting_w": 450.0}), machine)
     assert "power_limit_not_default" not in capped.flags  # asked for
+
+
+def test_a_spool_written_before_power_ts_us_still_reads(tmp_path):
+    import json
+
+    from generation.sampler.spool import FORMAT, RECORD_FIELDS
+
+    old_fields = [(n, t) for n, t, _ in RECORD_FIELDS if n != "power_ts_us"]
+    old = np.zeros(3, dtype=np.dtype(old_fields))
+    old["tick"] = [0, 1, 2]
+    old["power_w"] = [100.0, 101.0, 102.0]
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    (spool / "header.json").write_text(json.dumps({
+        "format": FORMAT, "record_fields": [list(f) for f in old_fields],
+        "record_size": old.dtype.itemsize, "source": "nvml", "period_ms": 100.0}))
+    (spool / "samples.bin").write_bytes(old.tobytes())
+    samples = read_spool(tmp_path).samples
+    assert samples["power_w"].tolist() == [100.0, 101.0, 102.0]
+    assert "power_ts_us" not in samples.dtype.names

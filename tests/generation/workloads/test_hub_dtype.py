@@ -25,7 +25,7 @@ def test_a_bf16_cached_checkpoint_loads_in_the_requested_fp32(tmp_path, monkeypa
     import torch
 
     monkeypatch.setattr(c, "HF_HUB_CACHE", str(tmp_path))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(c, "HF_HUB_OFFLINE", True)
     _cache_checkpoint(tmp_path, "meta-llama/Llama-3.2-1B", torch.bfloat16)
     spec = models.get_spec("Llama-3.2-1B")
     assert models.resolve_source(spec, "auto") == "hub"
