@@ -104,3 +104,30 @@ def test_launched_ranks_run_with_pci_bus_order(tmp_path, monkeypatch):
     spec = launch.LaunchSpec(workload="finetune", run_id="r", settings={}, runner_pid=1)
     launch.Launched(spec, tmp_path, 2).start()
     assert seen["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+
+
+def test_launched_ranks_report_their_cuda_uuid_and_a_mismatch_is_refused(four_gpus, tmp_path,
+                                                                         monkeypatch):
+    import json
+
+    from generation import launch
+    from generation.workloads import MachineInfo
+
+    spec = launch.LaunchSpec(workload="finetune", run_id="r", settings={}, runner_pid=1)
+    launched = launch.Launched(spec, tmp_path, 2)
+    launched.dir.mkdir(parents=True)
+    for rank, uuid in enumerate((UUIDS[1], UUIDS[0])):  # rank 1 got the wrong GPU
+        (launched.dir / f"ready-{rank}").write_text(json.dumps(
+            {"pid": 1, "cuda_uuid": uuid.removeprefix("GPU-")}))
+    assert launched.device_uuids()[0] == UUIDS[1].removeprefix("GPU-")
+
+    class Config:
+        gpu_indices = (1, 2)
+
+    machine = MachineInfo(source="nvml", platform="h100_sxm_80gb", num_devices=4, cuda=True,
+                          bf16=True)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,2")
+    with pytest.raises(GpuMismatch, match="cuda:1 is not the GPU the sampler reads"):
+        runner._verify_launched_gpus(Config(), machine, launched)
+    (launched.dir / "ready-1").write_text(json.dumps({"pid": 1, "cuda_uuid": UUIDS[2]}))
+    runner._verify_launched_gpus(Config(), machine, launched)  # the right GPUs: accepted
