@@ -1442,7 +1442,8 @@ def setup(r: dict[str, Any], ctx: RunContext) -> PreparedServing:
     """Set an inference run up before the sampler starts.
 
     Loads the model on its device in the run's dtype, quantises it, starts and warms up the
-    engine (continuous batching: the manager and its CUDA graphs).
+    engine (continuous batching: the manager and its CUDA graphs). A tensor-parallel run only
+    loads its shards here: its engine warm-up needs every rank inside ``serve``.
     """
     import torch
 
@@ -1457,7 +1458,9 @@ def setup(r: dict[str, Any], ctx: RunContext) -> PreparedServing:
     model_params = models.count_params(model)  # sharded weights are DTensors: global sizes
     columns = models.execution_columns(model, cuda=cuda)
     probe = models.ComputeDtypeProbe(model)
-    if tp and ctx.rank != 0:
+    if tp:
+        # Tensor parallel: the engine's warm-up is a collective the follower ranks only join
+        # inside ``serve`` (``follow_tp``), so it stays in the window, between warmup events.
         return PreparedServing(model, model_params, None, columns, probe)
     stream = build_stream(r)
     with torch.inference_mode():
