@@ -65,7 +65,12 @@ def _one(settings: dict[str, Any], machine: Any, *, sampler_on: bool, period_ms:
         ctx = RunContext(run_id="bench", staging_dir=staging, mark=lambda *a, **k: None,
                          progress=False, device=device)
         return float(spec.run(settings, ctx)["tokens_per_s"])
-    config = SamplerConfig(source=machine.source, period_ms=period_ms)
+    gpus = None
+    if machine.source == "nvml":  # only the GPU the workload uses (cuda:0), resolved by UUID
+        from generation.gpu_devices import resolve_workload_gpus
+
+        gpus = tuple(g.nvml_index for g in resolve_workload_gpus(1))
+    config = SamplerConfig(source=machine.source, period_ms=period_ms, gpu_indices=gpus)
     recorder = EventRecorder(staging, rank=0)
     with Sampler(config, staging):
         ctx = RunContext(run_id="bench", staging_dir=staging, mark=recorder.mark,
@@ -98,6 +103,9 @@ def summarise(on: list[float], off: list[float]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from generation.gpu_devices import pci_bus_order_env
+
+    pci_bus_order_env()  # before torch sees CUDA: cuda:0 is the GPU the sampler resolves
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=8, help="on/off pairs (default: 8)")
     parser.add_argument("--steps", type=int, default=30, help="optimiser steps per run (default: 30)")

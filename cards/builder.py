@@ -472,6 +472,40 @@ def _axes_section(summary: FolderSummary) -> list[str]:
     return lines if any_runs else []
 
 
+def _power_w_is_and_is_not(fields: Counter[Any]) -> list[str]:
+    """What ``power_w`` is and is not, for the power fields present in the folder."""
+    lines = []
+    if fields.get("instant"):
+        lines.append(
+            "- **`instant` (NVML field 186, `nvmlDeviceGetFieldValues`).** The driver's latest "
+            "power reading at each tick, not an average over the sampling interval. Every "
+            "reading's own NVML timestamp is kept by the sampler; a tick whose timestamp equals "
+            "the previous one repeated a stale value (quality flag `stale_power`). The on-board "
+            "sensor itself does not see all of the time: Yang et al. (SC'24, \"Accurate and "
+            "Convenient Energy Measurements for GPUs\") found that on A100 and H100 GPUs only "
+            "about 25 % of the runtime is sampled for power, so activity shorter than the "
+            "sensor's window can be missed or over-weighted in `power_w` and in the energy "
+            "counter alike. Read sub-second features as indicative; energy totals over many "
+            "seconds are robust.")
+    if fields.get("average"):
+        lines.append("- **`average` (NVML field 185).** A 1 s moving average: transients are "
+                     "smoothed and shifted by up to a second.")
+    if fields.get("power_usage"):
+        lines.append(
+            "- **`power_usage` (`nvmlDeviceGetPowerUsage`, nvidia-smi `power.draw`).** The "
+            "sampler uses it only where field 186 failed at start-up (the run's provenance "
+            "records why); it is a 1 s average on Ampere (except GA100) and newer GPUs, "
+            "instantaneous on older ones.")
+    if fields.get("cpu_proxy_model"):
+        lines.append("- **`cpu_proxy_model`.** Not a GPU measurement at all (see the warning "
+                     "above).")
+    lines.append("- **Energy counter cross-check.** `energy_mj` (NVML field 191, or "
+                 "`nvmlDeviceGetTotalEnergyConsumption`) is integrated by the driver; every run "
+                 "compares it with the integral of `power_w` and flags `energy_mismatch` beyond "
+                 "5 %.")
+    return lines + [""]
+
+
 def _measurement_section(summary: FolderSummary) -> list[str]:
     runs = summary.all_runs
     if not runs:
@@ -494,10 +528,14 @@ def _measurement_section(summary: FolderSummary) -> list[str]:
     lines += _table(["sampler", "what it is", "runs", "platforms", "sample period (ms)",
                      "Nyquist (Hz)"], rows) + [""]
     fields = Counter(r.get("power_field") for r in runs)
-    lines += ["Which reading `power_w` holds (`power_field`):", ""]
-    lines += _table(["power_field", "meaning", "runs"],
-                    [[_code(fmt_value(f)), meaning("power_field", f) or "", str(n)]
-                     for f, n in sorted(fields.items(), key=lambda kv: _value_key(kv[0]))]) + [""]
+    lines += ["Which reading `power_w` holds (`power_field`), per platform:", ""]
+    per_platform = Counter((r.get("platform"), r.get("power_field")) for r in runs)
+    lines += _table(["platform", "power_field", "meaning", "runs"],
+                    [[_code(fmt_value(p)), _code(fmt_value(f)), meaning("power_field", f) or "",
+                      str(n)] for (p, f), n in sorted(
+                          per_platform.items(),
+                          key=lambda kv: (_value_key(kv[0][0]), _value_key(kv[0][1])))]) + [""]
+    lines += _power_w_is_and_is_not(fields)
     n_usage = fields.get("power_usage", 0)
     n_avg_flag = sum("power_is_1s_average" in (r.get("quality_flags") or []) for r in runs)
     desc = {c.name: c.description for c in schema.SIGNALS}

@@ -6,8 +6,10 @@ sampler can measure exactly the rank processes and the idle padding around their
 1. the runner writes ``launch/spec.json`` (workload, resolved settings, run id, its own pid)
    and starts ``python -m torch.distributed.run --standalone --nproc_per_node N -m
    generation.launch --staging DIR``;
-2. every rank imports the heavy libraries (``WorkloadSpec.prepare``), announces its pid to the
-   ``cpu_proxy`` sampler (``register_pid``), writes ``launch/ready-<rank>`` and waits;
+2. every rank imports the heavy libraries (``WorkloadSpec.prepare``), builds its model, data and
+   trainer (``WorkloadSpec.setup``: outside the measured window), announces its pid to the
+   ``cpu_proxy`` sampler (``register_pid``), writes ``launch/ready-<rank>`` (with its CUDA
+   device's UUID, which the runner compares with the sampler's GPUs) and waits;
 3. the runner starts the sampler on those pids (one ``cpu_proxy`` device per rank; ``nvml``
    reads the GPUs), records the idle padding, then writes ``launch/go``;
 4. the ranks run the workload (events through their own ``EventRecorder``), rank 0 writes
@@ -129,6 +131,9 @@ class Launched:
         env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]]
                                                       if env.get("PYTHONPATH") else []))
         env.update(self.env)
+        from .gpu_devices import pci_bus_order_env
+
+        pci_bus_order_env(env)  # CUDA numbers devices as NVML does (issue 11, item 5)
         if self.nproc > 1 and self.spec.device == "cpu":
             env.setdefault("OMP_NUM_THREADS", "1")
         with open(self.log_path, "ab") as log:
@@ -160,6 +165,11 @@ class Launched:
         """Wait until every rank has imported its libraries; return their pids by rank."""
         self._wait_all("ready", "while starting", timeout_s)
         return [int(json.loads((self.dir / f"ready-{r}").read_text())["pid"])
+                for r in range(self.nproc)]
+
+    def device_uuids(self) -> list[str | None]:
+        """The CUDA device UUID each rank reported when ready (``None``: no CUDA device)."""
+        return [json.loads((self.dir / f"ready-{r}").read_text()).get("cuda_uuid")
                 for r in range(self.nproc)]
 
     def go(self) -> None:
@@ -236,6 +246,15 @@ def _wait_for(path: Path, runner_pid: int) -> None:
         time.sleep(POLL_S)
 
 
+def _cuda_uuid(device: str, local_rank: int) -> str | None:
+    """This rank's CUDA device UUID (compared with the sampler's GPUs by the runner)."""
+    if device != "cuda":
+        return None
+    from .gpu_devices import torch_device_uuids
+
+    return torch_device_uuids([local_rank])[0]
+
+
 def worker_main(argv: Sequence[str] | None = None) -> int:
     """One rank (``python -m generation.launch --staging DIR`` under torchrun)."""
     parser = argparse.ArgumentParser(prog="python -m generation.launch")
@@ -256,15 +275,18 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
 
         workload = get_workload(spec.workload)
         workload.prepare()
-        register_pid(staging, rank)
-        _touch(ldir / f"ready-{rank}")
-        _wait_for(ldir / "go", spec.runner_pid)
         recorder = EventRecorder(staging, rank=rank)
         ctx = RunContext(run_id=spec.run_id, staging_dir=staging,
                          mark=lambda kind, **kw: recorder.mark(kind, **kw), rank=rank,
                          world_size=world, local_rank=local_rank,
                          checkpoint_dir=Path(spec.checkpoint_dir) if spec.checkpoint_dir else None,
                          progress=spec.progress, device=spec.device)
+        # Model, data, trainer, CUDA context: built before "ready", so before the sampler starts.
+        ctx.prepared = workload.setup(spec.settings, ctx)
+        register_pid(staging, rank)
+        _write_json(ldir / f"ready-{rank}", {"t_ns": time.monotonic_ns(), "pid": os.getpid(),
+                                             "cuda_uuid": _cuda_uuid(spec.device, local_rank)})
+        _wait_for(ldir / "go", spec.runner_pid)
         result = workload.run(spec.settings, ctx)
         recorder.close()
         if rank == 0:

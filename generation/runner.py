@@ -195,6 +195,9 @@ def generate(sweep_path: str | Path, out: str | Path, *, task_index: int = 0, nu
         RunFailed: a run failed and ``fail_fast`` is set.
     """
     out = Path(out)
+    from .gpu_devices import pci_bus_order_env
+
+    pci_bus_order_env()  # before torch sees CUDA: CUDA's device order = NVML's (issue 11)
     sweep = load_sweep(sweep_path, strict=False)  # plan() reports every problem at once
     if dry_run:  # plans on any machine: an assumed GPU machine when NVML is not usable here
         from .planning import planning_machine
@@ -222,8 +225,12 @@ def generate(sweep_path: str | Path, out: str | Path, *, task_index: int = 0, nu
         else:
             todo.append(run)
     if todo:
-        _run_all(sweep, machine, todo, out, fail_fast=fail_fast, progress=progress, emit=emit,
-                 progress_lines=progress_lines)
+        from .signals import terminate_on_signals
+
+        _restore_leftover_gpu_settings(machine)
+        with terminate_on_signals():  # SIGTERM/SIGHUP -> Terminated: every finally runs
+            _run_all(sweep, machine, todo, out, fail_fast=fail_fast, progress=progress,
+                     emit=emit, progress_lines=progress_lines)
     outcomes.sort(key=lambda o: o.index)
     report = Report(sweep=sweep.name, machine=machine, total_runs=len(runs), outcomes=outcomes)
     if dry_run:
@@ -234,6 +241,19 @@ def generate(sweep_path: str | Path, out: str | Path, *, task_index: int = 0, nu
         report.sampler = {"source": machine.source,
                           "period_ms": sweep.sampler.get("period_ms", 100.0)}
     return report
+
+
+def _restore_leftover_gpu_settings(machine: MachineInfo) -> None:
+    """Restore GPU settings journalled by a process that died before restoring them."""
+    if machine.source != "nvml":
+        return
+    from .sampler.errors import SamplerError
+    from .sampler.journal import restore_orphans
+
+    try:
+        restore_orphans()
+    except SamplerError as exc:
+        log.error("could not restore GPU settings left by a dead process: %s", exc)
 
 
 def _info(run: PlannedRun) -> dict[str, Any]:
@@ -337,6 +357,7 @@ def execute_run(sweep: Sweep, machine: MachineInfo, run: PlannedRun, out: Path, 
         try:
             result = _measure(sweep, machine, run, sdir, progress=progress)
             record = _build_run(sdir, meta, result)
+            _gpu_state_facts(record, run, machine)
             published = publish_run(out, record)
         except Exception as exc:  # noqa: BLE001 - any failure of a run is recorded, not fatal
             message = f"{type(exc).__name__}: {exc}"
@@ -407,15 +428,14 @@ def _sampler_config(sweep: Sweep, machine: MachineInfo, nproc: int) -> Any:
     return SamplerConfig(**kwargs)
 
 
-def _first_visible_gpus(n: int) -> tuple[int, ...] | None:
-    """NVML indices of the first ``n`` GPUs the workload sees (``None``: leave it to the sampler)."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        return tuple(range(n))
-    entries = [e.strip() for e in visible.split(",") if e.strip()]
-    if len(entries) >= n and all(e.isdigit() for e in entries[:n]):
-        return tuple(int(e) for e in entries[:n])
-    return None
+def _first_visible_gpus(n: int) -> tuple[int, ...]:
+    """NVML indices of the first ``n`` GPUs the workload sees, resolved by UUID.
+
+    ``generation.gpu_devices``: integer, ``GPU-``/``MIG-`` entries; never a fallback to 0..n-1.
+    """
+    from .gpu_devices import resolve_workload_gpus
+
+    return tuple(g.nvml_index for g in resolve_workload_gpus(n))
 
 
 def _idle(recorder: Any, seconds: float) -> None:
@@ -464,7 +484,9 @@ def power_cap(gpu_indices: Sequence[int], watts: float | None) -> Iterator[list[
 
 
 def _cap_indices(config: Any, nproc: int) -> list[int]:
-    return list(config.gpu_indices) if config.gpu_indices is not None else list(range(nproc))
+    if config.gpu_indices is None:  # never guess: caps on NVML 0..n-1 may hit another tenant
+        raise RunError("the run's GPUs are unresolved; refusing to change GPU settings")
+    return list(config.gpu_indices)
 
 
 def _measure(sweep: Sweep, machine: MachineInfo, run: PlannedRun, sdir: Path, *,
@@ -492,15 +514,25 @@ def _measure_inline(sweep: Sweep, config: Any, machine: MachineInfo, run: Planne
 
     spec = sweep.spec
     spec.prepare()  # heavy imports happen before the sampler's t0
+    rank_events = EventRecorder(sdir, rank=0)
+    ctx = RunContext(run_id=run.run_id, staging_dir=sdir, mark=rank_events.mark,
+                     checkpoint_dir=_checkpoint_dir(sweep, run), progress=progress,
+                     device="cuda" if machine.cuda else "cpu")
+    # Model build/placement, data, CUDA context, warm-up: before the first tick (issue 11).
+    _release_device_memory(machine)  # what a previous (failed, e.g. OOM) run still held
+    try:
+        ctx.prepared = spec.setup(run.settings, ctx)
+        _verify_inline_gpus(config, machine)
+    except BaseException:
+        rank_events.close()
+        ctx.prepared = None
+        raise
     sampler = Sampler(config, sdir, pids=[os.getpid()])
     run_events = EventRecorder(sdir, rank=None)
-    rank_events = EventRecorder(sdir, rank=0)
     sampler.start()
     try:
+        run_events.mark("prepare_end")
         _idle(run_events, sweep.idle_before_s)
-        ctx = RunContext(run_id=run.run_id, staging_dir=sdir, mark=rank_events.mark,
-                         checkpoint_dir=_checkpoint_dir(sweep, run), progress=progress,
-                         device="cuda" if machine.cuda else "cpu")
         result = spec.run(run.settings, ctx)
         rank_events.flush()
         _idle(run_events, sweep.idle_after_s)
@@ -508,6 +540,7 @@ def _measure_inline(sweep: Sweep, config: Any, machine: MachineInfo, run: Planne
         run_events.close()
         rank_events.close()
         summary = sampler.stop()
+        ctx.prepared = None  # a failed run must not keep its model alive
     _check_sampler(summary)
     return result
 
@@ -527,10 +560,12 @@ def _measure_launched(sweep: Sweep, config: Any, machine: MachineInfo, run: Plan
     sampler = None
     try:
         pids = launched.wait_ready(LAUNCH_READY_TIMEOUT_S)
+        _verify_launched_gpus(config, machine, launched)
         sampler = Sampler(config, sdir, pids=pids)
         run_events = EventRecorder(sdir, rank=None)
         sampler.start()
         try:
+            run_events.mark("prepare_end")  # the ranks built everything before "ready"
             _idle(run_events, sweep.idle_before_s)
             launched.go()
             result = launched.wait_done()
@@ -544,6 +579,61 @@ def _measure_launched(sweep: Sweep, config: Any, machine: MachineInfo, run: Plan
         raise
     _check_sampler(summary)
     return result
+
+
+def _gpu_state_facts(record: Any, run: PlannedRun, machine: MachineInfo) -> None:
+    """Persistence mode of the run's GPUs, and the ``power_limit_not_default`` flag.
+
+    The flag is set when a GPU's limit at the start differed from its default although the run
+    asked for no cap.
+    """
+    if machine.source != "nvml":
+        return
+    from .gpu_devices import persistence_modes
+
+    modes = persistence_modes([d.gpu_index for d in record.devices])
+    record.meta["gpu_persistence_mode"] = all(modes) if modes and None not in modes else None
+    if run.settings.get("power_limit_setting_w") is None and any(
+            d.power_limit_w is not None and d.default_power_limit_w is not None
+            and abs(d.power_limit_w - d.default_power_limit_w) > 0.5 for d in record.devices):
+        log.warning("run %s: a GPU's power limit differs from its default at the start",
+                    run.run_id)
+        record.add_flags("power_limit_not_default")
+
+
+def _release_device_memory(machine: MachineInfo) -> None:
+    """``gc.collect()`` then ``torch.cuda.empty_cache()`` before an inline run's setup.
+
+    Every inline run then starts its idle padding from the same state: the previous run's model
+    (or the frames of a run that failed, e.g. out of memory) no longer holds device memory.
+    """
+    import gc
+    import sys
+
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if machine.cuda and torch is not None and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
+def _verify_inline_gpus(config: Any, machine: MachineInfo) -> None:
+    """Refuse an inline run whose CUDA device is not the GPU the sampler reads (by UUID)."""
+    if machine.source != "nvml" or not machine.cuda:
+        return
+    from .gpu_devices import check_same_gpus, resolve_workload_gpus, torch_device_uuids
+
+    gpus = resolve_workload_gpus(len(config.gpu_indices))
+    check_same_gpus(torch_device_uuids(range(len(gpus))), gpus)
+
+
+def _verify_launched_gpus(config: Any, machine: MachineInfo, launched: Any) -> None:
+    """Refuse a launched run whose ranks' CUDA devices are not the GPUs the sampler reads."""
+    if machine.source != "nvml" or not machine.cuda:
+        return
+    from .gpu_devices import check_same_gpus, resolve_workload_gpus
+
+    gpus = resolve_workload_gpus(len(config.gpu_indices))
+    check_same_gpus(launched.device_uuids(), gpus)
 
 
 def _check_sampler(summary: Any) -> None:

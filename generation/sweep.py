@@ -478,13 +478,17 @@ def detect_machine(sampler: dict[str, Any]) -> MachineInfo:
     from .sampler import probe_gpus
 
     gpus = probe_gpus(cfg.gpu_indices, allow_mig=cfg.allow_mig)
+    from .workloads.quant import bitsandbytes_problem
+
+    bnb_problem = bitsandbytes_problem() if bnb else None  # installed: does it have CUDA?
+    bnb = bnb and bnb_problem is None
     names = [g.name for g in gpus]
     platform = platform_from_name(names[0] if names else None).slug
     bf16 = all(g.bf16 if g.bf16 is not None else not _NO_BF16_RE.search(g.name) for g in gpus)
     return MachineInfo(source="nvml", platform=platform, num_devices=len(gpus), cuda=True,
                        bf16=bf16, bitsandbytes=bnb,
                        can_set_power_limit=bool(gpus) and all(g.can_set_power_limit for g in gpus),
-                       extra={"gpu_names": names})
+                       extra={"gpu_names": names, "bitsandbytes_problem": bnb_problem})
 
 
 def canonical_hash(payload: dict[str, Any]) -> str:

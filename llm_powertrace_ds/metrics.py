@@ -84,7 +84,7 @@ def _ramp_names() -> list[str]:
 
 
 ENERGY_NAMES = ("energy_j", "energy_counter_j", "energy_mismatch_pct", "energy_per_token_j",
-                "steady_energy_j", "steady_energy_per_token_j")
+                "steady_energy_j", "steady_energy_per_token_j", "idle_power_w")
 LEVEL_NAMES = ("duration_s", "mean_power_w", "p5_power_w", "p50_power_w", "p95_power_w",
                "p99_power_w", "peak_power_w", "peak_power_1s_w", "peak_power_60s_w", "par",
                "par_1s", "par_60s", "load_factor", "limit_utilisation")
@@ -438,6 +438,8 @@ def _group_energy(run: Run, devs: list[_Dev | None], out: _Out, ev: _EventIndex)
     - ``steady_energy_per_token_j`` = steady_energy_j / tokens generated in the steady window;
       per request the first token counts at ``first_token_ms`` and the other output_tokens − 1
       are spread uniformly over (first_token_ms, finish_ms].
+    - ``idle_power_w`` = Σ_d ∫ P_d dt / (t1 − t0) between the first ``idle_begin`` event and the
+      next ``idle_end`` (the idle padding before the workload; trapezoid, ends interpolated).
     """
     energies: list[float | None] = []
     counters: list[float | None] = []
@@ -502,6 +504,16 @@ def _group_energy(run: Run, devs: list[_Dev | None], out: _Out, ev: _EventIndex)
         out.null("energy_per_token_j", "no token count")
     else:
         out.set("energy_per_token_j", energy / tokens)
+
+    idle = event_windows(ev, "idle_begin", "idle_end")
+    if not idle or idle[0][1] <= idle[0][0]:
+        out.null("idle_power_w", "no idle_begin/idle_end events")
+    elif missing:
+        out.null("idle_power_w", "a device has fewer than 2 power readings")
+    else:
+        a, b = idle[0]
+        out.set("idle_power_w", float(sum(_device_integral(d, a, b) for d in devs
+                                          if d is not None)) / ((b - a) / 1000.0))
 
     windows = event_windows(ev, "steady_begin", "steady_end")
     if not windows:

@@ -31,7 +31,11 @@ SCHEMA_CHANGELOG: list[tuple[str, str]] = [
      "(sampling_interval_observed_median_s / _p95_s, ramps at 5 s and 10 s; flags "
      "zero_power_samples, duplicate_samples, gpu_count_mismatch, precision_unknown, "
      "power_limit_from_spec, summary_only). ramp_up_*_1s / ramp_event_frequency_1s now follow "
-     "the seed's definitions exactly (see the metric formulas)."),
+     "the seed's definitions exactly (see the metric formulas). Also (issue 11, what actually ran): weights_dtype, compute_dtype, "
+     "attn_implementation, tf32, gpu_persistence_mode on every workload; cb_attn_implementation, "
+     "cb_use_cuda_graph, cb_use_async_batching (the resolved continuous-batching configuration) "
+     "on inference; event kind prepare_end; quality flags power_limit_not_default and "
+     "stale_power; runs metric idle_power_w."),
 ]
 
 TRACE_CONFIGS = ("finetune", "inference")
@@ -58,7 +62,7 @@ EVENT_KINDS = (
     "idle_begin", "idle_end", "warmup_begin", "warmup_end", "step_begin", "step_end",
     "checkpoint_begin", "checkpoint_end", "eval_begin", "eval_end", "prefill_begin",
     "prefill_end", "decode_begin", "decode_end", "steady_begin", "steady_end",
-    "request_arrival", "request_finish", "stage",
+    "request_arrival", "request_finish", "stage", "prepare_end",
 )
 ERROR_FLAGS = ("empty", "nonmonotonic_time", "unequal_lengths", "negative_power")
 WARNING_FLAGS = (
@@ -66,6 +70,7 @@ WARNING_FLAGS = (
     "energy_mismatch", "incomplete", "power_is_1s_average", "platform_unknown",
     "form_factor_unknown", "cpu_proxy", "zero_power_samples", "duplicate_samples",
     "gpu_count_mismatch", "precision_unknown", "power_limit_from_spec", "summary_only",
+    "form_factor_unknown", "cpu_proxy", "power_limit_not_default", "stale_power",
 )
 QUALITY_FLAGS = ERROR_FLAGS + WARNING_FLAGS
 
@@ -97,6 +102,10 @@ FLAG_DESCRIPTIONS = {
     "platform's datasheet value (llm_powertrace_ds/specs.py)",
     "summary_only": "no power trace: the run is a published summary (e.g. ML.ENERGY), only its "
     "runs-table row exists",
+    "power_limit_not_default": "a GPU's power limit at the run's start differed from its "
+    "default limit although the run asked for no cap (a leftover setting, or the machine's)",
+    "stale_power": "some power readings repeated the previous tick's NVML timestamp (the "
+    "driver had no newer value)",
 }
 
 SPLIT_NAME_RE = re.compile(r"^\w+(\.\w+)*$")
@@ -209,6 +218,21 @@ EVENTS = [
            + ", ".join(f"`{k}`" for k in EVENT_KINDS), "ms"),
 ]
 
+EXECUTION = [
+    _c("weights_dtype", "string", "dtypes of the parameters the model held when the workload "
+       "started, comma-separated, most parameters first (e.g. `bfloat16,float32` for a bf16 "
+       "LoRA base with fp32 adapters; `nf4` for 4-bit bitsandbytes weights); observed, not "
+       "requested"),
+    _c("compute_dtype", "string", "dtype of the first decoder linear layer's output in the "
+       "first forward pass of the workload (observed: autocast and bitsandbytes compute dtype "
+       "included)"),
+    _c("attn_implementation", "string", "Attention kernel the model used "
+       "(`config._attn_implementation`: `eager`, `sdpa`, `flash_attention_2`, ...)"),
+    _c("tf32", "bool", "TF32 matmuls allowed on CUDA (`torch.backends.cuda.matmul.allow_tf32`) "
+       "during the workload; null on CPU"),
+    _c("gpu_persistence_mode", "bool", "NVML persistence mode on every GPU of the run at its "
+       "start (null: cpu_proxy or unreadable)"),
+]
 FINETUNE_AXES = [
     _c("method", "string", "Fine-tuning method: `full`, `lora` or `qlora`"),
     _c("lora_rank", "int16", "LoRA rank r"),
@@ -262,6 +286,13 @@ INFERENCE_AXES = [
        "max_num_seqs)", "requests"),
     _c("task", "string", "Benchmark task of a published summary (e.g. ML.ENERGY `chat`)"),
 ]
+CONTINUOUS_BATCHING = [
+    _c("cb_attn_implementation", "string", "Continuous batching: the paged attention kernel "
+       "used (set explicitly, never switched automatically)"),
+    _c("cb_use_cuda_graph", "bool", "Continuous batching: CUDA graphs captured and replayed"),
+    _c("cb_use_async_batching", "bool", "Continuous batching: asynchronous (double-buffered) "
+       "batch preparation"),
+]
 INFERENCE_RESULTS = [
     _c("requests_completed", "int32", "Requests completed", "requests"),
     _c("tokens_in", "int64", "Prompt tokens processed", "tokens"),
@@ -314,6 +345,9 @@ RUN_METRICS = [
     _c("steady_energy_per_token_j", "float64", "steady_energy_j / tokens generated in the steady "
        "window (per request: first token at first_token_ms, the rest spread uniformly until "
        "finish_ms)", "J/token"),
+    _c("idle_power_w", "float64", "Node-total mean power in the idle padding before the "
+       "workload (first idle_begin to the next idle_end): the run's own idle baseline, to "
+       "compare runs made in one process", "W"),
     # level
     _c("duration_s", "float64", "Span of the run's power readings, first to last over all "
        "devices", "s"),
@@ -437,8 +471,8 @@ def _dedupe(columns: list[Column]) -> list[Column]:
 
 def _workload_columns(workload: str) -> list[Column]:
     if workload == "finetune":
-        return FINETUNE_AXES + FINETUNE_RESULTS
-    return INFERENCE_AXES + INFERENCE_RESULTS
+        return FINETUNE_AXES + FINETUNE_RESULTS + EXECUTION
+    return INFERENCE_AXES + INFERENCE_RESULTS + EXECUTION + CONTINUOUS_BATCHING
 
 
 def trace_columns(workload: str) -> list[Column]:

@@ -76,3 +76,10 @@ def external_dir() -> Path:
     if not EXTERNAL.is_dir():
         pytest.skip(f"external traces not present at {EXTERNAL}")
     return EXTERNAL
+
+
+@pytest.fixture(autouse=True)
+def _gpu_settings_journal_in_tmp(monkeypatch, tmp_path_factory):
+    """The GPU-settings journal (generation.sampler.journal) never touches the user's state."""
+    path = tmp_path_factory.mktemp("gpu-journal") / "journal.json"
+    monkeypatch.setenv("LLM_POWERTRACE_GPU_JOURNAL", str(path))

@@ -344,6 +344,7 @@ def test_every_metric_has_a_formula_and_a_column():
     assert list(cols) == list(metrics.METRIC_NAMES + metrics.PER_DEVICE_NAMES)
     for c in cols.values():
         assert c.description
+    assert "1.1.0" in dict(schema.SCHEMA_CHANGELOG)  # the metric set's version
     assert schema.SCHEMA_CHANGELOG[-1][0] == schema.SCHEMA_VERSION
     for config in schema.RUNS_CONFIGS:
         for name in list(cols) + ["metric_notes"]:
@@ -416,3 +417,21 @@ def test_external_traces_energy_and_peaks(external_dir):
         assert m["peak_power_w"] <= sum(m["gpu_peak_power_w"]) + 1e-6
         assert m["coincidence_factor"] <= 1.0 + 1e-12
         assert len(m["gpu_energy_j"]) == len(per_gpu)
+
+
+def test_idle_power_is_the_mean_node_power_of_the_first_idle_window(make_run):
+    # Issue 11, item 3: every run records its own idle baseline.
+    run = make_run("idle", devices=2, n=200)
+    res = metrics.compute_run_metrics(run)
+    expected = 0.0
+    for d in run.devices:
+        t = np.asarray(d.t_ms, dtype=float)
+        p = np.asarray(d.signals["power_w"], dtype=float)
+        a, b = max(0.0, t[0]), min(1000.0, t[-1])  # clipped to the device's span
+        ts = np.concatenate(([a], t[(t > a) & (t < b)], [b]))
+        expected += float(np.trapezoid(np.interp(ts, t, p), ts) / 1000.0)  # J in the 1 s window
+    assert res["idle_power_w"] == pytest.approx(expected, rel=1e-6)
+    run.events = [e for e in run.events if not e.kind.startswith("idle_")]
+    res = metrics.compute_run_metrics(run)
+    assert res["idle_power_w"] is None
+    assert any(n.startswith("idle_power_w:") for n in res["metric_notes"])

@@ -36,6 +36,10 @@ FAULT_PROCESS_GONE = 1 << 4
 FAULT_FIELD_ERROR = 1 << 5
 """A field returned another error code this tick."""
 
+FAULT_STALE = 1 << 6
+"""The power reading carries the same NVML timestamp as the previous tick's: a repeated
+(stale) value, not a new measurement."""
+
 FAULT_NAMES = {
     FAULT_TRANSIENT: "transient",
     FAULT_FIELD_NOT_SUPPORTED: "field_not_supported",
@@ -43,6 +47,7 @@ FAULT_NAMES = {
     FAULT_GPU_LOST: "gpu_lost",
     FAULT_PROCESS_GONE: "process_gone",
     FAULT_FIELD_ERROR: "field_error",
+    FAULT_STALE: "stale_power",
 }
 
 
@@ -66,6 +71,9 @@ class Reading(NamedTuple):
         temp_c: GPU temperature, degC.
         clock_event_reasons: NVML clock-event reasons bitmask.
         faults: ``FAULT_*`` bits of this reading.
+        power_ts_us: the source's own timestamp of ``power_mw`` (NVML field values carry one:
+            CPU wall-clock time in µs when the driver took the value), ``NaN`` when the source
+            gives none (``nvmlDeviceGetPowerUsage``, ``cpu_proxy``).
     """
 
     power_mw: float = NAN
@@ -79,6 +87,7 @@ class Reading(NamedTuple):
     temp_c: float = NAN
     clock_event_reasons: float = NAN
     faults: int = 0
+    power_ts_us: float = NAN
 
 
 EMPTY_READING = Reading()

@@ -181,6 +181,8 @@ def spool_to_run(path: str | os.PathLike[str], meta: dict[str, Any] | None = Non
     run = Run(meta=merged, devices=devices, events=events)
     run.meta["quality_flags"] = []
     run.add_flags(*flags)
+    if spool.summary.faults.get("stale_power"):  # NVML repeated a reading (same timestamp)
+        run.add_flags("stale_power")
     mismatches = [energy_mismatch_pct(d) for d in devices]
     if any(m is not None and abs(m) > ENERGY_MISMATCH_PCT for m in mismatches):
         run.add_flags("energy_mismatch")

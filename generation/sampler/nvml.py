@@ -16,7 +16,14 @@ Per tick and GPU: **one** ``nvmlDeviceGetFieldValues`` call for instant power (f
 utilisation, memory used, SM and memory clocks, temperature and clock-event reasons. Whatever the
 start-up probe finds unsupported (or forbidden) is never read again and stays null for the whole
 run. ``nvmlDeviceGetPowerUsage`` (a 1 s average on Ampere-non-GA100 and newer) is used only when
-field 186 is unsupported on some GPU, and then for every GPU so that ``power_field`` is one value.
+field 186 fails at start-up on some GPU — with any code: NOT_SUPPORTED, NO_PERMISSION, or the
+INVALID_ARGUMENT older drivers answer — and then for every GPU so that ``power_field`` is one
+value; a run of null power labelled ``instant`` cannot happen. Clock-event reasons fall back to
+the older ``nvmlDeviceGetCurrentClocksThrottleReasons``.
+
+Each field value carries NVML's own timestamp (``c_nvmlFieldValue_t.timestamp``, CPU µs): it is
+kept per sample (``Reading.power_ts_us``, the spool's ``power_ts_us``), and a power value whose
+timestamp equals the previous tick's is a repeated (stale) reading: fault bit ``stale_power``.
 
 Small public device functions (raw units: mW, MHz) — :func:`session`, :func:`select_devices`,
 :func:`device_name`, :func:`compute_capability`, the power-limit getters and
@@ -43,6 +50,7 @@ from .base import (
     FAULT_FIELD_ERROR,
     FAULT_FIELD_NOT_SUPPORTED,
     FAULT_NO_PERMISSION,
+    FAULT_STALE,
     FAULT_TRANSIENT,
     NAN,
     DeviceInfo,
@@ -237,9 +245,18 @@ def _select_handles(gpu_indices: Sequence[int] | None, env: Mapping[str, str]
         raise SourceUnavailable("CUDA_VISIBLE_DEVICES is empty: no GPU is visible")
     uuids: list[str] | None = None
     out: list[tuple[int, Any]] = []
-    for entry in entries:
+    ints = [e for e in entries if re.fullmatch(r"\d+", e)]
+    # A container (or a cgroup-constrained Slurm step) may show NVML only the GPUs it was given,
+    # renumbered from 0, while CUDA_VISIBLE_DEVICES still holds the host's indices: then the
+    # entries are positions, not NVML indices (the run-start UUID check confirms the mapping).
+    positional = (len(ints) == len(entries) == count
+                  and any(int(e) >= count for e in ints))
+    if positional:
+        log.warning("CUDA_VISIBLE_DEVICES=%s holds host indices but NVML sees %d GPU(s): "
+                    "taking them in order", ",".join(entries), count)
+    for pos, entry in enumerate(entries):
         if re.fullmatch(r"\d+", entry):
-            out.append(by_index(int(entry), "CUDA_VISIBLE_DEVICES entry"))
+            out.append(by_index(pos if positional else int(entry), "CUDA_VISIBLE_DEVICES entry"))
         elif entry.startswith("GPU-"):
             if uuids is None:
                 uuids = [_text(_call("nvmlDeviceGetUUID", _call("nvmlDeviceGetHandleByIndex", i)))
@@ -250,15 +267,29 @@ def _select_handles(gpu_indices: Sequence[int] | None, env: Mapping[str, str]
                                          f"{len(matches)} GPUs")
             out.append(by_index(matches[0], "CUDA_VISIBLE_DEVICES entry"))
         elif entry.startswith("MIG-"):
-            raise SamplerConfigError(f"CUDA_VISIBLE_DEVICES entry {entry!r} is a MIG instance; "
-                                     "NVML reads power per whole GPU, so MIG instances are not "
-                                     "sampled (make the whole GPU visible and set allow_mig)")
+            out.append(by_index(_mig_parent_index(entry), "CUDA_VISIBLE_DEVICES entry"))
         else:
             raise SamplerConfigError(f"CUDA_VISIBLE_DEVICES entry {entry!r} is neither an index "
-                                     "nor a GPU UUID")
+                                     "nor a GPU or MIG UUID")
     if len({i for i, _ in out}) != len(out):
         raise SamplerConfigError(f"CUDA_VISIBLE_DEVICES={','.join(entries)} names a GPU twice")
     return out
+
+
+def _mig_parent_index(mig_uuid: str) -> int:
+    """The NVML index of the GPU a MIG instance (``MIG-<uuid>``) belongs to.
+
+    NVML reads power per whole GPU: the parent is what the sampler reads (and, being in MIG
+    mode, is refused unless ``allow_mig``).
+    """
+    try:
+        mig = _call("nvmlDeviceGetHandleByUUID", mig_uuid)
+        parent = _call("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", mig)
+        return int(_call("nvmlDeviceGetIndex", parent))
+    except SourceError as exc:
+        raise SamplerConfigError(f"CUDA_VISIBLE_DEVICES entry {mig_uuid!r} is a MIG instance "
+                                 f"whose GPU NVML cannot find ({exc}); NVML reads power per "
+                                 "whole GPU: make the whole GPU visible") from exc
 
 
 def _mig_enabled(handle: Any) -> bool:
@@ -376,6 +407,17 @@ def device_handle(index: int) -> Any:
     return _call("nvmlDeviceGetHandleByIndex", int(index))
 
 
+def device_handle_by_uuid(uuid: str) -> Any:
+    """The handle of the GPU whose UUID is ``uuid`` (``GPU-...``; in a session)."""
+    return _call("nvmlDeviceGetHandleByUUID", uuid)
+
+
+def persistence_mode(handle: Any) -> bool:
+    """Whether the GPU is in persistence mode (the driver stays loaded between processes)."""
+    return int(_call("nvmlDeviceGetPersistenceMode", handle)) == int(
+        getattr(pynvml, "NVML_FEATURE_ENABLED", 1))
+
+
 def device_name(handle: Any) -> str:
     """The GPU's marketing name, e.g. ``NVIDIA H100 80GB HBM3``."""
     return _text(_call("nvmlDeviceGetName", handle))
@@ -463,6 +505,7 @@ class _Gpu:
     mem_clock: bool = False
     temp: bool = False
     reasons_fn: str | None = None
+    last_power_ts_us: int | None = None
 
 
 def _probe(what: str, fn: Callable[[], Any], probes: dict[str, str]) -> bool:
@@ -591,9 +634,13 @@ class NvmlSource(Source):
                  FI_ENERGY: "energy"}
         try:
             values = _call("nvmlDeviceGetFieldValues", h, list(FIELD_IDS))
-        except (NotSupported, NoPermission) as exc:
+        except SourceError as exc:
+            if isinstance(exc, GpuLost):
+                raise
+            # Older drivers answer the whole call with INVALID_ARGUMENT (-> UnknownError) for
+            # ids they do not know: every field falls back to the older calls.
             for fid in FIELD_IDS:
-                probes[names[fid]] = f"field values: {exc}"
+                probes[names[fid]] = f"field values: {exc} (fallback)"
         else:
             for fid, fv in zip(FIELD_IDS, values, strict=True):
                 code = int(fv.nvmlReturn)
@@ -604,9 +651,11 @@ class NvmlSource(Source):
                     probes[names[fid]] = "not_supported"
                 elif error_class(code) is NoPermission:
                     probes[names[fid]] = "no_permission"
-                else:  # transient at probe: keep it
-                    probes[names[fid]] = f"error {code} at probe (kept)"
-                    gpu.field_ids.append(fid)
+                else:
+                    # Any other code at start-up (INVALID_ARGUMENT on older drivers, ...) is not
+                    # a transient hiccup to keep reading: keeping it would publish a whole run
+                    # of null power labelled `instant`. Fall back to the older calls.
+                    probes[names[fid]] = f"error {code} at probe (fallback)"
         if FI_ENERGY not in gpu.field_ids:
             gpu.energy_call = _probe("total_energy_consumption", functools.partial(
                 _call, "nvmlDeviceGetTotalEnergyConsumption", h), probes)
@@ -620,13 +669,16 @@ class NvmlSource(Source):
             _call, "nvmlDeviceGetClockInfo", h, pynvml.NVML_CLOCK_MEM), probes)
         gpu.temp = _probe("temperature", functools.partial(
             _call, "nvmlDeviceGetTemperature", h, pynvml.NVML_TEMPERATURE_GPU), probes)
+        # The newer name first; drivers/bindings without it answer the older throttle-reasons
+        # call (same bitmask).
         for fn in ("nvmlDeviceGetCurrentClocksEventReasons",
                    "nvmlDeviceGetCurrentClocksThrottleReasons"):
             if not hasattr(pynvml, fn):
                 continue
             if _probe("clock_event_reasons", functools.partial(_call, fn, h), probes):
                 gpu.reasons_fn = fn
-            break
+                probes["clock_event_reasons"] = f"ok ({fn})"
+                break
 
     # -- per tick ---------------------------------------------------------------------------
     def read(self, slot: int) -> Reading:
@@ -634,6 +686,7 @@ class NvmlSource(Source):
         h = gpu.handle
         faults = 0
         vals: dict[int, float] = {}
+        stamps: dict[int, int] = {}
         if gpu.field_ids:
             try:
                 fvs = _call("nvmlDeviceGetFieldValues", h, gpu.field_ids)
@@ -646,6 +699,7 @@ class NvmlSource(Source):
                     code = int(fv.nvmlReturn)
                     if code == NVML_SUCCESS:
                         vals[fid] = field_value(fv)
+                        stamps[fid] = int(fv.timestamp)
                         continue
                     cls = error_class(code)
                     if cls is GpuLost:
@@ -653,6 +707,13 @@ class NvmlSource(Source):
                     faults |= {NotSupported: FAULT_FIELD_NOT_SUPPORTED,
                                NoPermission: FAULT_NO_PERMISSION}.get(cls, FAULT_FIELD_ERROR)
         out = [NAN] * 10
+        power_ts_us = NAN
+        if FI_POWER_INSTANT in stamps:
+            ts = stamps[FI_POWER_INSTANT]
+            power_ts_us = float(ts)
+            if ts > 0 and ts == gpu.last_power_ts_us:
+                faults |= FAULT_STALE
+            gpu.last_power_ts_us = ts
         out[0] = vals.get(FI_POWER_INSTANT, NAN)
         out[1] = vals.get(FI_POWER_AVERAGE, NAN)
         out[2] = vals.get(FI_ENERGY, NAN)
@@ -682,7 +743,7 @@ class NvmlSource(Source):
                 faults |= FAULT_FIELD_NOT_SUPPORTED
             except UnknownError:
                 faults |= FAULT_TRANSIENT
-        return Reading(*out, faults=faults)
+        return Reading._make([*out, faults, power_ts_us])  # field order of Reading
 
     # -- the rest ---------------------------------------------------------------------------
     def provenance(self) -> dict[str, Any]:

@@ -182,7 +182,7 @@ class TickLoop:
             append(tick, dev.slot, missed, deadline, t_before, t_after, r.faults,
                    r.power_mw / 1000.0, r.power_avg_mw / 1000.0, r.energy_mj, r.gpu_util_pct,
                    r.mem_util_pct, r.mem_used_bytes / 1048576.0, r.sm_clock_mhz,
-                   r.mem_clock_mhz, r.temp_c, r.clock_event_reasons)
+                   r.mem_clock_mhz, r.temp_c, r.clock_event_reasons, r.power_ts_us)
             if lost is not None:
                 break
         return lost

@@ -303,21 +303,25 @@ def device_settings(gpu_indices: Sequence[int], *, power_limit_w: float | None =
     if len(set(indices)) != len(indices):
         raise SamplerConfigError(f"{' and '.join(requested)}: GPU indices {indices} name a GPU "
                                  "twice")
-    from . import nvml
+    from . import journal, nvml
 
     applied = [AppliedSettings(i, requested_power_limit_mw=power_mw,
                                requested_sm_clock_mhz=clock_mhz) for i in indices]
     with nvml.session():
         handles: dict[int, Any] = {}
+        uuids: dict[int, str] = {}
         try:
             for a in applied:  # check every GPU before changing any
                 handle = handles[a.gpu_index] = nvml.device_handle(a.gpu_index)
                 _check_ranges(nvml, handle, a)
+            for a in applied:  # journal every original before the first set call
+                _journal(nvml, journal, handles[a.gpu_index], a, uuids)
             for a in applied:
                 _apply(nvml, handles[a.gpu_index], a)
             yield applied
         finally:
-            _restore(nvml, handles, applied)
+            restored = _restore(nvml, handles, applied)
+            journal.clear([uuids[i] for i in restored if i in uuids])
 
 
 def _check_power_value(watts: float | None) -> int | None:
@@ -355,11 +359,27 @@ def _check_ranges(nvml: Any, handle: Any, a: AppliedSettings) -> None:
                                     f"highest SM clock {top} MHz", field=AXIS_GPU_CLOCK)
 
 
-def _apply(nvml: Any, handle: Any, a: AppliedSettings) -> None:
+def _journal(nvml: Any, journal: Any, handle: Any, a: AppliedSettings,
+             uuids: dict[int, str]) -> None:
+    """Read the original settings and journal them by UUID (``generation.sampler.journal``)."""
     index = a.gpu_index
     if a.requested_power_limit_mw is not None:
         a.original_power_limit_mw = _step(AXIS_POWER_LIMIT, f"read GPU {index}'s power limit",
                                           nvml.power_limit_mw, handle)
+    # Keyed by UUID (survives renumbering); a GPU whose UUID is unreadable by its NVML index.
+    uuid = _optional(nvml.device_uuid, handle) or f"{journal.INDEX_KEY_PREFIX}{index}"
+    journal.record(uuid, nvml_index=index, power_limit_mw=a.original_power_limit_mw,
+                   clocks_locked=a.requested_sm_clock_mhz is not None)
+    uuids[index] = uuid
+
+
+def _apply(nvml: Any, handle: Any, a: AppliedSettings) -> None:
+    index = a.gpu_index
+    if a.requested_power_limit_mw is not None:
+        if a.original_power_limit_mw is None:
+            a.original_power_limit_mw = _step(AXIS_POWER_LIMIT,
+                                              f"read GPU {index}'s power limit",
+                                              nvml.power_limit_mw, handle)
         _step(AXIS_POWER_LIMIT, f"set GPU {index}'s power limit", nvml.set_power_limit_mw,
               handle, a.requested_power_limit_mw)
         a.power_limit_set = True
@@ -375,10 +395,13 @@ def _apply(nvml: Any, handle: Any, a: AppliedSettings) -> None:
              a.requested_sm_clock_mhz, a.observed())
 
 
-def _restore(nvml: Any, handles: dict[int, Any], applied: list[AppliedSettings]) -> None:
-    failures = []
+def _restore(nvml: Any, handles: dict[int, Any], applied: list[AppliedSettings]) -> list[int]:
+    """Restore every changed GPU; return the indices whose settings are back (or untouched)."""
+    failures: list[str] = []
+    restored: list[int] = []
     for a in reversed(applied):
         handle = handles.get(a.gpu_index)
+        n_failures = len(failures)
         if a.clocks_locked:
             try:
                 nvml.reset_gpu_locked_clocks(handle)
@@ -392,8 +415,12 @@ def _restore(nvml: Any, handles: dict[int, Any], applied: list[AppliedSettings])
             except SourceError as exc:
                 failures.append(f"GPU {a.gpu_index} {AXIS_POWER_LIMIT} (back to "
                                 f"{a.original_power_limit_mw / 1000:g} W): {exc}")
+        if len(failures) == n_failures:
+            restored.append(a.gpu_index)
     if failures:
-        log.error("could not restore GPU settings: %s", "; ".join(failures))
+        log.error("could not restore GPU settings (kept in the journal; `llm-powertrace "
+                  "restore-gpu-settings` retries): %s", "; ".join(failures))
+    return restored
 
 
 def _step(axis: str, what: str, fn: Callable[..., T], *args: Any) -> T:

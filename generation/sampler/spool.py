@@ -56,7 +56,9 @@ RECORD_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("t_before_ns", "<i8", "q"),  # monotonic time before this device's reads
     ("t_after_ns", "<i8", "q"),   # ... and after (the sample's time)
     ("faults", "<i8", "q"),       # FAULT_* bits of the reading
-) + tuple((name, "<f8", "d") for name in SPOOL_SIGNALS)
+) + tuple((name, "<f8", "d") for name in SPOOL_SIGNALS) + (
+    ("power_ts_us", "<f8", "d"),  # the source's own timestamp of power_w (NVML: CPU µs), NaN
+)
 
 RECORD_DTYPE = np.dtype([(n, t) for n, t, _ in RECORD_FIELDS])
 RECORD_STRUCT = struct.Struct("<" + "".join(c for _, _, c in RECORD_FIELDS))
@@ -294,8 +296,9 @@ def read_spool(path: str | os.PathLike[str]) -> Spool:
     samples_path = sdir / "samples.bin"
     if samples_path.exists():
         raw = samples_path.read_bytes()
-    usable = len(raw) - len(raw) % RECORD_DTYPE.itemsize
-    samples = np.frombuffer(raw[:usable], dtype=RECORD_DTYPE).copy()
+    dtype = _record_dtype(header)
+    usable = len(raw) - len(raw) % dtype.itemsize
+    samples = np.frombuffer(raw[:usable], dtype=dtype).copy()
     devices = _read_json(sdir / "devices.json", [])
     anchors = _read_json(sdir / "anchors.json", {})
     written = _read_json(sdir / "summary.json", None)
@@ -303,6 +306,20 @@ def read_spool(path: str | os.PathLike[str]) -> Spool:
     provenance = _read_json(base / PROVENANCE_FILE, {})
     return Spool(base, header, devices, samples, anchors, summary, provenance,
                  dropped_bytes=len(raw) - usable)
+
+
+def _record_dtype(header: dict[str, Any]) -> np.dtype:
+    """The record layout a spool was written with.
+
+    Its header says; older spools lack fields added since, e.g. ``power_ts_us``.
+    """
+    fields = header.get("record_fields")
+    if not fields:
+        return RECORD_DTYPE
+    try:
+        return np.dtype([(str(n), str(t)) for n, t in fields])
+    except (TypeError, ValueError) as exc:
+        raise SamplerError(f"spool header: bad record_fields {fields!r}: {exc}") from exc
 
 
 def summarize(samples: np.ndarray, header: dict[str, Any], written: dict[str, Any] | None,

@@ -154,6 +154,8 @@ class RunContext:
         checkpoint_dir: where checkpoints go.
         progress: show the within-run progress bar (steps).
         device: ``cuda`` or ``cpu``.
+        prepared: what the workload's ``setup`` built before the sampler started (the model on
+            its device, data, trainer or engine); ``run`` consumes it.
     """
 
     run_id: str
@@ -165,6 +167,7 @@ class RunContext:
     checkpoint_dir: Path | None = None
     progress: bool = True
     device: str = "cpu"
+    prepared: Any = None
 
 
 class WorkloadSpec:
@@ -178,6 +181,14 @@ class WorkloadSpec:
 
     def prepare(self) -> None:
         """Import the heavy libraries now (before the sampler's first tick); default: nothing."""
+
+    def setup(self, resolved: dict[str, Any], ctx: RunContext) -> Any:
+        """Build what the run needs before the sampler starts.
+
+        Model on its device, data, CUDA context, warm-up; the runner puts the result in
+        ``ctx.prepared``. Default: nothing (``run`` then sets up inside the measured window).
+        """
+        return None
 
     def resolve(self, values: dict[str, Any], machine: MachineInfo) -> dict[str, Any]:
         """Fill defaults and derived values (pure; no heavy imports).

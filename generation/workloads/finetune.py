@@ -131,7 +131,10 @@ class FinetuneSpec(WorkloadSpec):
                 problems.append(("method", "qlora needs CUDA (4-bit bitsandbytes); this "
                                  f"machine samples with {machine.source}"))
             elif not machine.bitsandbytes:
-                problems.append(("method", "qlora needs bitsandbytes: pip install bitsandbytes"))
+                from .quant import bitsandbytes_reason
+
+                problems.append(("method", f"qlora needs bitsandbytes with CUDA: "
+                                 f"{bitsandbytes_reason(machine)}"))
         if r["lora_targets"]:
             unknown = sorted(set(r["lora_targets"].split(",")) - spec.target_modules)
             if unknown:
@@ -201,6 +204,9 @@ class FinetuneSpec(WorkloadSpec):
 
     def prepare(self) -> None:
         prepare()
+
+    def setup(self, r: dict[str, Any], ctx: RunContext) -> Any:
+        return setup(r, ctx)
 
     def run(self, r: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
         return train(r, ctx)
@@ -384,44 +390,75 @@ def sft_config_kwargs(r: dict[str, Any], ctx: RunContext, output_dir: Path) -> d
         kwargs["ddp_backend"] = "nccl" if cuda else "gloo"
         kwargs["ddp_find_unused_parameters"] = False
     if r["parallelism"] == "fsdp":
-        kwargs["fsdp"] = "full_shard auto_wrap"
-        kwargs["fsdp_config"] = {"use_orig_params": True,
-                                 "activation_checkpointing": False}
+        kwargs.update(fsdp_kwargs())
     return kwargs
 
 
-def train(r: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
-    """Fine-tune one resolved run in this process and return its result columns.
+def base_weights_dtype(r: dict[str, Any]) -> str:
+    """The dtype the base model's weights are held in for a resolved run (a ``torch`` name).
 
-    Args:
-        r: the resolved settings (``SPEC.resolve``).
-        ctx: run id, staging folder, event recorder, rank and world size.
-
-    Returns:
-        ``steps``, ``tokens``, ``tokens_per_s``, ``final_loss``, ``model_params`` and the
-        library versions actually used.
+    Full fine-tuning keeps float32 master weights in every precision (bf16/fp16 compute is the
+    trainer's autocast; fp16 weights cannot be trained with a gradient scaler). LoRA and QLoRA
+    hold the frozen base in the compute precision (the adapters are float32, PEFT's default).
     """
-    import peft
+    if r["method"] == "full":
+        return "float32"
+    return models.PRECISION_DTYPES[r["precision"]]
+
+
+class Prepared:
+    """A fine-tuning run set up before the sampler starts (model on its device, data, trainer).
+
+    Attributes:
+        trainer: the ``SFTTrainer``, ready to ``train()``.
+        callback: the events callback.
+        model_params: parameters of the instantiated base model.
+        probe: the compute-dtype probe (reads the first forward pass of training).
+        columns: the observed execution columns (``models.execution_columns``).
+    """
+
+    def __init__(self, trainer: Any, callback: Any, model_params: int, probe: Any,
+                 columns: dict[str, Any]) -> None:
+        self.trainer = trainer
+        self.callback = callback
+        self.model_params = model_params
+        self.probe = probe
+        self.columns = columns
+
+
+def setup(r: dict[str, Any], ctx: RunContext) -> Prepared:
+    """Build everything a run needs, outside the measured window (issue 11, item 2).
+
+    The model is built directly on its device in the weights' dtype (:func:`base_weights_dtype`,
+    passed explicitly on every load path), the tokenizer, the data and the trainer (PEFT wraps
+    the model here) are made, and the CUDA context exists; no event is marked (this happens
+    before the sampler's first tick).
+
+    Raises:
+        InputError: the instantiated model does not hold the weights' dtype the row will say.
+    """
     import torch
-    import transformers
-    import trl
     from peft import LoraConfig
     from trl import SFTConfig, SFTTrainer
 
-    ctx.mark("warmup_begin", label="setup")
     spec = models.get_spec(r["model"])
     cuda = ctx.device == "cuda"
+    device = f"cuda:{ctx.local_rank}" if cuda else "cpu"
+    if cuda:
+        torch.cuda.set_device(ctx.local_rank)
+        torch.cuda.init()
+    dtype = getattr(torch, base_weights_dtype(r))
     quant = None
     device_map = None
     if r["method"] == "qlora":
         from transformers import BitsAndBytesConfig
 
-        compute = torch.bfloat16 if r["precision"] == "bf16" else torch.float16
+        compute = models.torch_dtype(r["precision"])  # fp32 rows compute in fp32, not fp16
         quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
                                    bnb_4bit_compute_dtype=compute, bnb_4bit_use_double_quant=True)
         device_map = {"": ctx.local_rank}
-    model = models.build_model(spec, r["model_source"], seed=int(r["seed"]),
-                               quantization_config=quant, device_map=device_map)
+    model = models.build_model(spec, r["model_source"], seed=int(r["seed"]), dtype=dtype,
+                               device=device, quantization_config=quant, device_map=device_map)
     model_params = models.count_params(model)
     model.config.use_cache = False
     if quant is not None:
@@ -463,9 +500,69 @@ def train(r: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
         trainer = SFTTrainer(model=model, args=args, train_dataset=train_ds,
                              eval_dataset=eval_ds, processing_class=tokenizer,
                              peft_config=peft_config, callbacks=[callback])
-        _quiet_progress(trainer)
+    _quiet_progress(trainer)
+    columns = models.execution_columns(trainer.model, cuda=cuda)
+    if quant is None:
+        held = columns["weights_dtype"].split(",")[0]
+        if held != base_weights_dtype(r):
+            raise InputError(f"precision {r['precision']} ({r['method']}) needs the base "
+                             f"weights in {base_weights_dtype(r)} but the model holds {held}",
+                             field="precision")
+    if cuda:
+        torch.cuda.synchronize()
+    probe = models.ComputeDtypeProbe(trainer.model)
+    return Prepared(trainer, callback, model_params, probe, columns)
+
+
+def fsdp_kwargs() -> dict[str, Any]:
+    """FSDP2 through the trainer, in transformers 5 / accelerate 1.x's current form.
+
+    ``fsdp=True`` plus everything in ``fsdp_config`` (the string form ``"full_shard auto_wrap"``
+    is deprecated). FSDP2 (``fully_shard``, ``version: 2``) shards parameters, gradients and
+    optimiser state; ``reshard_after_forward=True`` is FSDP1's ``FULL_SHARD``; every decoder
+    layer is a unit (``TRANSFORMER_BASED_WRAP`` on the model's ``_no_split_modules``).
+    ``use_orig_params`` is an FSDP1 option (FSDP2 always keeps the original parameters), so it
+    is not passed. Activation checkpointing stays the trainer's own switch
+    (``gradient_checkpointing``), never FSDP's.
+    """
+    return {"fsdp": True,
+            "fsdp_config": {"version": 2, "reshard_after_forward": True,
+                            "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+                            "state_dict_type": "FULL_STATE_DICT",
+                            "activation_checkpointing": False}}
+
+
+def train(r: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
+    """Fine-tune one resolved run in this process and return its result columns.
+
+    Uses ``ctx.prepared`` (:func:`setup`, run by the runner before the sampler starts); without
+    it, sets up here, inside ``warmup_begin``/``warmup_end`` events labelled ``setup``.
+
+    Args:
+        r: the resolved settings (``SPEC.resolve``).
+        ctx: run id, staging folder, event recorder, rank and world size.
+
+    Returns:
+        ``steps``, ``tokens``, ``tokens_per_s``, ``final_loss``, ``model_params``, what ran
+        (``weights_dtype``, ``compute_dtype``, ``attn_implementation``, ``tf32``) and the
+        library versions actually used.
+    """
+    import peft
+    import torch
+    import transformers
+    import trl
+
+    prepared = ctx.prepared
+    if not isinstance(prepared, Prepared):
+        ctx.mark("warmup_begin", label="setup")
+        prepared = setup(r, ctx)
         ctx.mark("warmup_end", label="setup")
+    ctx.prepared = None
+    trainer, callback = prepared.trainer, prepared.callback
+    cuda = ctx.device == "cuda"
+    with _library_bars_off():
         trainer.train()
+    prepared.probe.remove()
 
     steps = int(trainer.state.global_step)
     tokens = steps * int(r["batch_size"]) * int(r["grad_accum"]) * ctx.world_size * int(r["seq_len"])
@@ -479,17 +576,34 @@ def train(r: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
         "tokens": tokens,
         "tokens_per_s": tokens / span_s if span_s and span_s > 0 else None,
         "final_loss": final_loss,
-        "model_params": model_params,
+        "model_params": prepared.model_params,
+        **prepared.columns,
+        "compute_dtype": prepared.probe.dtype,
         "torch_version": torch.__version__,
         "transformers_version": transformers.__version__,
         "peft_version": peft.__version__,
         "trl_version": trl.__version__,
         "train_span_s": span_s,
     }
-    del trainer, model
-    if cuda:
-        torch.cuda.empty_cache()
+    del trainer, prepared
+    release_memory(cuda)
     return result
+
+
+def release_memory(cuda: bool) -> None:
+    """Free the previous run's memory (issue 11, item 3).
+
+    ``gc.collect()`` (after the caller dropped its references), then
+    ``torch.cuda.empty_cache()`` — in that order, or the cache keeps the model's blocks and the
+    next run's idle padding starts with them.
+    """
+    import gc
+
+    gc.collect()
+    if cuda:
+        import torch
+
+        torch.cuda.empty_cache()
 
 
 def write_result(path: Path, result: dict[str, Any]) -> None:

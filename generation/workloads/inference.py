@@ -143,6 +143,22 @@ _AXES = settings_from_columns(
 )
 _AXES["length_params"] = JsonSetting("length_params", "string",
                                      doc=_AXES["length_params"].doc)
+CB_ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2", "flash_attention_3")
+CB_SETTINGS: dict[str, Setting] = {
+    # Continuous batching is configured explicitly (issue 11, item 4): transformers would
+    # otherwise switch the attention to flash (possibly fetching a kernel from the Hub through
+    # `kernels` mid-run) and decide CUDA graphs and async batching on its own. The defaults are
+    # what transformers' own heuristic picks for sdpa (a mask is needed: no graphs, no async).
+    # Only continuous-batching runs carry them (static runs keep their run ids and rows null).
+    "cb_attn_implementation": Setting("cb_attn_implementation", "string", default="sdpa",
+                                      choices=CB_ATTN_IMPLEMENTATIONS,
+                                      doc="Continuous batching: attention kernel (never "
+                                      "switched automatically)"),
+    "cb_use_cuda_graph": Setting("cb_use_cuda_graph", "bool", default=False,
+                                 doc="Continuous batching: capture CUDA graphs (CUDA only)"),
+    "cb_use_async_batching": Setting("cb_use_async_batching", "bool", default=False,
+                                     doc="Continuous batching: async double-buffered batches"),
+}
 SETTINGS: dict[str, Setting] = {
     "model": Setting("model", "string", default="llama-tiny", column=False,
                      doc="Zoo model name (see generation.workloads.models.ZOO)"),
@@ -159,6 +175,7 @@ SETTINGS: dict[str, Setting] = {
                                  column=False,
                                  doc="Multiplies replayed arrival offsets (0.5 = twice as fast)"),
     **_AXES,
+    **CB_SETTINGS,
 }
 
 
@@ -255,6 +272,9 @@ class InferenceSpec(WorkloadSpec):
             r["num_requests"] = DEFAULT_NUM_REQUESTS
         quant.resolve_backends(r, machine)
         r["num_gpus"] = int(r["tp_size"])
+        if r["batching"] != "continuous":
+            for key in CB_SETTINGS:  # not part of a static run (nor of its run id)
+                r.pop(key, None)
         return r
 
     def check(self, r: dict[str, Any], machine: MachineInfo) -> list[tuple[str, str]]:
@@ -301,6 +321,9 @@ class InferenceSpec(WorkloadSpec):
         import torch  # noqa: F401
         import transformers  # noqa: F401
         from transformers import ContinuousBatchingConfig  # noqa: F401
+
+    def setup(self, r: dict[str, Any], ctx: RunContext) -> Any:
+        return setup(r, ctx)
 
     def run(self, r: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
         return serve(r, ctx)
@@ -883,13 +906,16 @@ class StaticEngine:
 
 
 def continuous_batching_config(*, concurrency: int, max_prompt: int, max_output: int,
-                               device: str = "cpu") -> Any:
+                               device: str = "cpu", use_cuda_graph: bool = False,
+                               use_async_batching: bool = False) -> Any:
     """A ``ContinuousBatchingConfig`` sized for the workload (not from free memory).
 
     The KV cache holds ``concurrency`` requests of the longest prompt + output, and a batch
     holds every in-flight request's prompt (capped at 8192 tokens; longer prefills are split).
     Sizing by the workload keeps CPU set-up fast (the auto-sizing fills a mask of the whole
-    cache) and makes runs on different GPUs comparable.
+    cache) and makes runs on different GPUs comparable. Nothing is left to transformers'
+    heuristics: ``auto_switch_to_flash=False``, ``use_cuda_graph`` and ``use_async_batching``
+    come from the sweep (CUDA graphs only exist on CUDA).
     """
     from transformers import ContinuousBatchingConfig
 
@@ -900,7 +926,10 @@ def continuous_batching_config(*, concurrency: int, max_prompt: int, max_output:
     return ContinuousBatchingConfig(page_size=page, num_blocks=num_blocks,
                                     max_batch_tokens=max_batch_tokens,
                                     max_requests_per_batch=concurrency,
-                                    allow_block_sharing=False, return_logprobs=False)
+                                    allow_block_sharing=False, return_logprobs=False,
+                                    auto_switch_to_flash=False,
+                                    use_cuda_graph=bool(use_cuda_graph and device == "cuda"),
+                                    use_async_batching=bool(use_async_batching))
 
 
 class ContinuousEngine:
@@ -920,12 +949,17 @@ class ContinuousEngine:
     POLL_S = 0.1
 
     def __init__(self, model: Any, *, concurrency: int, max_prompt: int,
-                 max_output: int) -> None:
+                 max_output: int, attn_implementation: str = "sdpa",
+                 use_cuda_graph: bool = False, use_async_batching: bool = False) -> None:
         self.model = model
         self.concurrency = concurrency
         self.max_prompt = max_prompt
         self.max_output = max_output
+        self.attn_implementation = attn_implementation
+        self.use_cuda_graph = use_cuda_graph
+        self.use_async_batching = use_async_batching
         self.manager: Any = None
+        self._resolved: dict[str, Any] = {}
         self._offset_ns = _perf_offset_ns()
         self._pending: set[str] = set()
         self._refused: list[Completion] = []
@@ -940,10 +974,27 @@ class ContinuousEngine:
                                max_new_tokens=self.max_output)
         cfg = continuous_batching_config(concurrency=self.concurrency, max_prompt=self.max_prompt,
                                          max_output=self.max_output,
-                                         device=self.model.device.type)
+                                         device=self.model.device.type,
+                                         use_cuda_graph=self.use_cuda_graph,
+                                         use_async_batching=self.use_async_batching)
+        if self.model.config._attn_implementation != self.attn_implementation:
+            self.model.set_attn_implementation(self.attn_implementation)
         self.manager = self.model.init_continuous_batching(generation_config=gen,
                                                            continuous_batching_config=cfg)
+        if self.model.device.type == "cuda":
+            self.manager.warmup()  # CUDA-graph capture now, not inside the measured window
+        cfg = self.manager.continuous_batching_config  # as resolved by the manager
+        graphs = cfg.use_cuda_graph
+        self._resolved = {
+            "cb_attn_implementation": self.model.config._attn_implementation,
+            "cb_use_cuda_graph": bool(any(graphs) if isinstance(graphs, (tuple, list))
+                                      else graphs),
+            "cb_use_async_batching": bool(cfg.use_async_batching)}
         self.manager.start()
+
+    def resolved_config(self) -> dict[str, Any]:
+        """The configuration that ran (read back from the manager at start): ``cb_*`` columns."""
+        return dict(self._resolved)
 
     def _ns(self, perf_s: float) -> int:
         return int(round(perf_s * 1e9)) + self._offset_ns
@@ -1182,16 +1233,17 @@ def load_model(r: dict[str, Any], device: str) -> Any:
     dtype = getattr(torch, _DTYPES[r["precision"]])
     wq, backend = r["weight_quant"], r["weight_quant_backend"]
     if wq != "none" and backend == "bitsandbytes":
-        model = models.build_model(spec, r["model_source"], seed=int(r["seed"]),
+        # dtype explicitly: the modules bitsandbytes leaves unquantised (embeddings, norms,
+        # lm_head) are then in the row's precision, not float32.
+        model = models.build_model(spec, r["model_source"], seed=int(r["seed"]), dtype=dtype,
                                    quantization_config=quant.bitsandbytes_config(wq, dtype),
                                    device_map={"": 0})
         return model.eval()
-    # A zoo model is initialised where it will run (random init of 8B parameters on a CPU
-    # takes minutes); a Hub checkpoint loads on the CPU and moves.
-    where = torch.device(device) if device != "cpu" else contextlib.nullcontext()
-    with where:
-        model = models.build_model(spec, r["model_source"], seed=int(r["seed"]))
-    model = model.to(device=device, dtype=dtype).eval()
+    # Built where it will run, in the run's dtype (random init of 8B parameters on a CPU takes
+    # minutes, and an fp32 copy would double the memory); a Hub checkpoint loads in that dtype.
+    model = models.build_model(spec, r["model_source"], seed=int(r["seed"]), dtype=dtype,
+                               device=device)
+    model = model.to(device=device).eval()
     if wq != "none":
         quant.quantize_weights_quanto(model, wq)
     return model
@@ -1218,7 +1270,7 @@ def load_model_tp(r: dict[str, Any], ctx: RunContext, *, poll_s: float = 0.2,
     marker = path / ".complete"
     if ctx.rank == 0:
         if not marker.exists():
-            model = models.build_model(spec, "zoo", seed=int(r["seed"])).to(dtype)
+            model = models.build_model(spec, "zoo", seed=int(r["seed"]), dtype=dtype)
             model.save_pretrained(path)
             del model
             marker.write_text("ok")
@@ -1280,18 +1332,46 @@ def make_prompts(stream: arr.RequestStream, vocab_size: int) -> Callable[[arr.Re
 
 
 def make_engine(batching: str, model: Any, *, concurrency: int, max_prompt: int,
-                max_output: int, generate_kw: dict[str, Any] | None = None) -> Any:
-    """A static or continuous engine."""
+                max_output: int, generate_kw: dict[str, Any] | None = None,
+                cb_options: dict[str, Any] | None = None) -> Any:
+    """A static or continuous engine (``cb_options``: the ``cb_*`` settings)."""
     if batching == "static":
         return StaticEngine(model, generate_kwargs=generate_kw)
+    opts = cb_options or {}
     return ContinuousEngine(model, concurrency=concurrency, max_prompt=max_prompt,
-                            max_output=max_output)
+                            max_output=max_output,
+                            attn_implementation=opts.get("cb_attn_implementation") or "sdpa",
+                            use_cuda_graph=bool(opts.get("cb_use_cuda_graph")),
+                            use_async_batching=bool(opts.get("cb_use_async_batching")))
+
+
+def start_engine(model: Any, stream: arr.RequestStream, *, batching: str, concurrency: int,
+                 vocab_size: int, generate_kw: dict[str, Any] | None = None,
+                 cb_options: dict[str, Any] | None = None) -> Any:
+    """Make, start and warm up an engine (continuous batching: manager, CUDA graphs)."""
+    import numpy as np
+
+    max_prompt, max_output = stream.lengths.max_lengths()
+    engine = make_engine(batching, model, concurrency=concurrency, max_prompt=max_prompt,
+                         max_output=max_output, generate_kw=generate_kw, cb_options=cb_options)
+    rng = np.random.default_rng(12345)
+    warm = [Job(f"w{i}", arr.synthetic_prompt(rng, max_prompt, vocab_size,
+                                              first_id=models.NUM_SPECIAL),
+                min(WARMUP_TOKENS, max_output)) for i in range(concurrency)]
+    engine.start()
+    try:
+        engine.warmup(warm)
+    except BaseException:
+        engine.stop()
+        raise
+    return engine
 
 
 def serve_stream(model: Any, stream: arr.RequestStream, *, batching: str, concurrency: int,
                  vocab_size: int, events: EventSink | None = None,
                  generate_kw: dict[str, Any] | None = None,
-                 mark: Callable[..., Any] | None = None) -> Served:
+                 mark: Callable[..., Any] | None = None, engine: Any = None,
+                 cb_options: dict[str, Any] | None = None) -> Served:
     """Warm up an engine, serve ``stream`` through the loop, stop the engine.
 
     Args:
@@ -1303,29 +1383,25 @@ def serve_stream(model: Any, stream: arr.RequestStream, *, batching: str, concur
         events: run-level event sink.
         generate_kw: extra ``generate`` arguments of the static engine.
         mark: ``ctx.mark`` for ``warmup_begin``/``warmup_end``.
+        engine: an engine already started and warmed up (:func:`start_engine`, in the
+            workload's ``setup``); ``None``: start one here.
+        cb_options: the ``cb_*`` settings of a continuous engine.
 
     Returns:
         The request log, the steady window and the engine (with its batches).
     """
     prompts = make_prompts(stream, vocab_size)
-    max_prompt, max_output = stream.lengths.max_lengths()
     loop = ServingLoop(stream, prompts, concurrency=concurrency, events=events)
-    engine = make_engine(batching, model, concurrency=concurrency, max_prompt=max_prompt,
-                         max_output=max_output, generate_kw=generate_kw)
-    loop.bind(engine)
-    if mark is not None:
-        mark("warmup_begin", label="setup")
-    import numpy as np
-
-    rng = np.random.default_rng(12345)
-    warm = [Job(f"w{i}", arr.synthetic_prompt(rng, max_prompt, vocab_size,
-                                              first_id=models.NUM_SPECIAL),
-                min(WARMUP_TOKENS, max_output)) for i in range(concurrency)]
-    engine.start()
-    try:
-        engine.warmup(warm)
+    if engine is None:  # not prepared before the sampler: warm up inside the window, marked
+        if mark is not None:
+            mark("warmup_begin", label="setup")
+        engine = start_engine(model, stream, batching=batching, concurrency=concurrency,
+                              vocab_size=vocab_size, generate_kw=generate_kw,
+                              cb_options=cb_options)
         if mark is not None:
             mark("warmup_end", label="setup")
+    loop.bind(engine)
+    try:
         records = loop.run()
     finally:
         engine.stop()
@@ -1343,27 +1419,96 @@ def _sampler_t0_ns(staging_dir: str | os.PathLike[str]) -> int | None:
         return None
 
 
+@dataclass
+class PreparedServing:
+    """An inference run set up before the sampler starts (issue 11, item 2).
+
+    Attributes:
+        model: the model on its device, in eval mode.
+        model_params: its parameter count.
+        engine: the started, warmed-up engine (``None`` on a tensor-parallel follower rank).
+        columns: the observed execution columns (and the resolved ``cb_*`` configuration).
+        probe: the compute-dtype probe.
+    """
+
+    model: Any
+    model_params: int
+    engine: Any
+    columns: dict[str, Any]
+    probe: Any
+
+
+def setup(r: dict[str, Any], ctx: RunContext) -> PreparedServing:
+    """Set an inference run up before the sampler starts.
+
+    Loads the model on its device in the run's dtype, quantises it, starts and warms up the
+    engine (continuous batching: the manager and its CUDA graphs). A tensor-parallel run only
+    loads its shards here: its engine warm-up needs every rank inside ``serve``.
+    """
+    import torch
+
+    spec = models.get_spec(r["model"])
+    tp = ctx.world_size > 1
+    cuda = ctx.device == "cuda"
+    if cuda and not tp:
+        torch.cuda.init()
+    if cuda and quant.uses_quanto(r):
+        quant.build_quanto_cuda_extension()  # nvcc/ninja build: minutes, never in the window
+    model = load_model_tp(r, ctx) if tp else load_model(r, ctx.device)
+    model_params = models.count_params(model)  # sharded weights are DTensors: global sizes
+    columns = models.execution_columns(model, cuda=cuda)
+    probe = models.ComputeDtypeProbe(model)
+    if tp:
+        # Tensor parallel: the engine's warm-up is a collective the follower ranks only join
+        # inside ``serve`` (``follow_tp``), so it stays in the window, between warmup events.
+        return PreparedServing(model, model_params, None, columns, probe)
+    stream = build_stream(r)
+    with torch.inference_mode():
+        engine = start_engine(model, stream, batching=r["batching"],
+                              concurrency=int(r["concurrency"]), vocab_size=spec.vocab_size,
+                              generate_kw=generate_kwargs(r), cb_options=r)
+    if isinstance(engine, ContinuousEngine):
+        columns.update(engine.resolved_config())
+        columns["attn_implementation"] = columns["cb_attn_implementation"]
+    if cuda:
+        torch.cuda.synchronize()
+    return PreparedServing(model, model_params, engine, columns, probe)
+
+
 def serve(r: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
     """Serve one resolved run in this process; write the request log; return result columns.
+
+    Uses ``ctx.prepared`` (:func:`setup`, run before the sampler starts); without it, loads
+    the model inside ``warmup_begin``/``warmup_end`` events labelled ``model``.
 
     Args:
         r: the resolved settings (``SPEC.resolve``).
         ctx: run id, staging folder, event recorder, device.
 
     Returns:
-        The ``inference`` result columns, ``num_requests``, ``model_params``, the library
-        versions actually used and ``_requests`` (the ``inference_requests`` rows on the run
-        clock, t0 read from the sampler's spool).
+        The ``inference`` result columns, ``num_requests``, ``model_params``, what ran
+        (``weights_dtype``, ``compute_dtype``, ``attn_implementation``, ``tf32``, ``cb_*``),
+        the library versions actually used and ``_requests`` (the ``inference_requests`` rows
+        on the run clock, t0 read from the sampler's spool).
     """
     import torch
     import transformers
 
-    ctx.mark("warmup_begin", label="model")
     spec = models.get_spec(r["model"])
     tp = ctx.world_size > 1
-    model = load_model_tp(r, ctx) if tp else load_model(r, ctx.device)
-    model_params = models.count_params(model)  # sharded weights are DTensors: global sizes
-    ctx.mark("warmup_end", label="model")
+    prepared = ctx.prepared
+    ctx.prepared = None
+    engine = None
+    if isinstance(prepared, PreparedServing):
+        model, model_params, engine = prepared.model, prepared.model_params, prepared.engine
+    else:
+        ctx.mark("warmup_begin", label="model")
+        model = load_model_tp(r, ctx) if tp else load_model(r, ctx.device)
+        model_params = models.count_params(model)
+        ctx.mark("warmup_end", label="model")
+        prepared = PreparedServing(model, model_params, None,
+                                   models.execution_columns(model, cuda=ctx.device == "cuda"),
+                                   models.ComputeDtypeProbe(model))
     if tp and ctx.rank != 0:
         follow_tp(model, r)
         return {}
@@ -1374,7 +1519,8 @@ def serve(r: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
             served = serve_stream(model, stream, batching=r["batching"],
                                   concurrency=int(r["concurrency"]),
                                   vocab_size=spec.vocab_size, events=events,
-                                  generate_kw=generate_kwargs(r), mark=ctx.mark)
+                                  generate_kw=generate_kwargs(r), mark=ctx.mark, engine=engine,
+                                  cb_options=r)
         write_requests(Path(ctx.staging_dir) / REQUESTS_FILE, served.records)
         t0 = _sampler_t0_ns(ctx.staging_dir)
         if t0 is None:
@@ -1386,15 +1532,21 @@ def serve(r: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
             events.mark("steady_end", served.steady.end_ns, label=served.steady.label)
     finally:
         events.close()
+    prepared.probe.remove()
+    if isinstance(served.engine, ContinuousEngine) and engine is None:  # started in the window
+        prepared.columns.update(served.engine.resolved_config())
+        prepared.columns["attn_implementation"] = prepared.columns["cb_attn_implementation"]
     result = summarise(served.records)
     result.update(model_params=model_params, torch_version=torch.__version__,
                   transformers_version=transformers.__version__,
-                  _requests=load_requests(ctx.staging_dir, t0))
-    del model
+                  _requests=load_requests(ctx.staging_dir, t0), **prepared.columns)
+    result["compute_dtype"] = prepared.probe.dtype
+    del model, prepared, engine, served
     if tp:
         shutil.rmtree(Path(ctx.staging_dir) / TP_CHECKPOINT, ignore_errors=True)
-    if ctx.device == "cuda":
-        torch.cuda.empty_cache()
+    from .finetune import release_memory
+
+    release_memory(ctx.device == "cuda")
     return result
 
 
@@ -1419,6 +1571,8 @@ __all__ = [
     "make_prompts",
     "serve",
     "serve_stream",
+    "setup",
+    "start_engine",
     "steady_window",
     "summarise",
     "validate_settings",

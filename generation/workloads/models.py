@@ -258,20 +258,41 @@ def make_config(spec: ModelSpec) -> Any:
     return cls(**shape)
 
 
-def build_model(spec: ModelSpec, source: str = "zoo", *, seed: int = 0,
-                quantization_config: Any = None, device_map: Any = None) -> Any:
+PRECISION_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+"""The torch dtype name of each ``precision`` value."""
+
+
+def torch_dtype(precision: str) -> Any:
+    """The ``torch.dtype`` of a ``precision`` (``fp32``/``bf16``/``fp16``); imports torch."""
+    import torch
+
+    return getattr(torch, PRECISION_DTYPES[precision])
+
+
+def build_model(spec: ModelSpec, source: str = "zoo", *, seed: int = 0, dtype: Any = None,
+                device: str | None = None, quantization_config: Any = None,
+                device_map: Any = None, attn_implementation: str | None = None) -> Any:
     """Instantiate a causal-LM: random weights of the zoo shape, or the cached Hub checkpoint.
 
-    Weights are created in float32 (master weights); mixed precision is the trainer's job.
+    The weights' dtype is always explicit (``dtype``; default float32): never transformers 5's
+    ``dtype="auto"``, which loads a cached checkpoint in whatever it was saved in (bf16) while a
+    zoo model would be fp32 — the row's precision would then depend on the cache.
 
     Args:
         spec: the zoo entry.
         source: ``zoo`` or ``hub`` (see :func:`resolve_source`).
         seed: seed of the random initialisation.
+        dtype: the ``torch.dtype`` of the weights (``None`` = float32).
+        device: where a zoo model is built (``cuda:0``, ``cpu``): directly there, in ``dtype``,
+            with no float32 copy on the host first. A Hub checkpoint goes there after loading
+            (or through ``device_map``).
         quantization_config: a ``BitsAndBytesConfig`` for QLoRA. A Hub checkpoint is loaded
-            quantized; a zoo model is written once as a random checkpoint to a temporary folder
-            and reloaded quantized (bitsandbytes quantizes on load only).
+            quantized; a zoo model is written once as a random checkpoint (in ``dtype``) to a
+            temporary folder and reloaded quantized (bitsandbytes quantizes on load only) — in
+            the workload's ``setup``, before the sampler starts.
         device_map: passed to ``from_pretrained`` (QLoRA needs the GPU map).
+        attn_implementation: the attention kernel (``eager``, ``sdpa``, ...); ``None`` leaves
+            transformers' default, which the rows record (``attn_implementation``).
 
     Returns:
         A ``transformers`` ``PreTrainedModel``.
@@ -280,31 +301,131 @@ def build_model(spec: ModelSpec, source: str = "zoo", *, seed: int = 0,
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
+    dtype = torch.float32 if dtype is None else dtype
+    extra: dict[str, Any] = {}
+    if attn_implementation is not None:
+        extra["attn_implementation"] = attn_implementation
     if source == "hub":
-        kwargs: dict[str, Any] = {"local_files_only": True}
+        kwargs: dict[str, Any] = {"local_files_only": True, "dtype": dtype, **extra}
         if quantization_config is not None:
             kwargs["quantization_config"] = quantization_config
         if device_map is not None:
             kwargs["device_map"] = device_map
-        return AutoModelForCausalLM.from_pretrained(spec.hub_id, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(spec.hub_id, **kwargs)
+        if device_map is None and quantization_config is None and device is not None:
+            model = model.to(device)
+        return model
     config = make_config(spec)
     if quantization_config is None:
-        return AutoModelForCausalLM.from_config(config)
-    return _quantized_random_model(config, quantization_config, device_map)
+        with torch.device(device or "cpu"):
+            return AutoModelForCausalLM.from_config(config, dtype=dtype, **extra)
+    return _quantized_random_model(config, quantization_config, device_map, dtype, extra)
 
 
-def _quantized_random_model(config: Any, quantization_config: Any, device_map: Any) -> Any:
-    """A random-weight model loaded 4-bit: save a random checkpoint to a temp dir, reload quantized."""
+def _quantized_random_model(config: Any, quantization_config: Any, device_map: Any,
+                            dtype: Any, extra: dict[str, Any]) -> Any:
+    """A random-weight model loaded 4-bit: save a random checkpoint to a temp dir, reload quantized.
+
+    The checkpoint is written in ``dtype`` (half the bytes of float32 for bf16/fp16).
+    """
     import tempfile
 
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_config(config)
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype, **extra)
     with tempfile.TemporaryDirectory(prefix="powertrace-zoo-") as tmp:
         model.save_pretrained(tmp)
         del model
         return AutoModelForCausalLM.from_pretrained(
-            tmp, quantization_config=quantization_config, device_map=device_map or "auto")
+            tmp, quantization_config=quantization_config, device_map=device_map or "auto",
+            dtype=dtype, **extra)
+
+
+def _param_kind(p: Any) -> str:
+    """What one parameter is held as: its dtype name, or the quantised format."""
+    cls = type(p).__name__
+    if cls == "Params4bit":
+        return str(getattr(p, "quant_type", None) or "4bit")
+    if cls == "Int8Params":
+        return "int8"
+    qtype = getattr(p, "qtype", None)  # optimum-quanto's quantised tensors
+    if qtype is not None:
+        return str(getattr(qtype, "name", qtype))
+    return str(p.dtype).removeprefix("torch.")
+
+
+def weights_dtypes(model: Any) -> str:
+    """The dtypes the model's parameters are held in, comma-separated, most parameters first.
+
+    Example: ``bfloat16,float32`` for a bf16 LoRA base with fp32 adapters; ``nf4,...`` for
+    4-bit bitsandbytes weights. Shared tensors are counted once.
+    """
+    from collections import Counter
+
+    counts: Counter[str] = Counter()
+    seen: set[int] = set()
+    for p in model.parameters():
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        counts[_param_kind(p)] += p.numel()
+    return ",".join(k for k, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+class ComputeDtypeProbe:
+    """Records the output dtype of the model's first linear layer in its first forward pass.
+
+    That is the dtype the matmuls really ran in (autocast, bitsandbytes' compute dtype and
+    quanto's dequantisation included), observed rather than inferred from the settings. The
+    hook removes itself after the first call.
+    """
+
+    def __init__(self, model: Any) -> None:
+        self.dtype: str | None = None
+        self._handle = None
+        module = _first_linear(model)
+        if module is not None:
+            self._handle = module.register_forward_hook(self._hook)
+
+    def _hook(self, module: Any, args: Any, output: Any) -> None:
+        out = output[0] if isinstance(output, (tuple, list)) else output
+        dtype = getattr(out, "dtype", None)
+        if dtype is not None:
+            self.dtype = str(dtype).removeprefix("torch.")
+        self.remove()
+
+    def remove(self) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+
+
+def _first_linear(model: Any) -> Any:
+    """The first module holding a 2-D ``weight`` of its own that is not an embedding."""
+    for _name, module in model.named_modules():
+        if "Embedding" in type(module).__name__:
+            continue
+        weight = module._parameters.get("weight") if hasattr(module, "_parameters") else None
+        if weight is not None and getattr(weight, "ndim", 0) == 2:
+            return module
+    return None
+
+
+def execution_columns(model: Any, *, cuda: bool, compute_dtype: str | None = None
+                      ) -> dict[str, Any]:
+    """The columns of what actually ran, observed on the instantiated model and torch.
+
+    ``weights_dtype``, ``compute_dtype`` (the caller's probe), ``attn_implementation``, ``tf32``.
+    """
+    import torch
+
+    config = getattr(model, "config", None)
+    return {
+        "weights_dtype": weights_dtypes(model),
+        "compute_dtype": compute_dtype,
+        "attn_implementation": getattr(config, "_attn_implementation", None),
+        "tf32": bool(torch.backends.cuda.matmul.allow_tf32) if cuda else None,
+    }
 
 
 def count_params(model: Any) -> int:

@@ -271,6 +271,13 @@ def test_measurement_method_and_cpu_proxy_warning(card):
     assert "Nyquist" in method
     samplers = {r[0]: r for r in table_rows(method)}
     assert samplers["`nvml`"][4] == "100"
+    # issue 11: per platform, which power field was read and what it means
+    per_platform = {(r[0], r[1]): r for r in table_rows(method) if len(r) == 4}
+    assert per_platform[("`a100`", "`power_usage`")][2].startswith("nvmlDeviceGetPowerUsage")
+    assert ("`h100_sxm_80gb`", "`instant`") in per_platform
+    assert ("`cpu_proxy`", "`cpu_proxy_model`") in per_platform
+    assert "only about 25 % of the runtime is sampled" in method  # Yang et al., SC'24
+    assert "stale_power" in method and "energy_mismatch" in method
 
 
 def test_no_proxy_warning_without_proxy_rows(tmp_path):

@@ -22,6 +22,7 @@ NO_PERMISSION = real.NVML_ERROR_NO_PERMISSION
 GPU_IS_LOST = real.NVML_ERROR_GPU_IS_LOST
 UNKNOWN = real.NVML_ERROR_UNKNOWN
 LIBRARY_NOT_FOUND = real.NVML_ERROR_LIBRARY_NOT_FOUND
+INVALID_ARGUMENT = real.NVML_ERROR_INVALID_ARGUMENT
 
 FaultRule = Callable[[int], "int | None"]
 """call number (0-based, per GPU and function) -> NVML error code to raise, or None."""
@@ -63,6 +64,12 @@ class FakeGpu:
         power_range_mw: the power limits the GPU accepts.
         locked_clocks_mhz: ``(min, max)`` of a clock lock, ``None`` when unlocked.
         max_sm_clock_mhz: the highest SM clock.
+        ts0_us: NVML timestamp (CPU µs) of the first field-values call; each call adds
+            ``ts_step_us`` to it, except on the ticks listed in ``stale_ticks`` (the driver
+            returns the previous value again, with the previous timestamp).
+        call_code: a code the whole ``nvmlDeviceGetFieldValues`` call fails with (``None``).
+        mig_uuids: UUIDs (``MIG-...``) of the MIG instances on this GPU.
+        persistence: persistence mode enabled.
     """
 
     name: str = "NVIDIA H100 80GB HBM3"
@@ -81,7 +88,14 @@ class FakeGpu:
     power_range_mw: tuple[int, int] = (200_000, 700_000)
     locked_clocks_mhz: tuple[int, int] | None = None
     max_sm_clock_mhz: int = 1980
+    ts0_us: int = 1_767_225_600_000_000
+    ts_step_us: int = 100_000
+    stale_ticks: frozenset[int] = frozenset()
+    call_code: int | None = None
+    mig_uuids: tuple[str, ...] = ()
+    persistence: bool = True
     tick: int = -1
+    ts_us: int = 0
     energy_mj: float = 0.0
 
     def power_mw(self) -> int:
@@ -89,8 +103,9 @@ class FakeGpu:
 
 
 class _Handle:
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, mig: str | None = None) -> None:
         self.index = index
+        self.mig = mig
 
     def __repr__(self) -> str:
         return f"<handle {self.index}>"
@@ -156,6 +171,27 @@ class FakeNvml:
             raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
         return _Handle(index)
 
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        self.calls["nvmlDeviceGetHandleByUUID"] += 1
+        text = uuid.decode() if isinstance(uuid, bytes) else uuid
+        for i, gpu in enumerate(self.gpus):
+            if gpu.uuid == text:
+                return _Handle(i)
+            if text in gpu.mig_uuids:
+                return _Handle(i, mig=text)
+        raise real.NVMLError(real.NVML_ERROR_NOT_FOUND)
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, migDevice):  # noqa: N803
+        if migDevice.mig is None:
+            raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+        return _Handle(migDevice.index)
+
+    def nvmlDeviceGetIndex(self, handle):
+        return handle.index
+
+    def nvmlDeviceGetPersistenceMode(self, handle):
+        return int(self._gpu(handle, "nvmlDeviceGetPersistenceMode").persistence)
+
     # -- static facts -----------------------------------------------------------------------
     def nvmlDeviceGetName(self, handle):
         return self._gpu(handle, "nvmlDeviceGetName").name
@@ -217,10 +253,17 @@ class FakeNvml:
         else:
             gpu.energy_mj += gpu.power_mw() * gpu.period_s * gpu.energy_scale
         self._gpu(handle, "nvmlDeviceGetFieldValues")
+        if gpu.call_code is not None:
+            raise real.NVMLError(gpu.call_code)
+        if gpu.tick == 0:
+            gpu.ts_us = gpu.ts0_us
+        elif gpu.tick not in gpu.stale_ticks:
+            gpu.ts_us += gpu.ts_step_us
         values = (real.c_nvmlFieldValue_t * len(fieldIds))()
         for i, fid in enumerate(fieldIds):
             v = values[i]
             v.fieldId = fid
+            v.timestamp = gpu.ts_us
             code = gpu.field_codes.get(fid, NVML_SUCCESS)
             v.nvmlReturn = code
             if code != NVML_SUCCESS:

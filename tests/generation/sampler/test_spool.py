@@ -27,14 +27,15 @@ def test_spool_signals_are_the_contracts_signals():
 
 
 def test_record_layout_is_the_same_for_writer_and_reader():
-    assert RECORD_DTYPE.itemsize == RECORD_STRUCT.size == 128
+    assert RECORD_DTYPE.itemsize == RECORD_STRUCT.size == 136
 
 
 def test_round_trip_keeps_nan(tmp_path):
     w = SpoolWriter(tmp_path / "spool", {"source": "nvml", "period_ms": 100.0})
     w.open()
     w.set_devices([{"slot": 0, "gpu_index": 0, "rank": 0, "name": "x"}])
-    values = [123.5, math.nan, 7.0, 50.0, math.nan, 10.0, math.nan, math.nan, 40.0, 4.0]
+    values = [123.5, math.nan, 7.0, 50.0, math.nan, 10.0, math.nan, math.nan, 40.0, 4.0,
+              math.nan]  # the last: power_ts_us
     w.append(0, 0, 0, 100, 101, 102, 0, *values)
     w.append(1, 0, 2, 200, 501, 502, 1, *values)
     w.close()
