@@ -16,7 +16,7 @@ from typing import Any
 
 from datasets import Features, List, Value
 
-SCHEMA_VERSION = "1.1.0"
+SCHEMA_VERSION = "1.2.0"
 """Bumped whenever a column is added, renamed or retyped; the card's changelog says why."""
 
 SCHEMA_CHANGELOG: list[tuple[str, str]] = [
@@ -25,6 +25,8 @@ SCHEMA_CHANGELOG: list[tuple[str, str]] = [
      "energy, percentiles, window peaks, PAR, load factor, ramps at 0.1/1/5/10 s in W/s and % of "
      "the limit, the seed authors' ramp definitions, swings, spectrum and bands, coincidence and "
      "synchrony, idle/near-limit/step/checkpoint states) and gpu_energy_counter_j."),
+    ("1.2.0", "Trace and runs configs: `program` and `exit_code` of runs recorded with "
+     "`llm-powertrace record` (null for sweeps and imports)."),
 ]
 
 TRACE_CONFIGS = ("finetune", "inference")
@@ -153,6 +155,10 @@ PROVENANCE = [
     _c("host_hash", "string", "Salted hash of the host (never the host name)"),
     _c("seed", "int64", "Random seed of the workload"),
     _c("grid_region", "string", "Optional user-given electricity-grid zone (no carbon figure baked in)"),
+    _c("program", "string", "File name of the program run under `llm-powertrace record` (never "
+       "its command line); null otherwise"),
+    _c("exit_code", "int32", "Exit status of the recorded program (128 + N when killed by signal "
+       "N); null when not recorded with `record`"),
     Column("quality_flags", List(Value("string")), "Quality flags of the run: "
            + ", ".join(f"`{f}`" for f in QUALITY_FLAGS)),
     _c("schema_version", "string", "SCHEMA_VERSION of the writer"),
