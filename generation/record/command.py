@@ -157,15 +157,16 @@ def _terminate(child: subprocess.Popen[bytes]) -> None:
 
 
 def record_command(cmd: Sequence[str], config: RecordConfig, *,
-                   requests_from: Callable[[Path], list[dict[str, Any]]] | None = None
+                   requests_from: Callable[..., list[dict[str, Any]]] | None = None
                    ) -> CommandOutcome:
     """Run ``cmd`` under the sampler as one run (see the module docstring).
 
     Args:
         cmd: the command and its arguments.
         config: where and what to record (``program`` is set from ``cmd``).
-        requests_from: called with the staging folder after the command ended, returns the
-            request rows on the run clock (see :mod:`generation.record.requests`).
+        requests_from: called after the command ended with the staging folder (and
+            ``run_id``, ``platform``, ``run_end_ms``), returns the request rows on the run clock
+            (:func:`generation.record.requests.loader`).
 
     Returns:
         A :class:`CommandOutcome`.

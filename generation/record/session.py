@@ -219,6 +219,17 @@ def read_results(staging_dir: Path) -> dict[str, Any]:
     return out
 
 
+def _fill_request_results(record: Any, rows: list[dict[str, Any]]) -> None:
+    """Fill the run's request results (``requests_completed``, ``tokens_out``, TTFT and latency
+    percentiles, ...) from its request rows where the user did not give them."""
+    from llm_powertrace_ds.importers.requests import summary_columns
+    from llm_powertrace_ds.run import coerce_meta
+
+    found = {k: v for k, v in summary_columns(rows).items()
+             if v is not None and record.meta.get(k) is None}
+    record.meta.update(coerce_meta(found, record.workload))
+
+
 _active: Recording | None = None
 
 
@@ -262,7 +273,7 @@ class Recording:
         self.results: dict[str, Any] = {}
         self.work_begin_ns: int | None = None
         self.work_end_ns: int | None = None
-        self.requests_from: Callable[[Path], list[dict[str, Any]]] | None = None
+        self.requests_from: Callable[..., list[dict[str, Any]]] | None = None
         self._sampler: Any = None
         self._run_events: Any = None
         self._events: Any = None
@@ -411,7 +422,14 @@ class Recording:
         record = spool_to_run(self.staging_dir, meta)
         requests = results.get("_requests")
         if self.requests_from is not None:
-            requests = self.requests_from(self.staging_dir)
+            if self.config.workload != "inference":
+                raise InputError("a request log belongs to an inference run (--workload "
+                                 "inference)", field="workload")
+            run_end_ms = max((int(d.t_ms[-1]) for d in record.devices if len(d.t_ms)),
+                             default=0)
+            requests = self.requests_from(self.staging_dir, run_id=self.run_id,
+                                          platform=record.platform, run_end_ms=run_end_ms)
+            _fill_request_results(record, requests)
         if requests:
             record.requests = requests
         return publish_run(self.config.out, record)
