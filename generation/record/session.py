@@ -416,7 +416,9 @@ class Recording:
         unknown = sorted(k for k in results if k not in names and not k.startswith("_"))
         if unknown:
             raise InputError(f"unknown result columns {', '.join(unknown)}", field=unknown[0])
-        meta.update({k: v for k, v in results.items() if v is not None and k in names})
+        # columns the user gave win over what the program reports
+        meta.update({k: v for k, v in results.items()
+                     if v is not None and k in names and meta.get(k) is None})
         if self.exit_code is not None:
             meta["exit_code"] = self.exit_code
         record = spool_to_run(self.staging_dir, meta)
