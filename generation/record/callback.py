@@ -131,7 +131,7 @@ class PowerTraceCallback(TrainerCallback):
             "dp_size": world, "max_steps": int(args.max_steps) if args.max_steps > 0 else None,
             "learning_rate": float(args.learning_rate), "optimizer": str(getattr(args.optim, "value", args.optim)),
             "precision": precision,
-            "gradient_checkpointing": bool(getattr(args, "gradient_checkpointing", False)),
+            "gradient_checkpointing": _checkpointing(args),
             "seed": int(args.seed),
         }
         for col, module in (("torch_version", "torch"), ("transformers_version", "transformers"),
@@ -139,6 +139,14 @@ class PowerTraceCallback(TrainerCallback):
             mod = sys.modules.get(module)
             out[col] = getattr(mod, "__version__", None) if mod is not None else None
         return out
+
+
+def _checkpointing(args: Any) -> bool:
+    """Activation (gradient) checkpointing; transformers 5 renamed the argument."""
+    fields = getattr(type(args), "__dataclass_fields__", {})
+    name = "activation_checkpointing" if "activation_checkpointing" in fields else \
+        "gradient_checkpointing"
+    return bool(getattr(args, name, False))
 
 
 __all__ = ["PowerTraceCallback"]
