@@ -39,7 +39,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from .session import Attached, Recording, RecordError, active
+from .session import Attached, RecordError, Recording, active
 
 
 class PowerTraceCallback(TrainerCallback):

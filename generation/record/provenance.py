@@ -17,8 +17,11 @@ SWEEP_NAME = "record"
 
 def planned_meta(workload: str, run_id: str, axes: Mapping[str, Any], *,
                  program: str | None) -> dict[str, Any]:
-    """Identity (``run_id``, ``sweep`` = ``record``, ``repeat`` 0), ``program``, the axes, and
-    ``package_version``, ``host_hash`` (salted), ``schema_version``."""
+    """The run's known columns before measuring.
+
+    Identity (``run_id``, ``sweep`` = ``record``, ``repeat`` 0), ``program``, the axes, and
+    ``package_version``, ``host_hash`` (salted), ``schema_version``.
+    """
     from generation.runner import host_hash, package_version
 
     meta: dict[str, Any] = {"run_id": run_id, "sweep": SWEEP_NAME, "repeat": 0,

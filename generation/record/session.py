@@ -220,8 +220,10 @@ def read_results(staging_dir: Path) -> dict[str, Any]:
 
 
 def _fill_request_results(record: Any, rows: list[dict[str, Any]]) -> None:
-    """Fill the run's request results (``requests_completed``, ``tokens_out``, TTFT and latency
-    percentiles, ...) from its request rows where the user did not give them."""
+    """Fill the run's request results from its request rows where the user gave none.
+
+    ``requests_completed``, ``tokens_in``, ``tokens_out``, TTFT and latency percentiles.
+    """
     from llm_powertrace_ds.importers.requests import summary_columns
     from llm_powertrace_ds.run import coerce_meta
 

@@ -161,8 +161,13 @@ def to_run_clock(log: RequestLog, *, run_id: str, platform: str, t0_ns: int,
 
 
 def summary_columns(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Run-level results from the request rows (``requests_completed``, ``tokens_in``,
-    ``tokens_out``, TTFT and latency percentiles in ms; nulls where nothing was reported)."""
+    """Run-level results from the request rows; null where nothing was reported.
+
+    ``requests_completed`` (status ``ok``), ``num_requests``, ``tokens_in``/``tokens_out`` (sums
+    over completed requests), ``ttft_p50_ms``/``ttft_p99_ms`` (percentiles of
+    ``first_token_ms - arrival_ms``) and ``latency_p50_ms``/``latency_p99_ms`` (of
+    ``finish_ms - arrival_ms``).
+    """
     import numpy as np
 
     ok = [r for r in rows if r["status"] == "ok"]

@@ -25,21 +25,25 @@ OPTIONAL = ("request_id", "status", "requested_output_tokens")
 STATUSES = ("ok", "error", "cancelled")
 
 
-def _cell(row: dict[str, str], key: str, *, kind: type, file: Path, line: int) -> float | int | None:
+def _float(row: dict[str, str], key: str, *, file: Path, line: int) -> float | None:
     text = (row.get(key) or "").strip()
     if not text:
         return None
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         raise InputError(f"value {text!r} is not a number", file=file, line=line,
                          field=key) from None
-    if kind is int:
-        if not value.is_integer() or value < 0:
-            raise InputError(f"value {text!r} is not a token count", file=file, line=line,
-                             field=key)
-        return int(value)
-    return value
+
+
+def _count(row: dict[str, str], key: str, *, file: Path, line: int) -> int | None:
+    value = _float(row, key, file=file, line=line)
+    if value is None:
+        return None
+    if not value.is_integer() or value < 0:
+        raise InputError(f"value {row[key].strip()!r} is not a token count", file=file,
+                         line=line, field=key)
+    return int(value)
 
 
 def read_csv_requests(path: str | Path) -> RequestLog:
@@ -70,15 +74,15 @@ def read_csv_requests(path: str | Path) -> RequestLog:
                     raise InputError(f"value {status!r} is not one of {', '.join(STATUSES)}",
                                      file=path, line=line, field="status")
                 rid = (row.get("request_id") or "").strip() or str(index)
-                kw = {k: _cell(row, k, kind=float, file=path, line=line)
-                      for k in ("arrival_s", "first_token_s", "finish_s")}
                 log.requests.append(Request(
                     request_id=rid, status=status,
-                    prompt_tokens=_cell(row, "prompt_tokens", kind=int, file=path, line=line),
-                    output_tokens=_cell(row, "output_tokens", kind=int, file=path, line=line),
-                    requested_output_tokens=_cell(row, "requested_output_tokens", kind=int,
-                                                  file=path, line=line),
-                    **kw))  # type: ignore[arg-type]
+                    arrival_s=_float(row, "arrival_s", file=path, line=line),
+                    first_token_s=_float(row, "first_token_s", file=path, line=line),
+                    finish_s=_float(row, "finish_s", file=path, line=line),
+                    prompt_tokens=_count(row, "prompt_tokens", file=path, line=line),
+                    output_tokens=_count(row, "output_tokens", file=path, line=line),
+                    requested_output_tokens=_count(row, "requested_output_tokens", file=path,
+                                                   line=line)))
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise InputError(f"Failed to read: {type(exc).__name__}: {exc}", file=path) from None
     return log
