@@ -89,7 +89,8 @@ def _interval(values: list[float]) -> tuple[float, float, float]:
     mean = statistics.fmean(values)
     if len(values) < 2:
         return mean, float("nan"), float("nan")
-    half = stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / len(values) ** 0.5
+    half = float(stats.t.ppf(0.975, len(values) - 1)) * statistics.stdev(values) \
+        / len(values) ** 0.5
     return mean, mean - half, mean + half
 
 
@@ -122,10 +123,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "child_wall_s_bare": statistics.fmean(bare_s),
         "child_wall_s_recorded": statistics.fmean(rec_s),
         "slowdown_pct": mean, "ci95_pct": [low, high],
-        "slowdown_ok_le_1pct": high <= 1.0,
+        "slowdown_ok_le_1pct": bool(high <= 1.0),
         "start_latency_s_mean": statistics.fmean(latencies),
         "start_latency_s_max": max(latencies),
-        "start_latency_ok_le_1s": max(latencies) <= 1.0,
+        "start_latency_ok_le_1s": bool(max(latencies) <= 1.0),
+        "pairs_slowdown_pct": [round(v, 3) for v in slowdowns],
         "cli_start_latency_s": cli,
         "repeats": args.repeats, "iterations": args.iterations, "sampler": args.sampler,
         "cpus": len(os.sched_getaffinity(0)),
