@@ -64,8 +64,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Import power logs measured by other tools into a dataset folder.",
         epilog="example:\n  llm-powertrace import nvidia-smi gpu.csv --out llm-powertrace "
         "--workload inference --platform a100_sxm4_80gb --tz America/Phoenix")
-    p.add_argument("log_format", metavar="FORMAT", choices=["nvidia-smi", "powertrace-csv"],
-                   help="log format: nvidia-smi or powertrace-csv")
+    p.add_argument("log_format", metavar="FORMAT", choices=["nvidia-smi", "powertrace-csv", "dcgm"],
+                   help="log format: nvidia-smi, powertrace-csv or dcgm (dcgmi dmon output)")
     p.add_argument("files", nargs="+", type=Path, metavar="FILE", help="log files")
     p.add_argument("--out", type=Path, default=Path("llm-powertrace"),
                    help="dataset folder (default: llm-powertrace)")

@@ -39,7 +39,7 @@ MODEL_FAMILIES = (
     "llama", "qwen", "mistral", "gpt2", "gptj", "deepseek", "phi", "gemma", "other", "unknown",
 )
 MODEL_SOURCES = ("zoo", "hub", "import")
-SAMPLERS = ("nvml", "cpu_proxy", "import:nvidia-smi", "import:powertrace-csv")
+SAMPLERS = ("nvml", "cpu_proxy", "import:nvidia-smi", "import:powertrace-csv", "import:dcgm")
 POWER_FIELDS = {
     "instant": "NVML field 186 (NVML_FI_DEV_POWER_INSTANT) or nvidia-smi power.draw.instant",
     "average": "NVML field 185 (1 s average) or nvidia-smi power.draw.average",
