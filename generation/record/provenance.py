@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from generation.runner import host_hash, package_version
 from llm_powertrace_ds import schema
 
 SWEEP_NAME = "record"
@@ -22,8 +23,6 @@ def planned_meta(workload: str, run_id: str, axes: Mapping[str, Any], *,
     Identity (``run_id``, ``sweep`` = ``record``, ``repeat`` 0), ``program``, the axes, and
     ``package_version``, ``host_hash`` (salted), ``schema_version``.
     """
-    from generation.runner import host_hash, package_version
-
     meta: dict[str, Any] = {"run_id": run_id, "sweep": SWEEP_NAME, "repeat": 0,
                             "workload": workload, "program": program}
     meta.update(axes)

@@ -47,6 +47,8 @@ from typing import Any, Literal
 from llm_powertrace_ds import layout, schema
 from llm_powertrace_ds.errors import InputError, PowerTraceError
 
+from .provenance import planned_meta
+
 log = logging.getLogger(__name__)
 
 RECORD_DIR_ENV = "LLM_POWERTRACE_RECORD_DIR"
@@ -402,8 +404,6 @@ class Recording:
         log.warning("run %s kept as failed in staging (not published): %s", self.run_id, error)
 
     def _planned_meta(self) -> dict[str, Any]:
-        from .provenance import planned_meta
-
         cfg = self.config
         return planned_meta(cfg.workload, self.run_id, cfg.axes, program=cfg.program)
 
