@@ -79,6 +79,7 @@ def read_spool_t0(run) -> int:
 
 
 _T0: dict[str, int] = {}
+_RAW: dict[str, list] = {}
 
 
 @pytest.fixture(autouse=True)
@@ -89,7 +90,10 @@ def _remember_t0(monkeypatch):
     original = session.Recording._publish
 
     def publish(self):
+        from generation.events import read_raw_events
+
         _T0[self.run_id] = read_spool(self.staging_dir).t0_ns
+        _RAW[self.run_id] = read_raw_events(self.staging_dir)
         return original(self)
 
     monkeypatch.setattr(session.Recording, "_publish", publish)
@@ -172,3 +176,38 @@ def test_sigint_stops_the_child_and_leaves_no_visible_run(tmp_path):
     statuses = [json.loads(p.read_text()) for p in layout.staging_root(out).glob("*/status.json")]
     assert [s["status"] for s in statuses] == ["failed"]
     assert "SIGINT" in statuses[0]["error"]
+
+
+RANKS = """\
+import os, subprocess, sys
+procs = [subprocess.Popen([sys.executable, "-c", sys.argv[1]], env={**os.environ, "RANK": str(r)})
+         for r in range(2)]
+sys.exit(max(p.wait() for p in procs))
+"""
+RANK = """\
+from generation.record import attach
+rec = attach()
+for step in (1, 2):
+    rec.mark("step_begin", step=step)
+    sum(range(200_000))
+    rec.mark("step_end", step=step)
+if rec.rank == 0:
+    rec.set_results(steps=2)
+rec.close()
+"""
+
+
+def test_every_rank_of_a_launched_program_marks_into_the_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    out = tmp_path / "ds"
+    outcome = record_command([sys.executable, "-c", RANKS, RANK], _cfg(out))
+    assert outcome.status == "published", outcome
+    # every rank's events reach the run's staging folder, on the sampler's clock ...
+    ends = [(rank, step) for _, kind, step, rank, _, _ in _RAW[outcome.run_id]
+            if kind == "step_end"]
+    assert sorted(ends) == [(0, 1), (0, 2), (1, 1), (1, 2)]
+    # ... and each device row carries its own rank's: under cpu_proxy the recorded command is
+    # one virtual device (rank 0, its whole process tree); on GPUs rank r's are on GPU r's row
+    run = read_run(out, outcome.run_id)
+    assert sorted((e.rank, e.step) for e in run.events if e.kind == "step_end") == [(0, 1), (0, 2)]
+    assert run.meta["steps"] == 2
