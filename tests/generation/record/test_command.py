@@ -70,8 +70,9 @@ def test_a_busy_child_is_one_run_whose_work_window_covers_it(tmp_path):
 
     import datasets
 
-    ds = datasets.load_dataset(str(out), "finetune", split="cpu_proxy")
-    assert ds["run_id"] == [outcome.run_id] and ds[0]["program"] == run.meta["program"]
+    ds = datasets.load_dataset(str(out), "finetune", split="cpu_proxy",
+                               cache_dir=str(tmp_path / "hf-cache"))
+    assert list(ds["run_id"]) == [outcome.run_id] and ds[0]["program"] == run.meta["program"]
 
 
 def read_spool_t0(run) -> int:
