@@ -214,3 +214,18 @@ def test_every_rank_of_a_launched_program_marks_into_the_run(tmp_path, monkeypat
     run = read_run(out, outcome.run_id)
     assert sorted((e.rank, e.step) for e in run.events if e.kind == "step_end") == [(0, 1), (0, 2)]
     assert run.meta["steps"] == 2
+
+
+def test_an_unusable_sampler_never_starts_the_command(tmp_path):
+    from generation.sampler import SamplerError, probe_gpus
+
+    try:
+        if probe_gpus():
+            pytest.skip("this machine has a usable GPU")
+    except SamplerError:
+        pass
+    marker = tmp_path / "ran"
+    with pytest.raises(SamplerError):
+        record_command([sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
+                       _cfg(tmp_path / "ds", sampler="nvml"))
+    assert not marker.exists() and _data_files(tmp_path / "ds") == []
