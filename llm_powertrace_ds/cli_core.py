@@ -64,8 +64,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Import power logs measured by other tools into a dataset folder.",
         epilog="example:\n  llm-powertrace import nvidia-smi gpu.csv --out llm-powertrace "
         "--workload inference --platform a100_sxm4_80gb --tz America/Phoenix")
-    p.add_argument("log_format", metavar="FORMAT", choices=["nvidia-smi", "powertrace-csv", "dcgm"],
-                   help="log format: nvidia-smi, powertrace-csv or dcgm (dcgmi dmon output)")
+    p.add_argument("log_format", metavar="FORMAT",
+                   choices=["nvidia-smi", "powertrace-csv", "dcgm", "requests-csv"],
+                   help="log format: nvidia-smi, powertrace-csv, dcgm (dcgmi dmon output), or "
+                   "requests-csv (a request log onto the published run --run)")
     p.add_argument("files", nargs="+", type=Path, metavar="FILE", help="log files")
     p.add_argument("--out", type=Path, default=Path("llm-powertrace"),
                    help="dataset folder (default: llm-powertrace)")
@@ -80,6 +82,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="GPUs in a log without a GPU column (default: inferred)")
     p.add_argument("--tz", default="UTC",
                    help="IANA time zone of zone-less timestamps (default: UTC)")
+    p.add_argument("--run", default=None, metavar="RUN_ID",
+                   help="requests-csv: the published inference run the requests belong to")
     add_format(p)
     p.set_defaults(func=cmd_import)
 
@@ -133,6 +137,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     from .shards import publish_run, refresh_readme
 
     out_dir(args.out)
+    if args.log_format == "requests-csv":
+        return _import_requests(args)
     # Read and check every file before publishing any: a bad file changes nothing.
     runs = [import_file(args.log_format, path, workload=args.workload, meta_path=args.meta,
                         platform=args.platform, num_gpus=args.num_gpus, tz=args.tz)
@@ -149,6 +155,19 @@ def cmd_import(args: argparse.Namespace) -> int:
         if results:  # whatever was published, the folder's card must list it
             refresh_readme(args.out)
     emit(results, args.format, ["run_id", "platform", "num_gpus", "samples", "flags"])
+    return 0
+
+
+def _import_requests(args: argparse.Namespace) -> int:
+    from .errors import InputError
+    from .importers.requests import attach_requests
+    from .shards import refresh_readme
+
+    if not args.run or len(args.files) != 1:
+        raise InputError("requests-csv needs one FILE and --run RUN_ID", field="--run")
+    res = attach_requests(args.out, args.run, "csv", args.files[0])
+    refresh_readme(args.out)
+    emit([{"run_id": res.run_id, "files": res.files}], args.format, ["run_id", "files"])
     return 0
 
 

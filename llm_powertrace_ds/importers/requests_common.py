@@ -8,6 +8,8 @@ named clock; :func:`to_run_clock` puts them on the run clock (ms since the sampl
     t_ms = floor((t_s * 1e9 - t0_ns) / 1e6)                          clock "monotonic"
     t_ms = floor((t_s * 1e9 - utc_ns + monotonic_ns - t0_ns) / 1e6)   clock "unix"
 
+(the difference rounded to whole µs first, the resolution float seconds can hold).
+
 ``monotonic`` is Linux CLOCK_MONOTONIC (Python's ``time.perf_counter``/``time.monotonic``, the
 sampler's clock: valid for a client that ran on the sampler's machine, e.g. under
 ``llm-powertrace record``); ``unix`` is wall-clock seconds since the epoch, converted through
@@ -96,9 +98,15 @@ def column(data: dict[str, Any], key: str, n: int | None, *, file: Path,
 
 
 def _to_ms(t_s: float | None, offset_ns: int) -> int | None:
+    """Milliseconds since the offset, floored.
+
+    The difference is first rounded to whole µs: float seconds of an epoch-sized clock hold about
+    0.24 µs, so ``1.25`` s must not become 1249 ms.
+    """
     if t_s is None:
         return None
-    return (round(t_s * 1e9) - offset_ns) // 1_000_000
+    delta_us = round((t_s - offset_ns / 1e9) * 1e6)
+    return delta_us // 1000
 
 
 def to_run_clock(log: RequestLog, *, run_id: str, platform: str, t0_ns: int,

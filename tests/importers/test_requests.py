@@ -135,3 +135,26 @@ def test_bad_csv_names_file_line_and_field(tmp_path):
     path.write_text("arrival_s,finish_s\n")
     with pytest.raises(InputError, match="first_token_s"):
         read_requests("csv", path)
+
+
+def test_a_csv_log_onto_a_published_run(tmp_path, make_run):
+    from llm_powertrace_ds.cli import main
+    from llm_powertrace_ds.shards import iter_rows, publish_run
+
+    out = tmp_path / "ds"
+    run = make_run("serve-1", workload="inference")
+    publish_run(out, run)
+    t0 = run.meta["start_time"].timestamp()
+    path = tmp_path / "requests.csv"
+    path.write_text("arrival_s,first_token_s,finish_s,prompt_tokens,output_tokens\n"
+                    f"{t0 + 1.0},{t0 + 1.25},{t0 + 4.0},100,50\n")
+    assert main(["import", "requests-csv", str(path), "--run", "serve-1", "--out", str(out),
+                 "--workload", "inference"]) == 0
+    rows = list(iter_rows(out, "inference_requests"))
+    assert [(r["arrival_ms"], r["first_token_ms"], r["finish_ms"]) for r in rows] == \
+        [(1000, 1250, 4000)]
+    vllm = write_vllm(tmp_path)
+    from llm_powertrace_ds.importers.requests import attach_requests
+
+    with pytest.raises(InputError, match="monotonic clock"):
+        attach_requests(out, "serve-1", "vllm", vllm)
