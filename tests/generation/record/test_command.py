@@ -157,7 +157,8 @@ def test_cli_propagates_the_exit_code_and_checks_set(tmp_path):
     assert proc.returncode == 1 and "batch_sise" in err and "accepted" in err
 
 
-def test_sigint_stops_the_child_and_leaves_no_visible_run(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_the_child_and_leaves_no_visible_run(tmp_path, sig):
     out = tmp_path / "ds"
     started = tmp_path / "started"
     child = ("import os, sys, time\nopen(sys.argv[1], 'w').write(str(os.getpid()))\n"
@@ -170,15 +171,15 @@ def test_sigint_stops_the_child_and_leaves_no_visible_run(tmp_path):
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.05)
     child_pid = int(started.read_text())
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
+    assert proc.returncode == 128 + sig, err
     with pytest.raises(ProcessLookupError):
         os.kill(child_pid, 0)
     assert _data_files(out) == []
     statuses = [json.loads(p.read_text()) for p in layout.staging_root(out).glob("*/status.json")]
     assert [s["status"] for s in statuses] == ["failed"]
-    assert "SIGINT" in statuses[0]["error"]
+    assert signal.Signals(sig).name in statuses[0]["error"]
 
 
 RANKS = """\
