@@ -28,6 +28,7 @@ COMMAND_MODULES = [
     "llm_powertrace_ds.cli_facility",
     "llm_powertrace_ds.cli_explore",
     "generation.cli_gpu",
+    "llm_powertrace_ds.cli_record",
 ]
 
 EPILOG = """exit codes: 0 ok, 1 failure, 2 bad usage.

@@ -68,8 +68,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "  llm-powertrace import mlenergy-v2 benchmark/data/llm_text_generation/chat --out "
         "mlenergy")
     p.add_argument("log_format", metavar="FORMAT",
-                   choices=["nvidia-smi", "powertrace-csv", "mlenergy-v2"],
-                   help="log format: nvidia-smi or powertrace-csv; or mlenergy-v2 (FILE is an "
+                   choices=["nvidia-smi", "powertrace-csv", "dcgm", "mlenergy-v2", "requests-csv"],
+                   help="log format: nvidia-smi, powertrace-csv, dcgm (dcgmi dmon output); "
+                   "requests-csv (a request log onto the published run --run); or mlenergy-v2 (FILE is an "
                    "ML.ENERGY leaderboard v2 task folder, e.g. .../chat: runs-table rows "
                    "without traces)")
     p.add_argument("files", nargs="+", type=Path, metavar="FILE", help="log files")
@@ -87,6 +88,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="GPUs in a log without a GPU column (default: inferred)")
     p.add_argument("--tz", default="UTC",
                    help="IANA time zone of zone-less timestamps (default: UTC)")
+    p.add_argument("--run", default=None, metavar="RUN_ID",
+                   help="requests-csv: the published inference run the requests belong to")
     add_format(p)
     p.set_defaults(func=cmd_import)
 
@@ -140,6 +143,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     from .shards import publish_run, refresh_readme
 
     out_dir(args.out)
+    if args.log_format == "requests-csv":
+        return _import_requests(args)
     if args.log_format == "mlenergy-v2":
         return _import_summaries(args)
     if args.workload is None:
@@ -162,6 +167,19 @@ def cmd_import(args: argparse.Namespace) -> int:
         if results:  # whatever was published, the folder's card must list it
             refresh_readme(args.out)
     emit(results, args.format, ["run_id", "platform", "num_gpus", "samples", "flags"])
+    return 0
+
+
+def _import_requests(args: argparse.Namespace) -> int:
+    from .errors import InputError
+    from .importers.requests import attach_requests
+    from .shards import refresh_readme
+
+    if not args.run or len(args.files) != 1:
+        raise InputError("requests-csv needs one FILE and --run RUN_ID", field="--run")
+    res = attach_requests(args.out, args.run, "csv", args.files[0])
+    refresh_readme(args.out)
+    emit([{"run_id": res.run_id, "files": res.files}], args.format, ["run_id", "files"])
     return 0
 
 

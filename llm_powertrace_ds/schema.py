@@ -35,7 +35,8 @@ SCHEMA_CHANGELOG: list[tuple[str, str]] = [
      "attn_implementation, tf32, gpu_persistence_mode on every workload; cb_attn_implementation, "
      "cb_use_cuda_graph, cb_use_async_batching (the resolved continuous-batching configuration) "
      "on inference; event kind prepare_end; quality flags power_limit_not_default and "
-     "stale_power; runs metric idle_power_w."),
+     "stale_power; runs metric idle_power_w."), Also (issue 16): `program` and "
+     "`exit_code` of runs recorded with `llm-powertrace record` (null for sweeps and imports)."),
 ]
 
 TRACE_CONFIGS = ("finetune", "inference")
@@ -49,7 +50,7 @@ MODEL_FAMILIES = (
 )
 MODEL_SOURCES = ("zoo", "hub", "import")
 SAMPLERS = ("nvml", "cpu_proxy", "import:nvidia-smi", "import:powertrace-csv",
-            "import:mlenergy-v2")
+            "import:mlenergy-v2", "import:dcgm")
 POWER_FIELDS = {
     "instant": "NVML field 186 (NVML_FI_DEV_POWER_INSTANT) or nvidia-smi power.draw.instant",
     "average": "NVML field 185 (1 s average) or nvidia-smi power.draw.average",
@@ -185,6 +186,10 @@ PROVENANCE = [
     _c("host_hash", "string", "Salted hash of the host (never the host name)"),
     _c("seed", "int64", "Random seed of the workload"),
     _c("grid_region", "string", "Optional user-given electricity-grid zone (no carbon figure baked in)"),
+    _c("program", "string", "File name of the program run under `llm-powertrace record` (never "
+       "its command line); null otherwise"),
+    _c("exit_code", "int32", "Exit status of the recorded program (128 + N when killed by signal "
+       "N); null when not recorded with `record`"),
     Column("quality_flags", List(Value("string")), "Quality flags of the run: "
            + ", ".join(f"`{f}`" for f in QUALITY_FLAGS)),
     _c("schema_version", "string", "SCHEMA_VERSION of the writer"),

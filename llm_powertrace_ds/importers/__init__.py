@@ -10,6 +10,7 @@ Example:
 Formats:
     ``nvidia-smi``: logs of ``nvidia-smi --query-gpu=... --format=csv[,nounits] -lms N``.
     ``powertrace-csv``: the LLM-PowerTrace authors' long CSV with its metadata JSON.
+    ``dcgm``: ``dcgmi dmon -e 155,156,150,203,100,101 -d 100`` text output (:mod:`.dcgm`).
     ``mlenergy-v2`` (a summaries format: one task folder, many runs, no traces): ML.ENERGY
     leaderboard v2 run summaries, see :mod:`.mlenergy_v2` and :func:`import_summaries`.
 """
@@ -23,12 +24,13 @@ from .. import schema
 from ..errors import InputError
 from ..run import Run
 from .common import load_meta_file, resolve_zone
+from .dcgm import import_dcgm
 from .nvidia_smi import import_nvidia_smi
 from .powertrace_csv import import_powertrace_csv
 
 __all__ = ["FORMATS", "SUMMARY_FORMATS", "import_file", "import_summaries", "load_meta_file"]
 
-FORMATS = ("nvidia-smi", "powertrace-csv")
+FORMATS = ("nvidia-smi", "powertrace-csv", "dcgm")
 SUMMARY_FORMATS = ("mlenergy-v2",)
 """Formats of published run summaries without power traces (one folder, many runs)."""
 
@@ -55,7 +57,7 @@ def import_file(fmt: str, path: str | Path, *, workload: str, meta_path: str | P
     """Import one log file as a :class:`Run` (nothing is written).
 
     Args:
-        fmt: ``nvidia-smi`` or ``powertrace-csv``.
+        fmt: ``nvidia-smi``, ``powertrace-csv`` or ``dcgm``.
         path: the log file.
         workload: ``finetune`` or ``inference`` (what ran while it was logged).
         meta_path: for ``nvidia-smi`` a flat JSON/YAML mapping of our column names (default: the
@@ -82,6 +84,9 @@ def import_file(fmt: str, path: str | Path, *, workload: str, meta_path: str | P
     path = Path(path)
     if not path.is_file():
         raise InputError("no such file", file=path)
+    if fmt == "dcgm":
+        return import_dcgm(path, workload=workload, meta_path=meta_path, platform=platform,
+                           num_gpus=num_gpus)
     if fmt == "nvidia-smi":
         return import_nvidia_smi(path, workload=workload, meta_path=meta_path, platform=platform,
                                  num_gpus=num_gpus, zone=resolve_zone(tz))

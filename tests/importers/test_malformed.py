@@ -271,7 +271,7 @@ def test_missing_file_and_bad_arguments(tmp_path):
         import_file("nvidia-smi", tmp_path / "nope.csv", workload="inference")
     path = indexed_log(tmp_path / "a.csv")
     with pytest.raises(InputError, match="field 'format'"):
-        import_file("dcgm", path, workload="inference")
+        import_file("no-such-format", path, workload="inference")
     with pytest.raises(InputError, match="field 'workload'"):
         import_file("nvidia-smi", path, workload="training")
     with pytest.raises(InputError, match="field 'num_gpus'"):

@@ -64,7 +64,7 @@ def units_log(path: Path, *, gpus: int = 1, ticks: int = 30, period: int = 100,
 
 
 def test_formats():
-    assert FORMATS == ("nvidia-smi", "powertrace-csv")
+    assert FORMATS == ("nvidia-smi", "powertrace-csv", "dcgm")
 
 
 def test_index_uuid_name(tmp_path):
