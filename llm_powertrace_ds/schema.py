@@ -31,11 +31,12 @@ SCHEMA_CHANGELOG: list[tuple[str, str]] = [
      "(sampling_interval_observed_median_s / _p95_s, ramps at 5 s and 10 s; flags "
      "zero_power_samples, duplicate_samples, gpu_count_mismatch, precision_unknown, "
      "power_limit_from_spec, summary_only). ramp_up_*_1s / ramp_event_frequency_1s now follow "
-     "the seed's definitions exactly (see the metric formulas). Also (issue 11, what actually ran): weights_dtype, compute_dtype, "
+     "the seed's definitions exactly (see the metric formulas). Also (issue 11, what actually "
+     "ran): weights_dtype, compute_dtype, "
      "attn_implementation, tf32, gpu_persistence_mode on every workload; cb_attn_implementation, "
      "cb_use_cuda_graph, cb_use_async_batching (the resolved continuous-batching configuration) "
      "on inference; event kind prepare_end; quality flags power_limit_not_default and "
-     "stale_power; runs metric idle_power_w."), Also (issue 16): `program` and "
+     "stale_power; runs metric idle_power_w. Also (issue 16): `program` and "
      "`exit_code` of runs recorded with `llm-powertrace record` (null for sweeps and imports)."),
 ]
 
