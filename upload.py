@@ -141,13 +141,13 @@ def validate_folder(root: Path) -> FolderCheck:
     """Re-validate every published run; raise ``UploadError`` listing runs with errors."""
     from cards.summary import is_cpu_proxy
     from llm_powertrace_ds import schema
-    from llm_powertrace_ds.shards import list_runs, read_run
+    from llm_powertrace_ds.shards import iter_runs
     from llm_powertrace_ds.validate import validate_run
 
     check = FolderCheck()
     failed = []
-    for info in list_runs(root):
-        run = read_run(root, info["run_id"])
+    for run in iter_runs(root):  # one walk of data/, one trace file in memory at a time
+        info = run.meta
         report = validate_run(run)
         errors = sorted(set(report.errors) | {f for f in run.flags if f in schema.ERROR_FLAGS})
         if errors:
@@ -380,7 +380,7 @@ class Plan:
 
 def _prepare(args: argparse.Namespace, work: Path) -> tuple[Plan, Path]:
     """Every local step: checks, card, packed copy (and Parquet copy), the plan."""
-    from cards.builder import CardOptions, write_card
+    from cards.builder import CardOptions, refresh_card, write_card
     from cards.figures import FIGURES_DIR
     from llm_powertrace_ds import shards
 
@@ -396,7 +396,7 @@ def _prepare(args: argparse.Namespace, work: Path) -> tuple[Plan, Path]:
             "activity, not GPU measurements); pass --allow-proxy to publish them anyway")
     readme = root / "README.md"
     old_card = readme.read_text(encoding="utf-8") if readme.exists() else ""
-    shards.refresh_readme(root)
+    refresh_card(root)
     pairs = check_loads(root, work / "cache")
 
     packed = work / "arrow"

@@ -1,8 +1,9 @@
 """The dataset card builder: the one writer of a dataset folder's ``README.md``.
 
 The card is regenerated from the data and the schema alone, so nothing hand-edited survives;
-customisation goes through :class:`CardOptions`. It is called after every publish (under the
-folder lock, by ``llm_powertrace_ds.shards.refresh_readme``) and by ``llm-powertrace card DIR``:
+customisation goes through :class:`CardOptions`. It is called once per command (under the
+folder lock, by :func:`refresh_card`, through ``llm_powertrace_ds.hooks``) and by
+``llm-powertrace card DIR``; publishing a run only keeps the YAML ``configs:`` block current:
 it uses base dependencies only (matplotlib, when installed, draws the figures), reads the small
 runs tables and only a few scalar columns of the trace shards, and is idempotent — the card holds
 no timestamp, and a second run rewrites nothing.
@@ -32,7 +33,7 @@ import yaml
 
 from llm_powertrace_ds import layout, schema
 from llm_powertrace_ds.run import Event
-from llm_powertrace_ds.shards import write_text_atomic
+from llm_powertrace_ds.shards import folder_lock, write_text_atomic
 
 from . import figures as figures_mod
 from .metric_docs import attribute_docs, metric_groups
@@ -697,3 +698,13 @@ def write_card(root: str | Path, options: CardOptions | None = None, *,
     if not path.exists() or path.read_text(encoding="utf-8") != text:
         write_text_atomic(path, text)
     return path
+
+
+def refresh_card(root: str | Path, options: CardOptions | None = None) -> Path:
+    """:func:`write_card` under the folder lock: what a command calls once, at its end.
+
+    Raises:
+        LockTimeout: another process holds the folder's card.
+    """
+    with folder_lock(root):
+        return write_card(root, options)

@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "llm_powertrace_ds.cli_core",
     "llm_powertrace_ds.cli_analysis",
     "llm_powertrace_ds.cli_generate",
+    "cards.cli",
 ]
 
 EPILOG = """exit codes: 0 ok, 1 failure, 2 bad usage.

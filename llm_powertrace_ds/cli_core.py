@@ -1,4 +1,4 @@
-"""Core subcommands: import, validate, list, pack, card, demo, generate."""
+"""Core subcommands: import, validate, list, pack, demo, export (``card`` lives in ``cards/cli.py``)."""
 
 from __future__ import annotations
 
@@ -80,6 +80,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="GPUs in a log without a GPU column (default: inferred)")
     p.add_argument("--tz", default="UTC",
                    help="IANA time zone of zone-less timestamps (default: UTC)")
+    p.add_argument("--check-first", action="store_true",
+                   help="parse and check every file before publishing any (all-or-nothing; "
+                   "default: publish each file as it is read, in bounded memory)")
     add_format(p)
     p.set_defaults(func=cmd_import)
 
@@ -105,11 +108,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_format(p)
     p.set_defaults(func=cmd_pack)
 
-    p = sub.add_parser("card", help="regenerate the dataset card (README.md)", formatter_class=fmt,
-                       epilog="example:\n  llm-powertrace card llm-powertrace")
-    p.add_argument("dir", type=Path, help="dataset folder")
-    p.set_defaults(func=cmd_card)
-
     register_demo(sub)
 
     p = sub.add_parser(
@@ -129,38 +127,38 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from .importers import import_file
-    from .shards import publish_run, refresh_readme
+    from .hooks import rebuild_card
+    from .importers.publish import ImportOptions, import_stream
 
     out_dir(args.out)
-    # Read and check every file before publishing any: a bad file changes nothing.
-    runs = [import_file(args.log_format, path, workload=args.workload, meta_path=args.meta,
-                        platform=args.platform, num_gpus=args.num_gpus, tz=args.tz)
-            for path in args.files]
+    options = ImportOptions(fmt=args.log_format, workload=args.workload, meta_path=args.meta,
+                            platform=args.platform, num_gpus=args.num_gpus, tz=args.tz)
     results = []
     try:
-        for run in runs:
-            res = publish_run(args.out, run, refresh_card=False)
-            results.append({"run_id": res.run_id, "platform": run.platform,
-                            "num_gpus": len(run.devices),
-                            "samples": sum(len(d) for d in run.devices),
-                            "flags": res.flags, "files": res.files})
+        for res in import_stream(args.files, args.out, options, check_first=args.check_first):
+            results.append({"run_id": res.run_id, "platform": res.platform,
+                            "num_gpus": res.num_gpus, "samples": res.samples,
+                            "flags": list(res.flags), "files": list(res.files)})
     finally:
-        if results:  # whatever was published, the folder's card must list it
-            refresh_readme(args.out)
+        if results:  # whatever was published, the folder's card must list it: once per call
+            rebuild_card(args.out)
     emit(results, args.format, ["run_id", "platform", "num_gpus", "samples", "flags"])
     return 0
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from .shards import list_runs, read_run
+    from .errors import RunNotFound
+    from .shards import iter_batches, iter_runs
     from .validate import validate_run
 
     rows = []
     failed = False
     root = resolve_dataset(args.dir)
-    for info in list_runs(root):
-        run = read_run(root, info["run_id"])
+    listed = {rid for config in schema.RUNS_CONFIGS
+              for batch in iter_batches(root, config, columns=["run_id"])
+              for rid in batch.column("run_id").to_pylist()}
+    for run in iter_runs(root):  # one walk of data/, one trace file in memory at a time
+        listed.discard(run.run_id)
         rep = validate_run(run)
         flags = sorted(set(rep.flags) | set(run.flags), key=schema.QUALITY_FLAGS.index)
         errors = [f for f in flags if f in schema.ERROR_FLAGS]
@@ -168,6 +166,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         rows.append({"run_id": run.run_id, "platform": run.platform,
                      "status": "error" if errors else "ok", "flags": flags,
                      "messages": rep.messages})
+    if listed:
+        raise RunNotFound(f"run {sorted(listed)[0]!r} is not in {root}")
+    rows.sort(key=lambda r: r["run_id"])
     emit(rows, args.format, ["run_id", "platform", "status", "flags"])
     return 1 if failed else 0
 
@@ -183,24 +184,15 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_pack(args: argparse.Namespace) -> int:
+    from .hooks import rebuild_card
     from .shards import pack
 
-    res = pack(resolve_dataset(args.src), out_dir(args.out), max_shard_bytes=int(args.max_shard_mb * 1024 * 1024))
+    out = out_dir(args.out)
+    res = pack(resolve_dataset(args.src), out, max_shard_bytes=int(args.max_shard_mb * 1024 * 1024))
+    if res.rows:
+        rebuild_card(out)
     emit([{"folder": k, "rows": v, "shards": res.shards[k]} for k, v in res.rows.items()],
          args.format, ["folder", "rows", "shards"])
-    return 0
-
-
-def cmd_card(args: argparse.Namespace) -> int:
-    from . import layout
-    from .errors import InputError
-    from .shards import refresh_readme
-
-    root = Path(args.dir)
-    if not layout.data_root(root).is_dir():
-        raise InputError(f"'{root}' is not a dataset folder (no data/ inside)", field="DIR")
-    refresh_readme(root)
-    print(root / "README.md")
     return 0
 
 

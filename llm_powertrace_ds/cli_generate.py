@@ -121,6 +121,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
                              num_tasks=args.num_tasks, dry_run=args.dry_run,
                              fail_fast=args.fail_fast,
                              progress=not quiet and sys.stderr.isatty())
+    if not args.dry_run and args.out.is_dir():
+        from .hooks import rebuild_card
+
+        rebuild_card(args.out)  # once per command (publishing keeps only the configs block)
     rows = [o.row() for o in report.outcomes]
     emit(rows, args.format, GENERATE_COLUMNS if not args.dry_run else
          ["index", "run_id", "status", "model", "method", "batch_size", "seq_len", "precision",
@@ -139,6 +143,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def cmd_salvage(args: argparse.Namespace) -> int:
     runner = _import_generation("runner")
     res = runner.salvage(args.dir, args.run_id)
+    from .hooks import rebuild_card
+
+    rebuild_card(args.dir)
     emit([{"run_id": res.run_id, "flags": res.flags, "files": res.files}], args.format,
          ["run_id", "flags", "files"])
     return 0
@@ -224,7 +231,7 @@ def merge(sources: list[Path], into: Path) -> tuple[list[str], set[str]]:
     Returns:
         ``(run ids copied, run ids already present with identical files)``.
     """
-    from .shards import refresh_readme
+    from .hooks import rebuild_card
 
     plan = plan_merge(sources, into)
     copied: set[str] = set()
@@ -236,7 +243,7 @@ def merge(sources: list[Path], into: Path) -> tuple[list[str], set[str]]:
         os.replace(tmp, dest)
         copied.add(Path(rel).stem)
     into.mkdir(parents=True, exist_ok=True)
-    refresh_readme(into)
+    rebuild_card(into)
     return sorted(copied), plan.identical
 
 

@@ -62,6 +62,7 @@ def run_demo(out: Path, *, quick: bool = False, quiet: bool = False) -> int:
     """
     from .cli_generate import _import_generation
     from .errors import InputError
+    from .hooks import rebuild_card
 
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -84,7 +85,7 @@ def run_demo(out: Path, *, quick: bool = False, quiet: bool = False) -> int:
         for o in report.failed:
             _say(quiet, f"  failed {o.run_id}: {o.error}")
 
-    shards.refresh_readme(out)
+    rebuild_card(out)
     _say(quiet, f"card: {out / 'README.md'}")
     _say(quiet, "loading back with datasets.load_dataset:")
     from datasets import load_dataset

@@ -66,6 +66,14 @@ def _shards(folder: Path) -> list[Path]:
                   if p.is_file() and p.suffix in READ_SUFFIXES and not p.name.startswith("."))
 
 
+def has_shards(folder: Path) -> bool:
+    """Whether a folder holds at least one shard (stops at the first)."""
+    if not folder.is_dir():
+        return False
+    return any(p.suffix in READ_SUFFIXES and not p.name.startswith(".") and p.is_file()
+               for p in folder.iterdir())
+
+
 def shard_folders(root: str | Path) -> dict[str, dict[str, list[Path]]]:
     """Every folder holding shards, as ``{config: {split: [folders]}}``.
 

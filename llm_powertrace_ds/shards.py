@@ -19,7 +19,8 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
+import yaml
 from datasets import Features
 from filelock import FileLock, Timeout
 
@@ -53,23 +55,37 @@ _ARROW_TYPES = {
 # ---------------------------------------------------------------------------------------------
 
 def _signal_array(devices: list[DeviceSeries], name: str, dtype: str) -> pa.Array:
-    """A ``list<dtype>`` column: one list per device, nulls where NaN."""
+    """A ``list<dtype>`` column: one list per device, nulls where NaN.
+
+    A device whose source never reported the signal (absent, or NaN at every tick) gets a
+    **null cell**, not a list of nulls: the cell costs its validity bit and no value buffer, so
+    an all-null signal column costs nothing on disk (issue 13). Readers treat a null cell as
+    "every tick null" (``run_from_rows``; ``traces.align_signal`` for Arrow consumers).
+    """
     lengths = np.array([len(d.t_ms) for d in devices], dtype=np.int64)
+    if name == "t_ms":
+        valid = np.ones(len(devices), dtype=bool)
+        parts = [np.asarray(d.t_ms, dtype=np.int64) for d in devices]
+    else:
+        parts = [d.signals.get(name) for d in devices]
+        valid = np.array([p is not None and len(p) > 0 and not np.isnan(p).all() for p in parts],
+                         dtype=bool)
+        lengths = np.where(valid, lengths, 0)
+        parts = [p for p, ok in zip(parts, valid, strict=True) if ok]
     offsets = np.zeros(len(devices) + 1, dtype=np.int32)
     np.cumsum(lengths, out=offsets[1:])
     if name == "t_ms":
-        values = pa.array(np.concatenate([d.t_ms for d in devices]) if devices else
-                          np.zeros(0, np.int64), type=pa.int64())
+        values = pa.array(np.concatenate(parts) if parts else np.zeros(0, np.int64),
+                          type=pa.int64())
     else:
-        parts = [d.signals[name] if name in d.signals else np.full(len(d.t_ms), np.nan)
-                 for d in devices]
         raw = np.concatenate(parts) if parts else np.zeros(0)
         mask = np.isnan(raw)
         if dtype.startswith("int"):
             raw = np.where(mask, 0, np.rint(raw))
         arr_np = raw.astype(dtype)
         values = pa.array(arr_np, type=_ARROW_TYPES[dtype], mask=mask if mask.any() else None)
-    return pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), values)
+    return pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), values,
+                                    mask=None if valid.all() else pa.array(~valid))
 
 
 def _table(config: str, rows: dict[str, list], extra: dict[str, pa.Array] | None = None) -> pa.Table:
@@ -182,6 +198,24 @@ def _lock(root: Path, name: str) -> FileLock:
     return FileLock(str(layout.lock_path(root, name)), timeout=LOCK_TIMEOUT_S)
 
 
+@contextmanager
+def folder_lock(root: str | Path) -> Iterator[None]:
+    """Hold the folder-level lock (the card's) of a dataset folder.
+
+    Raises:
+        LockTimeout: another process held it for ``LOCK_TIMEOUT_S``.
+    """
+    lock = _lock(Path(root), "folder")
+    try:
+        lock.acquire()
+    except Timeout as exc:
+        raise LockTimeout(f"the card of {root} is locked by another process") from exc
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 # ---------------------------------------------------------------------------------------------
 # Publishing
 # ---------------------------------------------------------------------------------------------
@@ -235,13 +269,14 @@ def publish_run(root: str | Path, run: Run, *, refresh_card: bool = True) -> Pub
     Writes ``data/<workload>/<platform>/<family>/<run_id>.arrow``,
     ``data/<workload>_runs/<platform>/<run_id>.arrow`` and, for inference runs with a request
     log, ``data/inference_requests/<platform>/<run_id>.arrow``. Publishing the same run again
-    replaces it (no duplicate rows, even when its platform or family changed). Finally the card
-    builder rewrites ``README.md`` under the folder lock so the folder always loads.
+    replaces it (no duplicate rows, even when its platform or family changed). Finally the YAML
+    ``configs:`` block of ``README.md`` is brought up to date (:func:`write_configs_block`), so
+    the folder always loads; the full card is the caller's, once per command (``cards``).
 
     Args:
         root: the dataset folder.
         run: a complete run.
-        refresh_card: rewrite ``README.md`` afterwards.
+        refresh_card: update the card's YAML ``configs:`` block afterwards (cheap).
 
     Returns:
         A ``PublishResult``.
@@ -277,6 +312,9 @@ def publish_run(root: str | Path, run: Run, *, refresh_card: bool = True) -> Pub
             raise ShardError(f"'{path.parent.relative_to(root)}' holds packed shards: a packed "
                              "folder is for reading and publishing; add runs to the unpacked "
                              "folder and pack again")
+    # The configs block depends only on which folders hold shards: rewrite it when this publish
+    # fills a new folder or empties one (or there is no card yet), never per run otherwise.
+    new_folder = any(not layout.has_shards(p.parent) for p in tables)
     try:
         with _lock(root, run.run_id):
             set_status(root, run.run_id, "complete")
@@ -289,8 +327,9 @@ def publish_run(root: str | Path, run: Run, *, refresh_card: bool = True) -> Pub
             _remove_staging(root, run.run_id)
     except Timeout as exc:
         raise LockTimeout(f"run {run.run_id} is locked by another process") from exc
-    if refresh_card:
-        refresh_readme(root)
+    emptied = any(not layout.has_shards(p.parent) for p in stale)
+    if refresh_card and (new_folder or emptied or not (root / "README.md").exists()):
+        write_configs_block(root)
     return PublishResult(
         run_id=run.run_id,
         files=[p.relative_to(root).as_posix() for p in tables],
@@ -306,20 +345,45 @@ def _remove_staging(root: Path, run_id: str) -> None:
         shutil.rmtree(sdir)
 
 
-def refresh_readme(root: str | Path) -> None:
-    """Rewrite the folder's ``README.md`` through the card builder, under the folder lock.
+CARD_PENDING = ("This folder's full dataset card (summaries, figures) has not been built yet: "
+                "run `llm-powertrace card DIR`. The YAML `configs:` block above is current, so "
+                "the folder loads with `datasets.load_dataset`.")
 
-    The card builder lives in the ``cards`` package of the same distribution (base dependencies
-    only); it is imported here, lazily, because every publish must leave a loadable folder.
+
+def split_front_matter(text: str) -> tuple[dict[str, Any], str]:
+    """A card's YAML front matter (a mapping) and its Markdown body."""
+    if text.startswith("---\n"):
+        end = text.find("\n---\n", 4)
+        if end != -1:
+            meta = yaml.safe_load(text[4:end]) or {}
+            if isinstance(meta, dict):
+                return meta, text[end + 5:]
+    return {}, text
+
+
+def write_configs_block(root: str | Path) -> Path:
+    """Keep ``README.md``'s YAML ``configs:`` list current; leave the rest of the card as it is.
+
+    This is what publishing a run does to the card: O(folders), no shard is read. The full card
+    (summaries, figures) is rebuilt by the layer above, once per command (``cards``). Written
+    under the folder lock, atomically.
+
+    Returns:
+        The path of ``README.md``.
     """
-    from cards.builder import write_card
-
     root = Path(root)
-    try:
-        with _lock(root, "folder"):
-            write_card(root)
-    except Timeout as exc:
-        raise LockTimeout(f"the card of {root} is locked by another process") from exc
+    path = root / "README.md"
+    with folder_lock(root):
+        old = path.read_text(encoding="utf-8") if path.exists() else ""
+        meta, body = split_front_matter(old)
+        meta["configs"] = layout.configs_metadata(root)
+        if not body.strip():
+            body = "\n" + CARD_PENDING + "\n"
+        text = "---\n" + yaml.safe_dump(meta, sort_keys=False, allow_unicode=True,
+                                         width=1000).rstrip() + "\n---\n" + body
+        if text != old:
+            write_text_atomic(path, text)
+    return path
 
 
 # ---------------------------------------------------------------------------------------------
@@ -377,26 +441,130 @@ def list_runs(root: str | Path) -> list[dict[str, Any]]:
 def read_run(root: str | Path, run_id: str) -> Run:
     """Load one published run back into a ``Run``.
 
+    A per-run file is found by its path (``<run_id>.arrow`` in one family folder), so this
+    reads one file; packed shards are scanned by their ``run_id`` column only.
+
     Raises:
         RunNotFound: no trace file of that run id.
     """
     root = Path(root)
+    name = f"{run_id}{layout.SHARD_SUFFIX}"
     for workload in schema.TRACE_CONFIGS:
-        for path in layout.shard_files(root, workload):
-            if path.stem != run_id and "-of-" not in path.stem:
-                continue
-            table = read_table(path)
-            rows = [r for r in table.to_pylist() if r["run_id"] == run_id]
-            if rows:
-                return run_from_rows(rows, root=root)
+        wdir = layout.data_root(root) / workload
+        if not wdir.is_dir():
+            continue
+        direct = sorted(wdir.glob(f"*/*/{name}"))
+        packed = sorted(p for p in wdir.glob("*/*/*") if PACKED_RE.search(p.name))
+        for path in direct + packed:
+            for found in runs_from_table(read_table(path), root=root, only=run_id):
+                return found
     raise RunNotFound(f"run {run_id!r} is not in {root}")
 
 
+def iter_runs(root: str | Path) -> Iterator[Run]:
+    """Every published run of a folder, one trace file in memory at a time.
+
+    One walk of ``data/`` (``layout.shard_files`` per trace config); rows are decoded from
+    Arrow with numpy (no Python object per sample). In packed shards the rows of a run are
+    consecutive (``pack`` appends whole per-run files).
+    """
+    root = Path(root)
+    for workload in schema.TRACE_CONFIGS:
+        for path in layout.shard_files(root, workload):
+            yield from runs_from_table(read_table(path), root=root)
+
+
+_PER_DEVICE = ("node_index", "gpu_index", "gpu_name", "gpu_uuid_hash", "power_limit_w",
+               "default_power_limit_w", "events")
+
+
+def _signal_values(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A list column as (flat float64 values with NaN for null, offsets, row validity)."""
+    arr = pa.concat_arrays(col.chunks) if isinstance(col, pa.ChunkedArray) else col
+    offsets = arr.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
+    values = arr.values
+    if pa.types.is_floating(values.type):
+        flat = values.to_numpy(zero_copy_only=False).astype(np.float64)
+    else:
+        flat = values.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    valid = arr.is_valid().to_numpy(zero_copy_only=False)
+    return flat, offsets, valid
+
+
+def runs_from_table(table: pa.Table, root: str | Path | None = None,
+                    only: str | None = None) -> Iterator[Run]:
+    """Rebuild the ``Run`` of each run id in a trace-config table (rows of a run consecutive).
+
+    Signals are sliced from the Arrow buffers with numpy; only scalar and event columns become
+    Python objects.
+
+    Args:
+        table: trace-config rows.
+        root: the dataset folder (for an inference run's request log).
+        only: rebuild just this run id.
+    """
+    if table.num_rows == 0:
+        return
+    ids = table.column("run_id").to_pylist()
+    signal_cols = {k: _signal_values(table.column(k)) for k in SIGNAL_KEYS
+                   if k in table.column_names}
+    t_flat, t_off, _ = _signal_values(table.column("t_ms"))
+    scalar_names = [n for n in table.column_names
+                    if n not in _PER_DEVICE and n not in schema.SIGNAL_NAMES]
+    start = 0
+    for end in range(1, len(ids) + 1):
+        if end < len(ids) and ids[end] == ids[start]:
+            continue
+        if only is None or ids[start] == only:
+            part = table.slice(start, end - start)
+            yield _run_from_slice(part, start, scalar_names, t_flat, t_off, signal_cols, root)
+        start = end
+
+
+def _run_from_slice(part: pa.Table, start: int, scalar_names: list[str], t_flat: np.ndarray,
+                    t_off: np.ndarray,
+                    signal_cols: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
+                    root: str | Path | None) -> Run:
+    meta = {k: v for k, v in part.select(scalar_names).slice(0, 1).to_pylist()[0].items()}
+    per_dev = part.select([c for c in _PER_DEVICE if c in part.column_names]).to_pylist()
+    devices = []
+    events: dict[tuple, Any] = {}
+    for i, r in enumerate(per_dev):
+        row = start + i
+        t_ms = t_flat[t_off[row]:t_off[row + 1]].astype(np.int64)
+        signals = {}
+        for key, (flat, off, valid) in signal_cols.items():
+            if not valid[row]:
+                continue
+            values = flat[off[row]:off[row + 1]]
+            if len(values) and not np.isnan(values).all():
+                signals[key] = values
+        devices.append(DeviceSeries(
+            gpu_index=r["gpu_index"], t_ms=t_ms, signals=signals,
+            node_index=r.get("node_index") or 0, gpu_name=r.get("gpu_name"),
+            gpu_uuid_hash=r.get("gpu_uuid_hash"), power_limit_w=r.get("power_limit_w"),
+            default_power_limit_w=r.get("default_power_limit_w")))
+        for e in events_from_dicts(r.get("events") or []):
+            events.setdefault((e.t_ms, e.kind, e.step, e.rank, e.request_id, e.label), e)
+    run = Run(meta=meta, devices=devices, events=sorted(events.values(), key=lambda e: e.t_ms))
+    _attach_requests(run, root)
+    return run
+
+
+def _attach_requests(run: Run, root: str | Path | None) -> None:
+    if root is not None and run.workload == "inference":
+        path = layout.requests_path(root, run.platform, run.run_id)
+        if path.exists():
+            run.requests = [
+                {k: v for k, v in r.items() if k not in ("run_id", "platform")}
+                for r in read_table(path).to_pylist()
+            ]
+
+
 def run_from_rows(rows: list[dict[str, Any]], root: str | Path | None = None) -> Run:
-    """Rebuild a ``Run`` from its trace-config rows (one per device)."""
+    """Rebuild a ``Run`` from its trace-config rows (one per device, as Python dicts)."""
     first = rows[0]
-    per_device = {"node_index", "gpu_index", "gpu_name", "gpu_uuid_hash", "power_limit_w",
-                  "default_power_limit_w", "events", *schema.SIGNAL_NAMES}
+    per_device = {*_PER_DEVICE, *schema.SIGNAL_NAMES}
     meta = {k: v for k, v in first.items() if k not in per_device}
     devices = []
     events: dict[tuple, Any] = {}
@@ -414,13 +582,7 @@ def run_from_rows(rows: list[dict[str, Any]], root: str | Path | None = None) ->
         for e in events_from_dicts(r["events"] or []):
             events.setdefault((e.t_ms, e.kind, e.step, e.rank, e.request_id, e.label), e)
     run = Run(meta=meta, devices=devices, events=sorted(events.values(), key=lambda e: e.t_ms))
-    if root is not None and run.workload == "inference":
-        path = layout.requests_path(root, run.platform, run.run_id)
-        if path.exists():
-            run.requests = [
-                {k: v for k, v in r.items() if k not in ("run_id", "platform")}
-                for r in read_table(path).to_pylist()
-            ]
+    _attach_requests(run, root)
     return run
 
 
@@ -484,28 +646,95 @@ def _pack_into(src: Path, dst: Path, *, max_shard_bytes: int, refresh_card: bool
         platform = parts[2]
         files = sorted(p for p in folder.glob(f"*{layout.SHARD_SUFFIX}")
                        if not p.name.startswith("."))
-        in_rows = 0
-        groups: list[list[pa.Table]] = [[]]
-        size = 0
-        for f in files:
-            table = read_table(f)
-            in_rows += table.num_rows
-            if groups[-1] and size + table.nbytes > max_shard_bytes:
-                groups.append([])
-                size = 0
-            groups[-1].append(table)
-            size += table.nbytes
+        groups = _group_by_size(files, max_shard_bytes)
         total = len(groups)
-        out_rows = 0
+        in_rows = out_rows = 0
         for i, group in enumerate(groups):
-            table = pa.concat_tables(group)
             out = dst / rel / f"{platform}-{i:05d}-of-{total:05d}{layout.SHARD_SUFFIX}"
-            write_table_atomic(out, table)
-            out_rows += read_table(out).num_rows
+            in_rows += write_batches_atomic(out, file_schema(group[0]), _stream_files(group))
+            out_rows += count_rows(out)
         if out_rows != in_rows:
             raise ShardError(f"pack lost rows in '{rel}': {in_rows} in, {out_rows} out")
         rows[rel.as_posix()] = out_rows
         shards[rel.as_posix()] = total
     if folders and refresh_card:
-        refresh_readme(dst)
+        write_configs_block(dst)
     return PackResult(rows=rows, shards=shards)
+
+
+def _group_by_size(files: list[Path], max_shard_bytes: int) -> list[list[Path]]:
+    """Consecutive files grouped so that each group's bytes on disk stay under the bound.
+
+    An Arrow IPC stream file's size is its in-memory Arrow size plus a small framing, so file
+    sizes bound the shards without reading any file.
+    """
+    groups: list[list[Path]] = [[]]
+    size = 0
+    for f in files:
+        nbytes = f.stat().st_size
+        if groups[-1] and size + nbytes > max_shard_bytes:
+            groups.append([])
+            size = 0
+        groups[-1].append(f)
+        size += nbytes
+    return groups
+
+
+def _stream_files(files: list[Path]) -> Iterator[pa.RecordBatch]:
+    for f in files:
+        try:
+            yield from iter_file_batches(f)
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise ShardError(f"Failed to read '{f}': {type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
+
+
+def write_batches_atomic(path: Path, schema_: pa.Schema, batches: Iterable[pa.RecordBatch]) -> int:
+    """Stream record batches into one Arrow IPC stream file (temporary name, then rename).
+
+    Memory is bounded by one batch (the inputs are memory-mapped), not by the shard.
+
+    Args:
+        path: the shard to write.
+        schema_: its schema (a config's ``Features.arrow_schema``); every batch must have it.
+        batches: the record batches.
+
+    Returns:
+        The rows written.
+
+    Raises:
+        ShardError: a batch's schema differs.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    n = 0
+    try:
+        with pa.OSFile(str(tmp), "wb") as sink, ipc.new_stream(sink, schema_) as writer:
+            for batch in batches:
+                if not batch.schema.equals(schema_):
+                    raise ShardError(f"cannot pack into '{path.name}': a batch's schema differs "
+                                     "from the first file's")
+                writer.write_batch(batch)
+                n += batch.num_rows
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return n
+
+
+def file_schema(path: str | Path) -> pa.Schema:
+    """The schema of one Arrow IPC stream shard, or ``ShardError`` naming the file."""
+    try:
+        with pa.memory_map(str(path), "r") as source:
+            return ipc.open_stream(source).schema
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise ShardError(f"Failed to read '{path}': {type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
+
+
+def count_rows(path: str | Path) -> int:
+    """Rows of one shard, counted from its record batches (memory-mapped; nothing decoded)."""
+    return sum(b.num_rows for b in iter_file_batches(path))

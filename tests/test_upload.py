@@ -19,7 +19,7 @@ from datasets import load_dataset
 from huggingface_hub.utils import filter_repo_objects
 
 from cards import figures
-from cards.builder import CardOptions, write_card
+from cards.builder import CardOptions, refresh_card, write_card
 from llm_powertrace_ds import layout, shards
 
 REPO = Path(__file__).resolve().parents[1]
@@ -108,7 +108,7 @@ def make_folder(root: Path, make_run, *, proxy: bool = False) -> Path:
                        sampler="cpu_proxy", power_field="cpu_proxy_model")
         run.devices[0].gpu_name = "cpu_proxy"
         shards.publish_run(root, run, refresh_card=False)
-    shards.refresh_readme(root)
+    refresh_card(root)
     running = layout.staging_dir(root, "still-running")
     running.mkdir(parents=True)
     (running / "status.json").write_text('{"status": "running"}')
