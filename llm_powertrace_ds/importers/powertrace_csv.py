@@ -26,6 +26,7 @@ from .. import schema
 from ..errors import InputError
 from ..run import Event, Run, coerce_meta
 from . import common
+from .arrow_csv import ArrowCsvReader
 from .common import Converter, DeviceData
 
 log = logging.getLogger("llm_powertrace_ds.importers.powertrace_csv")
@@ -181,7 +182,7 @@ def read_trace(path: Path, zone: dt.tzinfo = dt.timezone.utc
                ) -> tuple[common.Table, dict[str, common.Factorizer]]:
     """Read the CSV; a short or cut-off line is an error (this is a curated export)."""
     factors: dict[str, common.Factorizer] = {}
-    with common.CsvReader(path, cut_last="error") as reader:
+    with ArrowCsvReader(path, cut_last="error") as reader:
         header = reader.read_header()
         table = reader.read(plan_columns(header, path, reader.header_line, factors, zone))
     if len(table.lines) == 0:
