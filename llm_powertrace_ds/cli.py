@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "llm_powertrace_ds.cli_core",
     "llm_powertrace_ds.cli_analysis",
     "llm_powertrace_ds.cli_generate",
+    "llm_powertrace_ds.demo",
     "cards.cli",
 ]
 

@@ -108,8 +108,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_format(p)
     p.set_defaults(func=cmd_pack)
 
-    register_demo(sub)
-
     p = sub.add_parser(
         "export", help="write a config as long-format Parquet/CSV (one row per tick per device)",
         formatter_class=fmt,
@@ -194,24 +192,6 @@ def cmd_pack(args: argparse.Namespace) -> int:
     emit([{"folder": k, "rows": v, "shards": res.shards[k]} for k, v in res.rows.items()],
          args.format, ["folder", "rows", "shards"])
     return 0
-
-
-def register_demo(sub: argparse._SubParsersAction) -> None:
-    """Add the ``demo`` subcommand (the embedded default job)."""
-    p = sub.add_parser(
-        "demo", help="run the embedded demo (tiny models, best available sampler)",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="example:\n  llm-powertrace demo --out llm-powertrace --quick")
-    p.add_argument("--out", type=Path, default=Path("llm-powertrace"),
-                   help="dataset folder (default: llm-powertrace)")
-    p.add_argument("--quick", action="store_true", help="the shortest demo (default: off)")
-    p.set_defaults(func=cmd_demo)
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
-
-    return run_demo(args.out, quick=args.quick, quiet=args.quiet)
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ are skipped. ``--quick`` runs a deterministic third of each sweep (task 0 of 3),
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 import tempfile
@@ -110,3 +111,23 @@ def run_demo(out: Path, *, quick: bool = False, quiet: bool = False) -> int:
          f"`llm-powertrace plot {out} RUN_ID --out run.png` draws one run.\n")
     _say(quiet, IMPORT_HINT.format(out=out))
     return 1 if failed else 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The command (registered through cli.COMMAND_MODULES)
+# ---------------------------------------------------------------------------------------------
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``demo`` subcommand (the embedded default job)."""
+    p = sub.add_parser(
+        "demo", help="run the embedded demo (tiny models, best available sampler)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  llm-powertrace demo --out llm-powertrace --quick")
+    p.add_argument("--out", type=Path, default=Path("llm-powertrace"),
+                   help="dataset folder (default: llm-powertrace)")
+    p.add_argument("--quick", action="store_true", help="the shortest demo (default: off)")
+    p.set_defaults(func=cmd_demo)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    return run_demo(args.out, quick=args.quick, quiet=args.quiet)

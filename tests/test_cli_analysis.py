@@ -9,9 +9,9 @@ import json
 import numpy as np
 import pytest
 
+from cards.builder import refresh_card
 from llm_powertrace_ds import cli, cli_analysis, metrics
 from llm_powertrace_ds.run import DeviceSeries, Event, Run
-from cards.builder import refresh_card
 from llm_powertrace_ds.shards import publish_run
 
 PARAMS = (1e8, 3e8, 1e9, 3e9)
