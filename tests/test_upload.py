@@ -450,3 +450,35 @@ def test_token_is_never_printed_logged_or_written(env, make_run, capsys, caplog)
     assert blobs and all(TOKEN.encode() not in b for b in blobs)
     assert all(TOKEN not in text for text in seen)
     assert TOKEN[3:] not in "".join(seen)
+
+
+# ---------------------------------------------------------------------------------------------
+# Temporary disk (issue 13)
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("file_format", ["arrow", "parquet"])
+def test_dry_run_reports_temp_disk_near_one_copy(env, make_run, no_network, no_figures, capsys,
+                                                 file_format):
+    root = env / "ds"
+    for i in range(4):
+        shards.publish_run(root, make_run(f"ft-{i}", n=3000, seed=i), refresh_card=False)
+    refresh_card(root)
+    assert main([str(root), "--repo-id", "org/name", "--dry-run", "--format", "json",
+                 "--file-format", file_format]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    data = sum(p.stat().st_size for p in (root / "data").rglob("*") if p.is_file())
+    assert plan["dataset_bytes"] == data
+    # one packed copy (+ the card); a Parquet copy replaces the Arrow shards one at a time, so
+    # at most one shard exists in both formats at once
+    one_shard = max(f["bytes"] for f in plan["files"]) if file_format == "parquet" else 0
+    assert 0 < plan["temp_disk_peak_bytes"] <= 1.2 * data + one_shard + 64 * 1024
+    assert not list((env / "hf-cache").rglob("*.arrow"))  # no cached copy of the data
+
+
+def test_check_shards_names_a_shard_of_another_schema(env, make_run):
+    root = env / "ds"
+    shards.publish_run(root, make_run("ft-1", n=40))
+    path = next((root / "data" / "finetune").rglob("*.arrow"))
+    shards.write_table_atomic(path, shards.read_table(path).drop_columns(["seed"]))
+    with pytest.raises(upload.UploadError, match="does not have the schema"):
+        upload.check_shards(root)
