@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.ipc as ipc
 
 from llm_powertrace_ds import layout, schema
 from llm_powertrace_ds.errors import ShardError
-from llm_powertrace_ds.shards import iter_rows
+from llm_powertrace_ds.shards import iter_file_batches, iter_rows
 
 DEVICE_COLUMNS = ("run_id", "platform", "node_index", "gpu_index", "gpu_name", "power_limit_w",
                   "default_power_limit_w")
@@ -75,17 +74,20 @@ def is_cpu_proxy(run: dict[str, Any]) -> bool:
 
 
 def _read_file(path: Path, columns: tuple[str, ...]) -> tuple[int, list[dict[str, Any]]]:
-    """Row count and the given columns of one shard (memory-mapped; other columns untouched)."""
+    """Row count and the given columns of one shard.
+
+    Only ``run_id`` and the given columns are read (``shards.iter_file_batches`` with columns:
+    the signal lists of a trace shard are never decompressed), so this is cheap per run.
+    """
+    wanted = list(dict.fromkeys(("run_id", *columns)))
     try:
-        with pa.memory_map(str(path), "r") as source:
-            reader = ipc.open_stream(source)
-            names = [c for c in columns if c in reader.schema.names]
-            n, rows = 0, []
-            for batch in reader:
-                n += batch.num_rows
-                if names:
-                    rows.extend(batch.select(names).to_pylist())
-            return n, rows
+        n, rows = 0, []
+        for batch in iter_file_batches(path, wanted):
+            n += batch.num_rows
+            names = [c for c in columns if c in batch.schema.names]
+            if names:
+                rows.extend(batch.select(names).to_pylist())
+        return n, rows
     except (OSError, pa.ArrowInvalid) as exc:
         raise ShardError(f"Failed to read '{path}': {type(exc).__name__}: {exc}") from None
 
