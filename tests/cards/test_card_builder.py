@@ -427,3 +427,14 @@ def test_empty_folder_and_parquet_globs(tmp_path, folder):
     assert REPO_PLACEHOLDER not in parquet and 'load_dataset("org/name", "finetune"' in parquet
     with pytest.raises(ValueError, match="file_format"):
         CardOptions(file_format="csv")  # type: ignore[arg-type]
+
+
+def test_card_states_the_largest_trace_row(tmp_path):
+    root = tmp_path / "ds"
+    shards.publish_run(root, synthetic_run("short", n=40))
+    shards.publish_run(root, synthetic_run("long", n=400, seed=2))
+    refresh_card(root)
+    text = (root / "README.md").read_text(encoding="utf-8")
+    note = next(line for line in text.splitlines() if line.startswith("Long rows:"))
+    assert "`long`" in note and "`short`" not in note
+    assert "about 400 ticks per device" in note
