@@ -78,7 +78,10 @@ def make_run(path: Path, i: int, rng: np.random.Generator, minutes: float) -> in
         "temperature_c": pa.nulls(n, pa.string()),
         "stage": pa.array(stage, type=pa.string()),
     })
-    pacsv.write_csv(table, path, write_options=pacsv.WriteOptions(quoting_style="none"))
+    with open(path, "wb") as fh:  # the seed format: a plain header, no quotes anywhere
+        fh.write((",".join(table.column_names) + "\n").encode())
+        pacsv.write_csv(table, fh, write_options=pacsv.WriteOptions(quoting_style="none",
+                                                                   include_header=False))
     meta = {
         "run_id": run_id, "source_family": "PowerTraces", "model": "Unknown",
         "model_family": FAMILIES[i % len(FAMILIES)], "method": "lora",

@@ -91,8 +91,6 @@ class ArrowCsvReader:
     def _read_fast(self, converters: Mapping[str, tuple[int, Converter]]) -> Table:
         data = self._bytes()
         raw = np.frombuffer(data, dtype=np.uint8)
-        if (raw == _QUOTE).any():
-            raise _Fallback("quoted cells")
         newline = np.flatnonzero(raw == _NL)
         cr = np.flatnonzero(raw == _CR)
         if len(cr) and not np.isin(cr + 1, newline).all():
@@ -120,6 +118,8 @@ class ArrowCsvReader:
         if len(rows) == 0:
             return self._table(lines, np.zeros(0, np.int32), {}, converters, len(starts))
         chunk = data[starts[rows[0]]:ends[rows[-1]]]
+        if (raw[starts[rows[0]]:ends[rows[-1]]] == _QUOTE).any():  # the header was read already
+            raise _Fallback("quoted cells")
         wanted = sorted({0, *(index for index, _ in converters.values())})
         names = [f"f{i}" for i in range(width)]
         try:

@@ -49,7 +49,16 @@ def numbers(values: pa.Array, units: frozenset[str] | None) -> np.ndarray | None
     Returns:
         The values, or ``None`` when a cell is not a finite number with an accepted unit.
     """
-    cells = trimmed(as_array(values))
+    raw = as_array(values)
+    if len(raw) and pc.max(pc.binary_length(raw)).as_py() == 0:
+        return np.full(len(raw), np.nan)  # a column the source never filled
+    try:  # the common case: plain numbers, nothing to strip
+        plain = _to_float(pc.cast(raw, pa.float64()))
+        if np.isfinite(plain).all():
+            return plain
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass
+    cells = trimmed(raw)
     nulls = null_mask(cells)
     kept = pc.if_else(pa.array(nulls), pa.scalar(None, pa.string()), cells)
     try:
