@@ -80,9 +80,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="GPUs in a log without a GPU column (default: inferred)")
     p.add_argument("--tz", default="UTC",
                    help="IANA time zone of zone-less timestamps (default: UTC)")
-    p.add_argument("--check-first", action="store_true",
-                   help="parse and check every file before publishing any (all-or-nothing; "
-                   "default: publish each file as it is read, in bounded memory)")
     add_format(p)
     p.set_defaults(func=cmd_import)
 
@@ -133,7 +130,7 @@ def cmd_import(args: argparse.Namespace) -> int:
                             platform=args.platform, num_gpus=args.num_gpus, tz=args.tz)
     results = []
     try:
-        for res in import_stream(args.files, args.out, options, check_first=args.check_first):
+        for res in import_stream(args.files, args.out, options):
             results.append({"run_id": res.run_id, "platform": res.platform,
                             "num_gpus": res.num_gpus, "samples": res.samples,
                             "flags": list(res.flags), "files": list(res.files)})

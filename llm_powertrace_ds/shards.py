@@ -279,7 +279,27 @@ def existing_run_files(root: Path, run_id: str) -> list[Path]:
     data = layout.data_root(root)
     if not data.is_dir():
         return []
-    return sorted(p for p in data.rglob(name) if p.is_file())
+    # data/<config>/<platform>/[<family>/]<run_id>.arrow: O(folders), never a walk of every file
+    found = [*data.glob(f"*/*/{name}"), *data.glob(f"*/*/*/{name}")]
+    return sorted(p for p in found if p.is_file())
+
+
+@dataclass
+class PreparedRun:
+    """A validated run's files, ready to be committed into ``data/``.
+
+    Attributes:
+        run_id: the run.
+        flags: its quality flags after validation.
+        metrics: its runs-row metrics.
+        files: destination -> the table, or a staged file holding it (:func:`stage_run`), in
+            writing order (the trace file last).
+    """
+
+    run_id: str
+    flags: list[str]
+    metrics: dict[str, Any]
+    files: dict[Path, pa.Table | Path]
 
 
 def publish_run(root: str | Path, run: Run, *, refresh_card: bool = True) -> PublishResult:
@@ -303,6 +323,16 @@ def publish_run(root: str | Path, run: Run, *, refresh_card: bool = True) -> Pub
     Raises:
         InputError: the run has error-level quality problems or bad metadata.
     """
+    return commit_run(root, prepare_run(root, run), refresh_card=refresh_card)
+
+
+def prepare_run(root: str | Path, run: Run) -> PreparedRun:
+    """Validate a run, compute its metrics and build its tables (nothing is written).
+
+    Raises:
+        InputError: the run has error-level quality problems or bad metadata.
+        ShardError: a destination folder holds packed shards.
+    """
     from . import metrics as metrics_mod
     from .validate import validate_run
 
@@ -319,8 +349,9 @@ def publish_run(root: str | Path, run: Run, *, refresh_card: bool = True) -> Pub
     run_metrics = metrics_mod.compute_run_metrics(run)
     # Written in this order: the trace file last, so that "its trace file exists" (DESIGN.md's
     # definition of a done run) implies that its runs row and requests exist too.
-    tables = {layout.runs_path(root, run.workload, run.platform, run.run_id):
-              runs_table(run, run_metrics)}
+    tables: dict[Path, pa.Table | Path] = {
+        layout.runs_path(root, run.workload, run.platform, run.run_id):
+        runs_table(run, run_metrics)}
     if run.workload == "inference" and run.requests:
         tables[layout.requests_path(root, run.platform, run.run_id)] = requests_table(run)
     tables[layout.trace_path(root, run.workload, run.platform, run.model_family, run.run_id)] = \
@@ -331,29 +362,74 @@ def publish_run(root: str | Path, run: Run, *, refresh_card: bool = True) -> Pub
             raise ShardError(f"'{path.parent.relative_to(root)}' holds packed shards: a packed "
                              "folder is for reading and publishing; add runs to the unpacked "
                              "folder and pack again")
+    return PreparedRun(run_id=run.run_id, flags=run.flags, metrics=run_metrics, files=tables)
+
+
+def stage_run(root: str | Path, prepared: PreparedRun) -> PreparedRun:
+    """Write a prepared run's tables into ``.staging/<run_id>/publish/`` (hidden from globs).
+
+    Returns the same run with files instead of tables, so a batch of runs can be written one at
+    a time in bounded memory and committed together later (:func:`commit_run` renames them).
+    """
+    sdir = layout.staging_dir(root, prepared.run_id) / "publish"
+    staged: dict[Path, pa.Table | Path] = {}
+    for i, (dest, table) in enumerate(prepared.files.items()):
+        if isinstance(table, Path):
+            staged[dest] = table
+            continue
+        path = sdir / f"{i}{layout.SHARD_SUFFIX}"
+        write_table_atomic(path, table)
+        staged[dest] = path
+    return PreparedRun(run_id=prepared.run_id, flags=prepared.flags, metrics=prepared.metrics,
+                       files=staged)
+
+
+def discard_staged(root: str | Path, prepared: PreparedRun) -> None:
+    """Remove what :func:`stage_run` wrote for a run that will not be committed."""
+    sdir = layout.staging_dir(root, prepared.run_id) / "publish"
+    if sdir.exists():
+        shutil.rmtree(sdir)
+    if sdir.parent.is_dir() and not any(sdir.parent.iterdir()):
+        sdir.parent.rmdir()  # the run's staging folder existed only for this
+
+
+def commit_run(root: str | Path, prepared: PreparedRun, *,
+               refresh_card: bool = True) -> PublishResult:
+    """Put a prepared (or staged) run's files into ``data/`` under its lock, atomically per file.
+
+    Tables are written to a temporary name and renamed; staged files are renamed. Stale files of
+    an earlier version of the run are removed, then the staging folder.
+    """
+    root = Path(root)
+    run_id = prepared.run_id
+    tables = prepared.files
     # The configs block depends only on which folders hold shards: rewrite it when this publish
     # fills a new folder or empties one (or there is no card yet), never per run otherwise.
     new_folder = any(not layout.has_shards(p.parent) for p in tables)
     try:
-        with _lock(root, run.run_id):
-            set_status(root, run.run_id, "complete")
+        with _lock(root, run_id):
+            set_status(root, run_id, "complete")
             for path, table in tables.items():
-                write_table_atomic(path, table)
-            stale = [p for p in existing_run_files(root, run.run_id) if p not in tables]
+                if isinstance(table, Path):
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(table, path)
+                else:
+                    write_table_atomic(path, table)
+            stale = [p for p in existing_run_files(root, run_id) if p not in tables]
             for p in stale:
                 p.unlink()
-            set_status(root, run.run_id, "published")
-            _remove_staging(root, run.run_id)
+            set_status(root, run_id, "published")
+            _remove_staging(root, run_id)
     except Timeout as exc:
-        raise LockTimeout(f"run {run.run_id} is locked by another process") from exc
+        raise LockTimeout(f"run {run_id} is locked by another process") from exc
     emptied = any(not layout.has_shards(p.parent) for p in stale)
     if refresh_card and (new_folder or emptied or not (root / "README.md").exists()):
         write_configs_block(root)
     return PublishResult(
-        run_id=run.run_id,
+        run_id=run_id,
         files=[p.relative_to(root).as_posix() for p in tables],
-        flags=run.flags,
-        metrics=run_metrics,
+        flags=prepared.flags,
+        metrics=prepared.metrics,
         replaced=[p.relative_to(root).as_posix() for p in stale],
     )
 

@@ -1,13 +1,12 @@
-"""Import many log files into a dataset folder as a stream: parse one, publish it, forget it.
+"""Import many log files into a dataset folder: one file in memory at a time, all or nothing.
 
-Memory is bounded by the largest file, not by the number of files (issue 13): a file's run is
-published (atomically, ``shards.publish_run``) before the next file is read. The command's fixed
-cost — the full card — is paid once by the caller, after the stream.
-
-A bad file stops the stream with its one-line error; the files before it stay published (each
-one complete), the bad one and those after it change nothing. ``check_first=True`` restores
-all-or-nothing for a batch: every file is parsed and checked once before any is published
-(twice the parsing time, still bounded memory).
+Each file is parsed, validated and turned into its tables, which are written at once into
+``.staging/<run_id>/publish/`` (``shards.stage_run``); only its small summary stays in memory,
+so memory is bounded by the largest file, not by the number of files (issue 13). When every
+file has passed, the staged files are renamed into ``data/`` (``shards.commit_run``: cheap, one
+rename per file). A bad file stops the command with its one-line error and removes what this
+command staged: ``data/`` is unchanged, as before the streaming reader. The full card is the
+caller's, once per command.
 """
 
 from __future__ import annotations
@@ -17,10 +16,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InputError
 from ..run import Run
-from ..shards import publish_run
-from ..validate import validate_run
+from ..shards import PreparedRun, commit_run, discard_staged, prepare_run, stage_run
 from . import import_file
 
 log = logging.getLogger("llm_powertrace_ds.importers")
@@ -56,40 +53,32 @@ def _read(path: Path, options: ImportOptions) -> Run:
                        platform=options.platform, num_gpus=options.num_gpus, tz=options.tz)
 
 
-def check_files(paths: Sequence[Path], options: ImportOptions) -> None:
-    """Parse and validate every file without writing anything (one file in memory at a time).
-
-    Raises:
-        InputError: the first bad file, naming the file, the line and the field.
-    """
-    for path in paths:
-        run = _read(path, options)
-        report = validate_run(run)
-        if report.errors:
-            raise InputError(f"run {run.run_id} failed validation: "
-                             f"{'; '.join(report.messages)}", file=path, field="quality_flags")
-
-
-def import_stream(paths: Sequence[Path], root: Path, options: ImportOptions, *,
-                  check_first: bool = False) -> Iterator[ImportedFile]:
-    """Import and publish each file in turn; yield what each one wrote.
+def import_stream(paths: Sequence[Path], root: Path, options: ImportOptions
+                  ) -> Iterator[ImportedFile]:
+    """Import every file (staged one at a time), then publish them all; yield each result.
 
     Args:
         paths: the log files.
         root: the dataset folder.
         options: how to read them.
-        check_first: check every file before publishing any (all-or-nothing).
 
     Raises:
-        InputError: a bad file (the ones already yielded stay published).
+        InputError: a bad file; nothing is published and the staged files are removed.
     """
-    if check_first:
-        check_files(paths, options)
-    for path in paths:
-        run = _read(path, options)
-        res = publish_run(root, run)
-        yield ImportedFile(path=path, run_id=res.run_id, platform=run.platform,
-                           num_gpus=len(run.devices),
-                           samples=sum(len(d) for d in run.devices), flags=tuple(res.flags),
-                           files=tuple(res.files))
-        del run
+    staged: list[tuple[Path, tuple[str, int, int], PreparedRun]] = []
+    try:
+        for path in paths:
+            run = _read(path, options)
+            prepared = stage_run(root, prepare_run(root, run))
+            # keep only what the result rows need: nothing per tick stays in memory
+            staged.append((path, (run.platform, len(run.devices),
+                                  sum(len(d) for d in run.devices)), prepared))
+            del run
+    except BaseException:
+        for _, _, prepared in staged:
+            discard_staged(root, prepared)
+        raise
+    for path, (platform, num_gpus, samples), prepared in staged:
+        res = commit_run(root, prepared)
+        yield ImportedFile(path=path, run_id=res.run_id, platform=platform, num_gpus=num_gpus,
+                           samples=samples, flags=tuple(res.flags), files=tuple(res.files))

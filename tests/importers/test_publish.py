@@ -35,25 +35,33 @@ def test_many_files_one_card_rebuild(tmp_path, monkeypatch):
     assert "schema version that wrote them: `" in text and "` (4)." in text  # the full card
 
 
-def test_bad_file_stops_the_stream_and_keeps_what_was_published(tmp_path, capsys):
-    files = logs(tmp_path / "logs", 3, bad_at=1)
-    root = tmp_path / "ds"
-    assert main(["import", "powertrace-csv", *files, "--out", str(root), "--workload",
-                 "finetune"]) == 1
-    err = capsys.readouterr().err
-    assert "r1.csv" in err and "line 2" in err and "power_w" in err
-    runs = sorted(p.stem for p in (root / "data" / "finetune_runs").rglob("*.arrow"))
-    assert runs == ["run-0"]  # the file before the bad one, complete; nothing after
-    text = (root / "README.md").read_text(encoding="utf-8")  # the card is rebuilt anyway
-    assert "schema version that wrote them: `" in text and "` (1)." in text
-
-
-def test_check_first_is_all_or_nothing(tmp_path):
+def test_a_bad_file_changes_nothing_and_leaves_no_staging(tmp_path, capsys):
     root = tmp_path / "ds"
     assert main(["import", "powertrace-csv", *logs(tmp_path / "ok", 1), "--out", str(root),
                  "--workload", "finetune"]) == 0
     before = snapshot(root)
-    files = logs(tmp_path / "logs", 3, bad_at=2)
+    files = logs(tmp_path / "logs", 3, bad_at=2)  # two good files are staged before the bad one
+    capsys.readouterr()
     assert main(["import", "powertrace-csv", *files, "--out", str(root), "--workload",
-                 "finetune", "--check-first"]) == 1
+                 "finetune"]) == 1
+    err = capsys.readouterr().err
+    assert "r2.csv" in err and "line 2" in err and "power_w" in err
     assert snapshot(root) == before
+    staging = root / ".staging"
+    assert not [p for p in staging.rglob("*") if p.is_file() and p.suffix != ".lock"]
+
+
+def test_staged_runs_are_memory_free_until_commit(tmp_path):
+    from llm_powertrace_ds import shards
+    from llm_powertrace_ds.importers.publish import ImportOptions, import_stream
+
+    files = [tmp_path / "logs" / f"r{i}.csv" for i in range(2)]
+    logs(tmp_path / "logs", 2)
+    root = tmp_path / "ds"
+    stream = import_stream(files, root, ImportOptions(fmt="powertrace-csv", workload="finetune"))
+    first = next(stream)  # every file is staged before the first is committed
+    assert first.run_id == "run-0" and first.samples == 80 and first.num_gpus == 4
+    staged = list((root / ".staging" / "run-1" / "publish").glob("*.arrow"))
+    assert len(staged) == 2 and not shards.existing_run_files(root, "run-1")
+    rest = list(stream)
+    assert [r.run_id for r in rest] == ["run-1"] and not (root / ".staging" / "run-1").exists()
