@@ -136,17 +136,17 @@ class ArrowCsvReader:
             raise _Fallback(one_line(exc)) from None
         if table.num_rows != len(rows):
             raise _Fallback("row count differs from the line count")
-        columns = {i: table.column(names[i]).combine_chunks() for i in wanted}
+        columns = {i: table.column(names[i]) for i in wanted}  # chunked: no copy
         repeated = self._repeated_headers(columns[0], data, starts, ends, rows)
         segments = np.cumsum(repeated).astype(np.int32)
         keep = ~repeated
         if not keep.all():
             keep_idx = pa.array(np.flatnonzero(keep))
-            columns = {i: col.take(keep_idx) for i, col in columns.items()}
+            columns = {i: col.take(keep_idx) for i, col in columns.items()}  # type: ignore[misc]
             lines, segments = lines[keep], segments[keep]
         return self._table(lines, segments, columns, converters, len(starts))
 
-    def _repeated_headers(self, first_col: pa.Array, data: bytes, starts: np.ndarray,
+    def _repeated_headers(self, first_col: pa.ChunkedArray, data: bytes, starts: np.ndarray,
                           ends: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Rows that repeat the header (appended logs): segment starts, not data."""
         import pyarrow.compute as pc
@@ -159,7 +159,8 @@ class ArrowCsvReader:
             cand[k] = cells == self.header
         return cand
 
-    def _table(self, lines: np.ndarray, segments: np.ndarray, columns: dict[int, pa.Array],
+    def _table(self, lines: np.ndarray, segments: np.ndarray,
+               columns: dict[int, pa.ChunkedArray],
                converters: Mapping[str, tuple[int, Converter]], last_line: int) -> Table:
         table = Table(header=self.header, header_line=self.header_line,
                       lines=lines.astype(np.int64), segments=segments, last_line=last_line)

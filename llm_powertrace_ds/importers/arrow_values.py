@@ -9,6 +9,8 @@ accepts a cell that the per-value parser would reject.
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -22,28 +24,31 @@ TIMESTAMP_PATTERN = (r"^\d{4}[-/]\d{1,2}[-/]\d{1,2}[T ]\d{1,2}:\d{2}(?::\d{2}(?:
 _ZONE_PATTERN = r"(Z|[+-]\d{2}:?\d{2})$"
 
 
-def as_array(values: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """One contiguous array."""
-    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+Cells: TypeAlias = "pa.Array | pa.ChunkedArray"
 
 
-def trimmed(values: pa.Array) -> pa.Array:
+def as_array(values: Cells) -> Cells:
+    """The column as given: every function here works on chunked arrays without a copy."""
+    return values
+
+
+def trimmed(values: Cells) -> Cells:
     """Cells without leading/trailing whitespace."""
     return pc.utf8_trim_whitespace(values)
 
 
-def null_mask(cells: pa.Array) -> np.ndarray:
+def null_mask(cells: Cells) -> np.ndarray:
     """Whether each (trimmed) cell means *not reported*: a null word or ``[...]``."""
     words = pc.is_in(pc.utf8_lower(cells), value_set=pa.array(NULL_WORDS))
     note = pc.and_(pc.starts_with(cells, "["), pc.ends_with(cells, "]"))
     return np.asarray(pc.or_(words, note).to_numpy(zero_copy_only=False), dtype=bool)
 
 
-def _to_float(arr: pa.Array) -> np.ndarray:
+def _to_float(arr: Cells) -> np.ndarray:
     return np.array(arr.to_numpy(zero_copy_only=False), dtype=np.float64)  # a writable copy
 
 
-def numbers(values: pa.Array, units: frozenset[str] | None) -> np.ndarray | None:
+def numbers(values: Cells, units: frozenset[str] | None) -> np.ndarray | None:
     """Numbers (optionally followed by a unit in ``units``) to float64, NaN where not reported.
 
     Returns:
@@ -60,7 +65,8 @@ def numbers(values: pa.Array, units: frozenset[str] | None) -> np.ndarray | None
         pass
     cells = trimmed(raw)
     nulls = null_mask(cells)
-    kept = pc.if_else(pa.array(nulls), pa.scalar(None, pa.string()), cells)
+    kept = pc.if_else(pa.array(nulls), pa.scalar(None, pa.string()),
+                      cells.combine_chunks() if isinstance(cells, pa.ChunkedArray) else cells)
     try:
         out = _to_float(pc.cast(kept, pa.float64()))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
@@ -80,7 +86,7 @@ def numbers(values: pa.Array, units: frozenset[str] | None) -> np.ndarray | None
     return out
 
 
-def naive_ms(values: pa.Array) -> np.ndarray | None:
+def naive_ms(values: Cells) -> np.ndarray | None:
     """Zone-less or all-``Z`` timestamps to int64 ms (as written), with whether they were ``Z``.
 
     Returns:
@@ -98,7 +104,7 @@ def naive_ms(values: pa.Array) -> np.ndarray | None:
     return _cast_ms(cells)
 
 
-def utc_z_ms(values: pa.Array) -> np.ndarray | None:
+def utc_z_ms(values: Cells) -> np.ndarray | None:
     """Timestamps that all end in ``Z`` to int64 UTC epoch ms (``None`` otherwise)."""
     cells = trimmed(as_array(values))
     if len(cells) == 0 or not pc.all(pc.ends_with(cells, "Z")).as_py():
@@ -108,7 +114,7 @@ def utc_z_ms(values: pa.Array) -> np.ndarray | None:
     return _cast_ms(pc.utf8_slice_codeunits(cells, 0, -1))
 
 
-def _cast_ms(cells: pa.Array) -> np.ndarray | None:
+def _cast_ms(cells: Cells) -> np.ndarray | None:
     text = pc.replace_substring(cells, "/", "-")
     try:
         stamps = pc.cast(text, pa.timestamp("ns"))
@@ -118,8 +124,9 @@ def _cast_ms(cells: pa.Array) -> np.ndarray | None:
     return ns // 1_000_000
 
 
-def distinct(values: pa.Array) -> tuple[list[str], np.ndarray]:
+def distinct(values: Cells) -> tuple[list[str], np.ndarray]:
     """The distinct cells (in order of first appearance) and each row's index into them."""
-    encoded = pc.dictionary_encode(as_array(values))
-    inverse = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
-    return encoded.dictionary.to_pylist(), inverse
+    uniq = pc.unique(values)
+    inverse = np.asarray(pc.index_in(values, value_set=uniq).to_numpy(zero_copy_only=False),
+                         dtype=np.int64)
+    return uniq.to_pylist(), inverse

@@ -17,7 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..run import Run
-from ..shards import PreparedRun, commit_run, discard_staged, prepare_run, stage_run
+from ..shards import (
+    PreparedRun,
+    commit_run,
+    discard_staged,
+    prepare_run,
+    stage_run,
+    write_configs_block,
+)
 from . import import_file
 
 log = logging.getLogger("llm_powertrace_ds.importers")
@@ -78,7 +85,12 @@ def import_stream(paths: Sequence[Path], root: Path, options: ImportOptions
         for _, _, prepared in staged:
             discard_staged(root, prepared)
         raise
-    for path, (platform, num_gpus, samples), prepared in staged:
-        res = commit_run(root, prepared)
-        yield ImportedFile(path=path, run_id=res.run_id, platform=platform, num_gpus=num_gpus,
-                           samples=samples, flags=tuple(res.flags), files=tuple(res.files))
+    try:
+        for path, (platform, num_gpus, samples), prepared in staged:
+            res = commit_run(root, prepared, refresh_card=False)
+            yield ImportedFile(path=path, run_id=res.run_id, platform=platform,
+                               num_gpus=num_gpus, samples=samples, flags=tuple(res.flags),
+                               files=tuple(res.files))
+    finally:
+        if staged:  # once for the batch: the commits above are renames, seconds at most
+            write_configs_block(root)
