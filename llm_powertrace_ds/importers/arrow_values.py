@@ -97,7 +97,7 @@ def naive_ms(values: Cells) -> np.ndarray | None:
     cells = trimmed(as_array(values))
     if len(cells) == 0:
         return np.zeros(0, np.int64)
-    if not pc.all(pc.match_substring_regex(cells, TIMESTAMP_PATTERN)).as_py():
+    if pc.any(pc.ends_with(cells, "Z")).as_py() or not _shape_ok(cells):
         return None
     if pc.any(pc.match_substring_regex(cells, _ZONE_PATTERN)).as_py():
         return None
@@ -109,9 +109,24 @@ def utc_z_ms(values: Cells) -> np.ndarray | None:
     cells = trimmed(as_array(values))
     if len(cells) == 0 or not pc.all(pc.ends_with(cells, "Z")).as_py():
         return None
-    if not pc.all(pc.match_substring_regex(cells, TIMESTAMP_PATTERN)).as_py():
+    plain = pc.utf8_slice_codeunits(cells, 0, -1)
+    if not _shape_ok(plain):
         return None
-    return _cast_ms(pc.utf8_slice_codeunits(cells, 0, -1))
+    return _cast_ms(plain)
+
+
+def _shape_ok(cells: Cells) -> bool:
+    """Whether every zone-less cell has the per-value parser's shape.
+
+    Arrow's ISO-8601 cast accepts what the per-value pattern (``TIMESTAMP_PATTERN``) accepts
+    with two-digit month, day and hour, and also a bare date or an hour without minutes; those
+    two are the only forms to exclude, which a fixed-position check does without a regex:
+    ``YYYY?MM?DD?hh:mm`` with the date-time separator a ``T`` or a space.
+    """
+    sep = pc.utf8_slice_codeunits(cells, 10, 11)
+    ok = pc.and_(pc.equal(pc.utf8_slice_codeunits(cells, 13, 14), ":"),
+                 pc.or_(pc.equal(sep, "T"), pc.equal(sep, " ")))
+    return bool(pc.all(ok).as_py())
 
 
 def _cast_ms(cells: Cells) -> np.ndarray | None:
