@@ -141,8 +141,10 @@ class Runner:
 
 
 def _measured(args: list[str], watch: Path | None) -> dict[str, Any]:
+    rss_file = tempfile.NamedTemporaryFile(prefix="scale-rss-", delete=False)
+    rss_file.close()
     env = {**os.environ, "PYTHONPATH": str(REPO), "LLM_POWERTRACE_CARD_FIGURES": "0",
-           "HF_HUB_OFFLINE": "1"}
+           "HF_HUB_OFFLINE": "1", "SCALE_RSS_FILE": rss_file.name}
     if watch is not None:
         env["TMPDIR"] = str(watch)
     base = tree_bytes(watch) if watch else 0
@@ -172,16 +174,36 @@ def _measured(args: list[str], watch: Path | None) -> dict[str, Any]:
     out, err = out_f.read().decode(), err_f.read().decode()
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(args[:5])} failed ({proc.returncode}): {err[-3000:]}")
+    peak_kib = Path(rss_file.name).read_text().strip()
+    os.unlink(rss_file.name)
     res: dict[str, Any] = {"wall_s": round(wall, 3),
                            "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
-                           "peak_rss_mib": round(usage.ru_maxrss / 1024, 1), "stdout": out}
+                           "peak_rss_mib": round(int(peak_kib) / 1024, 1) if peak_kib else None,
+                           "stdout": out}
     if watch is not None:
         res["temp_disk_bytes"] = peak[0]
     return res
 
 
+PEAK_RSS = (
+    "import atexit, os, runpy, sys\n"
+    "def _peak():\n"
+    "    for line in open('/proc/self/status'):\n"
+    "        if line.startswith('VmHWM:'):\n"
+    "            open(os.environ['SCALE_RSS_FILE'], 'w').write(line.split()[1])\n"
+    "atexit.register(_peak)\n"
+    "target, sys.argv = sys.argv[1], sys.argv[1:]\n"
+    "if target.endswith('.py'):\n"
+    "    runpy.run_path(target, run_name='__main__')\n"
+    "else:\n"
+    "    runpy.run_module(target, run_name='__main__', alter_sys=True)\n"
+)
+"""Runs a module or script and writes its own peak RSS (``VmHWM``, reset by ``exec``, unlike
+``ru_maxrss`` which a forked child inherits from this process) to ``$SCALE_RSS_FILE``."""
+
+
 def cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "llm_powertrace_ds.cli", "--quiet", *args]
+    return [sys.executable, "-c", PEAK_RSS, "llm_powertrace_ds.cli", "--quiet", *args]
 
 
 def import_cmd(out: Path, files: list[Path]) -> list[str]:
@@ -237,7 +259,8 @@ def _bench(args: argparse.Namespace, work: Path, r: Runner) -> dict[str, Any]:
     r.step("pack", cli("pack", str(work / "ds"), "--out", str(scratch / "packed")), watch=scratch)
     shutil.rmtree(scratch / "packed")
     if not args.skip_upload:
-        up = r.step("upload_dry_run", [sys.executable, str(REPO / "upload.py"), str(work / "ds"),
+        up = r.step("upload_dry_run", [sys.executable, "-c", PEAK_RSS, str(REPO / "upload.py"),
+                                       str(work / "ds"),
                                        "--repo-id", "bench/llm-powertrace", "--dry-run",
                                        "--allow-proxy", "--format", "json"], watch=scratch)
         r.results["upload_dry_run"]["reported"] = _upload_report(up["stdout"])
