@@ -50,9 +50,15 @@ SHARD_COMPRESSION = "zstd" if pa.Codec.is_available("zstd") else None
 2-3x, which is what brings an import below 12 bytes per sample (issue 13)."""
 
 
-def ipc_options() -> ipc.IpcWriteOptions:
-    """The IPC write options of every shard (``SHARD_COMPRESSION``)."""
-    return ipc.IpcWriteOptions(compression=SHARD_COMPRESSION)
+COMPRESS_MIN_BYTES = 256 * 1024
+"""Tables smaller than this (a runs row, a request log) are written uncompressed: their hundred
+small column buffers cost more to decompress on every read than they save on disk."""
+
+
+def ipc_options(nbytes: int | None = None) -> ipc.IpcWriteOptions:
+    """The IPC write options of a shard of ``nbytes`` (``SHARD_COMPRESSION`` unless small)."""
+    small = nbytes is not None and nbytes < COMPRESS_MIN_BYTES
+    return ipc.IpcWriteOptions(compression=None if small else SHARD_COMPRESSION)
 
 _ARROW_TYPES = {
     "float32": pa.float32(), "float64": pa.float64(), "int16": pa.int16(), "int32": pa.int32(),
@@ -188,7 +194,7 @@ def write_table_atomic(path: Path, table: pa.Table) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with pa.OSFile(str(tmp), "wb") as sink, \
-                ipc.new_stream(sink, table.schema, options=ipc_options()) as writer:
+                ipc.new_stream(sink, table.schema, options=ipc_options(table.nbytes)) as writer:
             writer.write_table(table, max_chunksize=max(1, min(table.num_rows, 1024)))
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
