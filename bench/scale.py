@@ -135,7 +135,9 @@ class Runner:
 
     def step(self, name: str, args: list[str], watch: Path | None = None) -> dict[str, Any]:
         res = _measured(args, watch)
-        self.results[name] = {k: v for k, v in res.items() if k != "stdout"}
+        kept = {k: v for k, v in res.items() if k != "stdout"}
+        if name not in self.results or kept["cpu_s"] < self.results[name]["cpu_s"]:
+            self.results[name] = kept  # a repeated step keeps its best (least CPU) run
         print(f"[scale] {name}: {self.results[name]}", file=sys.stderr)
         return res
 
@@ -222,6 +224,8 @@ def main() -> int:
     ap.add_argument("--work", type=Path, default=None,
                     help="work folder (default: a temporary one, removed at the end)")
     ap.add_argument("--skip-upload", action="store_true", help="skip upload.py --dry-run")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="runs of each validate/card step, best kept (default: 3)")
     args = ap.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="llm-powertrace-scale-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -251,8 +255,9 @@ def _bench(args: argparse.Namespace, work: Path, r: Runner) -> dict[str, Any]:
     sizes = {"small": len(small), "mid": len(mid), "": n}
     for name, folder in (("small", work / "ds-small"), ("mid", work / "ds-mid"), ("", work / "ds")):
         suffix = f"_{name}" if name else ""
-        r.step(f"validate{suffix}", cli("validate", str(folder), "--format", "json"))
-        r.step(f"card{suffix}", cli("card", str(folder)))
+        for _ in range(args.repeat):  # best of --repeat: CPU time on a shared machine is noisy
+            r.step(f"validate{suffix}", cli("validate", str(folder), "--format", "json"))
+            r.step(f"card{suffix}", cli("card", str(folder)))
     data_bytes = tree_bytes(work / "ds" / "data")
     scratch = work / "scratch"
     scratch.mkdir()
@@ -291,7 +296,8 @@ def _bench(args: argparse.Namespace, work: Path, r: Runner) -> dict[str, Any]:
                "validate_per_run_ratio": ("<=", 1.3), "card_per_run_ratio": ("<=", 1.3),
                "import_rss_ratio": ("<=", 1.3), "bytes_per_sample": ("<=", 12.0),
                "upload_temp_disk_ratio": ("<=", 1.2)}
-    verdict = {k: (v >= targets[k][1] if targets[k][0] == ">=" else v <= targets[k][1])
+    verdict = {k: None if v is None else (v >= targets[k][1] if targets[k][0] == ">="
+                                          else v <= targets[k][1])
                for k, v in ratio.items()}
     return {"runs": n, "samples": got_samples, "csv_bytes": csv_bytes, "data_bytes": data_bytes,
             "generate_wall_s": round(gen_s, 1), "cpus": os.cpu_count(), "ratios": ratio,
@@ -299,7 +305,8 @@ def _bench(args: argparse.Namespace, work: Path, r: Runner) -> dict[str, Any]:
             "meets_target": verdict, "steps": res}
 
 
-def per_run_ratio(res: dict[str, dict[str, Any]], step: str, sizes: dict[str, int]) -> float:
+def per_run_ratio(res: dict[str, dict[str, Any]], step: str,
+                  sizes: dict[str, int]) -> float | None:
     """Marginal CPU seconds per run between N/3 and N, over that between N/10 and N/3.
 
     A CLI call has a fixed cost (interpreter, imports) that would make "time / runs" fall with
@@ -310,7 +317,7 @@ def per_run_ratio(res: dict[str, dict[str, Any]], step: str, sizes: dict[str, in
                        res[step]["cpu_s"])
     low = (mid - small) / max(1, sizes["mid"] - sizes["small"])
     high = (big - mid) / max(1, sizes[""] - sizes["mid"])
-    return round(high / low, 3) if low > 0 else float("inf")
+    return round(high / low, 3) if low > 0 else None  # too small an N to see a slope
 
 
 def _upload_report(stdout: str) -> Any:
