@@ -8,12 +8,16 @@
     python upload.py DIR --space ORG/NAME [--repo-id ORG/NAME] [--dry-run] [--allow-proxy]
 
 Before any network call: every run passes validation, ``cpu_proxy`` runs are refused unless
-``--allow-proxy``, the folder's card is regenerated, and every (config, split) loads with
-``datasets.load_dataset``. The upload itself is a packed temporary copy (``pack``), in Arrow or,
+``--allow-proxy``, the folder's card is regenerated, every shard has its config's exact schema
+and every (config, split) holds rows (Arrow-level, nothing copied). The upload itself is a packed
+temporary copy (``pack``), in Arrow or,
 with ``--file-format parquet``, in Parquet (content-defined chunking and page index on where
-pyarrow supports them) with the card's globs following the format; that copy must load too and,
+pyarrow supports them) with the card's globs following the format; every (config, split) of that
+copy must load with ``datasets.load_dataset`` (streaming: no cached second copy) and,
 for Parquet, equal the Arrow shards table for table. ``.staging/`` and lock files are never
-uploaded. ``--dry-run`` prints the plan (files, sizes, commits, card diff) and makes no network
+uploaded. Temporary disk stays near one packed copy of the dataset (a Parquet copy replaces the
+Arrow shards one by one); its measured peak is part of the plan. ``--dry-run`` prints the plan
+(files, sizes, commits, card diff, temporary disk) and makes no network
 call.
 
 Large uploads go in several commits (data first, the card last). Re-running after an
@@ -41,7 +45,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,13 +155,13 @@ def validate_folder(root: Path) -> FolderCheck:
     """Re-validate every published run; raise ``UploadError`` listing runs with errors."""
     from cards.summary import is_cpu_proxy
     from llm_powertrace_ds import schema
-    from llm_powertrace_ds.shards import list_runs, read_run
+    from llm_powertrace_ds.shards import iter_runs
     from llm_powertrace_ds.validate import validate_run
 
     check = FolderCheck()
     failed = []
-    for info in list_runs(root):
-        run = read_run(root, info["run_id"])
+    for run in iter_runs(root):  # one walk of data/, one trace file in memory at a time
+        info = run.meta
         report = validate_run(run)
         errors = sorted(set(report.errors) | {f for f in run.flags if f in schema.ERROR_FLAGS})
         if errors:
@@ -175,10 +179,12 @@ def validate_folder(root: Path) -> FolderCheck:
 
 
 def check_loads(root: Path, cache_dir: Path) -> list[tuple[str, str]]:
-    """Load every config of the card with ``load_dataset``; return the (config, split) pairs.
+    """Load every (config, split) of the card with ``load_dataset``; return the pairs.
 
-    Each config is loaded once (``load_dataset`` prepares all its splits together) and every
-    split the card declares must be there and hold rows.
+    Each split is loaded with ``streaming=True`` and its first row read: the same loader and
+    card path as a user's ``load_dataset``, without preparing a cached copy of the data (which
+    cost up to 5x the dataset in temporary disk, issue 13). Every shard's schema and row count
+    are checked at the Arrow level by :func:`check_shards`.
 
     Raises:
         UploadError: naming the first (config, split) that does not load.
@@ -192,16 +198,50 @@ def check_loads(root: Path, cache_dir: Path) -> list[tuple[str, str]]:
     pairs = []
     for entry in card.data.to_dict().get("configs") or []:
         config = entry["config_name"]
-        try:
-            loaded = datasets.load_dataset(str(root), config, cache_dir=str(cache_dir))
-        except Exception as exc:  # any loader failure is reported as one line
-            first = str(exc).splitlines()[0] if str(exc) else ""
-            raise UploadError(f"config {config!r} of '{root}' does not load: "
-                              f"{type(exc).__name__}: {first}") from exc
         for files in entry["data_files"]:
             split = files["split"]
-            if split not in loaded or len(loaded[split]) == 0:
+            try:
+                stream = datasets.load_dataset(str(root), config, split=split, streaming=True,
+                                               cache_dir=str(cache_dir))
+                first_row = next(iter(stream), None)
+            except Exception as exc:  # any loader failure is reported as one line
+                first = str(exc).splitlines()[0] if str(exc) else ""
+                raise UploadError(f"config {config!r} split {split!r} of '{root}' does not "
+                                  f"load: {type(exc).__name__}: {first}") from exc
+            if first_row is None:
                 raise UploadError(f"config {config!r} split {split!r} of '{root}' loads no rows")
+            pairs.append((config, split))
+    return pairs
+
+
+def check_shards(root: Path) -> list[tuple[str, str]]:
+    """Arrow-level check of every shard the folder's configs declare; return the pairs.
+
+    Every shard must carry its config's exact schema (``Features.arrow_schema``, with the
+    ``huggingface`` metadata) and every split must hold rows. Nothing is copied or cached.
+
+    Raises:
+        UploadError: naming the first file or (config, split) that fails.
+    """
+    from llm_powertrace_ds import layout, schema
+    from llm_powertrace_ds.errors import ShardError
+    from llm_powertrace_ds.shards import count_rows, file_schema
+
+    pairs = []
+    for config, splits in layout.config_globs(root).items():
+        expected = schema.features_for(config).arrow_schema
+        for split in splits:
+            rows = 0
+            for path in layout.shard_files(root, config, split):
+                try:
+                    if not file_schema(path).equals(expected, check_metadata=True):
+                        raise UploadError(f"'{path}' does not have the schema of config "
+                                          f"{config!r} (written by another schema version?)")
+                    rows += count_rows(path)
+                except ShardError as exc:
+                    raise UploadError(str(exc)) from None
+            if rows == 0:
+                raise UploadError(f"config {config!r} split {split!r} of '{root}' has no rows")
             pairs.append((config, split))
     return pairs
 
@@ -223,11 +263,19 @@ def parquet_writer_options() -> dict[str, Any]:
     return opts
 
 
-def write_parquet_copy(src: Path, dst: Path) -> int:
+def write_parquet_copy(src: Path, dst: Path, *, remove_source: bool = False,
+                       on_file: Callable[[], None] | None = None) -> int:
     """Write every Arrow shard of ``src`` as Parquet under the same path in ``dst``.
 
     Each Parquet file is read back and compared with its Arrow shard (same schema, including the
     ``huggingface`` metadata, and same rows).
+
+    Args:
+        src: the packed Arrow folder.
+        dst: the Parquet folder.
+        remove_source: delete each Arrow shard once its Parquet twin is checked, so the two
+            copies never coexist (temporary disk: one dataset plus one shard).
+        on_file: called after each file (e.g. to measure the temporary disk).
 
     Returns:
         The number of files written.
@@ -254,6 +302,10 @@ def write_parquet_copy(src: Path, dst: Path) -> int:
         if back.schema.metadata != table.schema.metadata or not back.equals(table):
             raise UploadError(f"'{out}' does not round-trip to '{path}'")
         n += 1
+        if on_file is not None:
+            on_file()
+        if remove_source:
+            path.unlink()
     return n
 
 
@@ -342,6 +394,8 @@ class Plan:
     files: list[tuple[str, int]]
     commits: list[list[tuple[str, int]]]
     card_diff: list[str]
+    temp_disk_peak_bytes: int = 0
+    dataset_bytes: int = 0
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -355,6 +409,8 @@ class Plan:
             "commits": [{"files": [p for p, _ in c], "bytes": sum(s for _, s in c)}
                         for c in self.commits],
             "card_diff": self.card_diff,
+            "temp_disk_peak_bytes": self.temp_disk_peak_bytes,
+            "dataset_bytes": self.dataset_bytes,
         }
 
     def lines(self) -> list[str]:
@@ -366,11 +422,15 @@ class Plan:
             f"tag: {self.tag or '-'}",
             f"checks: {self.runs} run(s) pass validation"
             + (f" ({self.proxy_runs} cpu_proxy run(s) allowed)" if self.proxy_runs else "")
-            + f"; card regenerated; {self.splits_checked} (config, split) pair(s) load with "
-            "load_dataset, in the folder and in the upload copy",
+            + f"; card regenerated; {self.splits_checked} (config, split) pair(s): every shard's "
+            "schema and rows checked in the folder, and each loads with load_dataset "
+            "(streaming) from the upload copy",
         ]
         if self.unpublished:
             out.append(f"not uploaded: {self.unpublished} unpublished run(s) in .staging/")
+        ratio = self.temp_disk_peak_bytes / self.dataset_bytes if self.dataset_bytes else 0.0
+        out.append(f"temporary disk at its peak: {human_bytes(self.temp_disk_peak_bytes)} "
+                   f"({ratio:.2f}x the dataset's {human_bytes(self.dataset_bytes)})")
         out.append(f"files: {len(self.files)} ({human_bytes(total)})")
         out += [f"  {human_bytes(s):>10}  {p}" for p, s in self.files]
         out.append(f"commits: {len(self.commits)}")
@@ -390,7 +450,7 @@ class Plan:
 
 def _prepare(args: argparse.Namespace, work: Path) -> tuple[Plan, Path]:
     """Every local step: checks, card, packed copy (and Parquet copy), the plan."""
-    from cards.builder import CardOptions, write_card
+    from cards.builder import CardOptions, refresh_card, write_card
     from cards.figures import FIGURES_DIR
     from llm_powertrace_ds import shards
 
@@ -406,8 +466,9 @@ def _prepare(args: argparse.Namespace, work: Path) -> tuple[Plan, Path]:
             "activity, not GPU measurements); pass --allow-proxy to publish them anyway")
     readme = root / "README.md"
     old_card = readme.read_text(encoding="utf-8") if readme.exists() else ""
-    shards.refresh_readme(root)
-    pairs = check_loads(root, work / "cache")
+    refresh_card(root)
+    pairs = check_shards(root)
+    disk = DiskMeter(work)
 
     packed = work / "arrow"
     shards.pack(root, packed, refresh_card=False)  # the card is written below, with the repo id
@@ -419,14 +480,17 @@ def _prepare(args: argparse.Namespace, work: Path) -> tuple[Plan, Path]:
             shutil.copyfile(png, target)
     options = CardOptions(repo_id=args.repo_id)
     write_card(packed, options)
+    disk.measure()
     upload_root = packed
     if args.file_format == "parquet":
         upload_root = work / "parquet"
-        write_parquet_copy(packed, upload_root)
         write_card(packed, CardOptions(repo_id=args.repo_id, file_format="parquet"),
                    out_dir=upload_root)
+        # shard by shard, each Arrow shard removed once its Parquet twin is checked
+        write_parquet_copy(packed, upload_root, remove_source=True, on_file=disk.measure)
     shutil.rmtree(upload_root / ".staging", ignore_errors=True)
     copy_pairs = check_loads(upload_root, work / "cache")
+    disk.measure()
     if sorted(copy_pairs) != sorted(pairs):
         raise UploadError("the upload copy does not hold the same (config, split) pairs as "
                           f"'{root}'")
@@ -439,8 +503,26 @@ def _prepare(args: argparse.Namespace, work: Path) -> tuple[Plan, Path]:
                 file_format=args.file_format, runs=check.runs,
                 proxy_runs=len(check.proxy_runs), unpublished=check.unpublished,
                 splits_checked=len(pairs), files=files, commits=plan_commits(files),
-                card_diff=diff)
+                card_diff=diff, temp_disk_peak_bytes=disk.peak,
+                dataset_bytes=DiskMeter.size(root / "data"))
     return plan, upload_root
+
+
+class DiskMeter:
+    """The peak size of a temporary folder, measured after each step that grows it."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.peak = 0
+
+    @staticmethod
+    def size(folder: Path) -> int:
+        """Bytes of every file under ``folder``."""
+        return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+    def measure(self) -> None:
+        """Record the folder's current size."""
+        self.peak = max(self.peak, self.size(self.folder))
 
 
 def _token() -> str:

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 from datasets import load_dataset
 
+from cards.builder import refresh_card
 from llm_powertrace_ds import layout, shards
 from llm_powertrace_ds.run import DeviceSeries, Run
 from llm_powertrace_ds.traces import iter_trace_arrays
@@ -77,7 +78,7 @@ def main() -> None:
         for i in range(args.runs):
             shards.publish_run(root, make_run(i, args.devices, args.samples_per_device, rng),
                                refresh_card=False)
-        shards.refresh_readme(root)
+        refresh_card(root)
         write_s = time.perf_counter() - t0
 
         t0 = time.perf_counter()

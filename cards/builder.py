@@ -1,8 +1,9 @@
 """The dataset card builder: the one writer of a dataset folder's ``README.md``.
 
 The card is regenerated from the data and the schema alone, so nothing hand-edited survives;
-customisation goes through :class:`CardOptions`. It is called after every publish (under the
-folder lock, by ``llm_powertrace_ds.shards.refresh_readme``) and by ``llm-powertrace card DIR``:
+customisation goes through :class:`CardOptions`. It is called once per command (under the
+folder lock, by :func:`refresh_card`, through ``llm_powertrace_ds.hooks``) and by
+``llm-powertrace card DIR``; publishing a run only keeps the YAML ``configs:`` block current:
 it uses base dependencies only (matplotlib, when installed, draws the figures), reads the small
 runs tables and only a few scalar columns of the trace shards, and is idempotent — the card holds
 no timestamp, and a second run rewrites nothing.
@@ -33,7 +34,7 @@ import yaml
 from llm_powertrace_ds import facility, layout, schema
 from llm_powertrace_ds.formatting import human_number
 from llm_powertrace_ds.run import Event
-from llm_powertrace_ds.shards import write_text_atomic
+from llm_powertrace_ds.shards import folder_lock, write_text_atomic
 
 from . import analysis
 from . import figures as figures_mod
@@ -273,6 +274,35 @@ def _configs_section(summary: FolderSummary) -> list[str]:
         rows.append([_code(config) + default, _CONFIG_ROWS[base], what,
                      ", ".join(f"{_code(s)} ({n})" for s, n in splits.items())])
     return lines + _table(["config", "one row per", "what", "splits (rows)"], rows) + [""]
+
+
+_SAMPLE_BYTES = 50
+"""Bytes per tick of one trace row in memory, every signal present (the widths of ``t_ms``,
+``power_w``, ``power_avg_w``, ``energy_mj``, the utilisations, memory, clocks, temperature and
+clock-event reasons in ``schema.SIGNALS``)."""
+
+
+def _long_rows_note(summary: FolderSummary) -> list[str]:
+    """The largest trace cell (issue 13: long rows and the Hub's dataset viewer)."""
+    best: tuple[float, dict[str, Any]] | None = None
+    for run in summary.all_runs:
+        duration, period = run.get("duration_s"), run.get("sample_period_ms")
+        if duration and period:
+            ticks = float(duration) * 1000.0 / float(period) + 1
+            if best is None or ticks > best[0]:
+                best = (ticks, run)
+    if best is None:
+        return []
+    ticks, run = best
+    mb = ticks * _SAMPLE_BYTES / 1e6
+    return [f"Long rows: a trace row holds a whole run of one device. The longest here is "
+            f"{_code(run['run_id'])} ({fmt_value(run.get('duration_s'))} s at "
+            f"{fmt_value(run.get('sample_period_ms'))} ms: about {ticks:,.0f} ticks per device, "
+            f"about {mb:.1f} MB per row in memory with every signal). The Hub's dataset viewer "
+            "reads pages of rows, so the trace configs stay the default (`load_dataset(repo)` "
+            "keeps returning traces, as DESIGN.md fixes) and the runs configs "
+            "(`finetune_runs`, `inference_runs`: one small row per run, with its metrics) are "
+            "the quick overview to open first.", ""]
 
 
 def _first_split(summary: FolderSummary, config: str) -> str:
@@ -813,7 +843,7 @@ def render_card(root: str | Path, options: CardOptions | None = None, *,
     meta = yaml.safe_dump(card_metadata(root, options, summary), sort_keys=False,
                           allow_unicode=True, width=1000)
     body: list[str] = []
-    for section in (_intro(summary, options), _configs_section(summary),
+    for section in (_intro(summary, options), _configs_section(summary), _long_rows_note(summary),
                     _how_to_use(summary, options), _figures_section(figures, summary),
                     _platforms_section(summary), _families_section(summary),
                     _axes_section(summary), _measurement_section(summary),
@@ -859,3 +889,13 @@ def write_card(root: str | Path, options: CardOptions | None = None, *,
     if not path.exists() or path.read_text(encoding="utf-8") != text:
         write_text_atomic(path, text)
     return path
+
+
+def refresh_card(root: str | Path, options: CardOptions | None = None) -> Path:
+    """:func:`write_card` under the folder lock: what a command calls once, at its end.
+
+    Raises:
+        LockTimeout: another process holds the folder's card.
+    """
+    with folder_lock(root):
+        return write_card(root, options)

@@ -1,23 +1,29 @@
 """What the card says about the data: one pass over a dataset folder's shards.
 
-Only the small tables are read in full (the runs configs, one row per run); the trace and
-request shards are memory-mapped and only a few scalar columns are looked at (row counts, the
-per-device GPU name, node and power limit), so building the card stays fast on large folders.
+Only the small tables are read in full (the runs configs, one row per run); of the trace and
+request shards only a few scalar columns are read (row counts, the per-device GPU name, node and
+power limit; the signal lists are never decompressed), ``data/`` is walked once, and a run's
+trace summary is cached beside its runs file, keyed on that file's content hash, so rebuilding
+the card after one more run reads one trace file (issue 13).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.ipc as ipc
 
 from llm_powertrace_ds import layout, schema
 from llm_powertrace_ds.errors import ShardError
-from llm_powertrace_ds.shards import iter_rows
+from llm_powertrace_ds.shards import iter_file_batches, iter_rows, write_text_atomic
+
+log = logging.getLogger(__name__)
 
 DEVICE_COLUMNS = ("run_id", "platform", "node_index", "gpu_index", "gpu_name", "power_limit_w",
                   "default_power_limit_w")
@@ -73,19 +79,63 @@ def is_cpu_proxy(run: dict[str, Any]) -> bool:
 
 
 def _read_file(path: Path, columns: tuple[str, ...]) -> tuple[int, list[dict[str, Any]]]:
-    """Row count and the given columns of one shard (memory-mapped; other columns untouched)."""
+    """Row count and the given columns of one shard.
+
+    Only ``run_id`` and the given columns are read (``shards.iter_file_batches`` with columns:
+    the signal lists of a trace shard are never decompressed), so this is cheap per run.
+    """
+    wanted = list(dict.fromkeys(("run_id", *columns)))
     try:
-        with pa.memory_map(str(path), "r") as source:
-            reader = ipc.open_stream(source)
-            names = [c for c in columns if c in reader.schema.names]
-            n, rows = 0, []
-            for batch in reader:
-                n += batch.num_rows
-                if names:
-                    rows.extend(batch.select(names).to_pylist())
-            return n, rows
+        n, rows = 0, []
+        for batch in iter_file_batches(path, wanted):
+            n += batch.num_rows
+            names = [c for c in columns if c in batch.schema.names]
+            if names:
+                rows.extend(batch.select(names).to_pylist())
+        return n, rows
     except (OSError, pa.ArrowInvalid) as exc:
         raise ShardError(f"Failed to read '{path}': {type(exc).__name__}: {exc}") from None
+
+
+CACHE_VERSION = 1
+
+
+def summary_cache_path(runs_file: Path) -> Path:
+    """Where a run's cached trace summary lives: a hidden file beside its runs-config file.
+
+    Hidden (a leading dot), so no glob, ``pack`` or upload ever sees it.
+    """
+    return runs_file.with_name(f".{runs_file.stem}.summary.json")
+
+
+def _read_trace_cached(root: Path, workload: str, split: str,
+                       path: Path) -> tuple[int, list[dict[str, Any]]]:
+    """A per-run trace file's row count and device rows, cached by its run's content hash.
+
+    The key is the SHA-256 of the run's runs-config file (rewritten, with new metrics, whenever
+    the run is published again) plus the trace file's size and mtime; a packed shard (no
+    per-run runs file) is read directly. The cache is written when the folder is writable.
+    """
+    runs_file = layout.runs_path(root, workload, split, path.stem)
+    if not runs_file.is_file():
+        return _read_file(path, DEVICE_COLUMNS)
+    stat = path.stat()
+    key = {"version": CACHE_VERSION,
+           "runs_sha256": hashlib.sha256(runs_file.read_bytes()).hexdigest(),
+           "trace_bytes": stat.st_size, "trace_mtime_ns": stat.st_mtime_ns}
+    cache = summary_cache_path(runs_file)
+    try:
+        cached = json.loads(cache.read_text(encoding="utf-8"))
+        if cached.get("key") == key:
+            return int(cached["rows"]), list(cached["devices"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    n, devices = _read_file(path, DEVICE_COLUMNS)
+    try:
+        write_text_atomic(cache, json.dumps({"key": key, "rows": n, "devices": devices}))
+    except OSError:
+        log.debug("%s: summary cache not written (read-only folder?)", cache)
+    return n, devices
 
 
 def summarize(root: str | Path) -> FolderSummary:
@@ -101,16 +151,18 @@ def summarize(root: str | Path) -> FolderSummary:
         ShardError: a shard cannot be read (the message names the file).
     """
     root = Path(root)
+    folders = layout.shard_folders(root)  # one walk of data/ for the whole summary
     globs = layout.config_globs(root)
     cache: dict[Path, tuple[int, list[dict[str, Any]]]] = {}
     rows: dict[str, dict[str, int]] = {}
     for config, splits in globs.items():
-        wanted = DEVICE_COLUMNS if schema.base_config(config) in schema.TRACE_CONFIGS else ()
+        trace = schema.base_config(config) in schema.TRACE_CONFIGS
         for split in splits:
             total = 0
-            for path in layout.shard_files(root, config, split):
+            for path in layout.shard_files(root, config, split, folders):
                 if path not in cache:
-                    cache[path] = _read_file(path, wanted)
+                    cache[path] = (_read_trace_cached(root, schema.base_config(config), split,
+                                                      path) if trace else _read_file(path, ()))
                 total += cache[path][0]
             rows.setdefault(config, {})[split] = total
     devices: dict[str, list[dict[str, Any]]] = {}

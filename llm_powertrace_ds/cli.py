@@ -29,6 +29,8 @@ COMMAND_MODULES = [
     "llm_powertrace_ds.cli_explore",
     "generation.cli_gpu",
     "llm_powertrace_ds.cli_record",
+    "llm_powertrace_ds.demo",
+    "cards.cli",
 ]
 
 EPILOG = """exit codes: 0 ok, 1 failure, 2 bad usage.

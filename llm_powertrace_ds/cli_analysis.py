@@ -298,10 +298,10 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if args.out:
         res.save(args.out)
     if args.save:
-        from .shards import refresh_readme
+        from .hooks import rebuild_card
 
         res.save(Path(root) / scaling.DATASET_FIT_PATH)
-        refresh_readme(root)
+        rebuild_card(root)
     terms, held = fit_tables(data)
     if args.format == "json":
         print(json.dumps(data, indent=2))

@@ -1,4 +1,4 @@
-"""Core subcommands: import, validate, list, pack, card, demo, generate."""
+"""Core subcommands: import, validate, list, pack, demo, export (``card`` lives in ``cards/cli.py``)."""
 
 from __future__ import annotations
 
@@ -115,13 +115,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_format(p)
     p.set_defaults(func=cmd_pack)
 
-    p = sub.add_parser("card", help="regenerate the dataset card (README.md)", formatter_class=fmt,
-                       epilog="example:\n  llm-powertrace card llm-powertrace")
-    p.add_argument("dir", type=Path, help="dataset folder")
-    p.set_defaults(func=cmd_card)
-
-    register_demo(sub)
-
     p = sub.add_parser(
         "export", help="write a config as long-format Parquet/CSV (one row per tick per device)",
         formatter_class=fmt,
@@ -139,8 +132,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from .importers import import_file
-    from .shards import publish_run, refresh_readme
+    from .hooks import rebuild_card
+    from .importers.publish import ImportOptions, import_stream
 
     out_dir(args.out)
     if args.log_format == "requests-csv":
@@ -151,42 +144,38 @@ def cmd_import(args: argparse.Namespace) -> int:
         from .cli import UsageError
 
         raise UsageError(f"import {args.log_format} needs --workload (finetune or inference)")
-    # Read and check every file before publishing any: a bad file changes nothing.
-    runs = [import_file(args.log_format, path, workload=args.workload, meta_path=args.meta,
-                        platform=args.platform, num_gpus=args.num_gpus, tz=args.tz)
-            for path in args.files]
+    options = ImportOptions(fmt=args.log_format, workload=args.workload, meta_path=args.meta,
+                            platform=args.platform, num_gpus=args.num_gpus, tz=args.tz)
     results = []
     try:
-        for run in runs:
-            res = publish_run(args.out, run, refresh_card=False)
-            results.append({"run_id": res.run_id, "platform": run.platform,
-                            "num_gpus": len(run.devices),
-                            "samples": sum(len(d) for d in run.devices),
-                            "flags": res.flags, "files": res.files})
+        for res in import_stream(args.files, args.out, options):
+            results.append({"run_id": res.run_id, "platform": res.platform,
+                            "num_gpus": res.num_gpus, "samples": res.samples,
+                            "flags": list(res.flags), "files": list(res.files)})
     finally:
-        if results:  # whatever was published, the folder's card must list it
-            refresh_readme(args.out)
+        if results:  # whatever was published, the folder's card must list it: once per call
+            rebuild_card(args.out)
     emit(results, args.format, ["run_id", "platform", "num_gpus", "samples", "flags"])
     return 0
 
 
 def _import_requests(args: argparse.Namespace) -> int:
     from .errors import InputError
+    from .hooks import rebuild_card
     from .importers.requests import attach_requests
-    from .shards import refresh_readme
 
     if not args.run or len(args.files) != 1:
         raise InputError("requests-csv needs one FILE and --run RUN_ID", field="--run")
     res = attach_requests(args.out, args.run, "csv", args.files[0])
-    refresh_readme(args.out)
+    rebuild_card(args.out)
     emit([{"run_id": res.run_id, "files": res.files}], args.format, ["run_id", "files"])
     return 0
 
 
 def _import_summaries(args: argparse.Namespace) -> int:
+    from .hooks import rebuild_card
     from .importers import import_summaries
     from .importers.mlenergy_v2 import publish_summaries
-    from .shards import refresh_readme
 
     if args.workload not in (None, "inference"):
         from .cli import UsageError
@@ -196,7 +185,7 @@ def _import_summaries(args: argparse.Namespace) -> int:
     try:
         publish_summaries(args.out, runs)
     finally:
-        refresh_readme(args.out)
+        rebuild_card(args.out)
     emit([{"run_id": r.run_id, "platform": r.platform, "num_gpus": r.meta.get("num_gpus"),
            "samples": 0, "flags": r.flags} for r, _ in runs], args.format,
          ["run_id", "platform", "num_gpus", "samples", "flags"])
@@ -204,14 +193,18 @@ def _import_summaries(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from .shards import list_runs, read_run
+    from .errors import RunNotFound
+    from .shards import iter_batches, iter_runs
     from .validate import validate_run
 
     rows = []
     failed = False
     root = resolve_dataset(args.dir)
-    for info in list_runs(root):
-        run = read_run(root, info["run_id"])
+    listed = {rid for config in schema.RUNS_CONFIGS
+              for batch in iter_batches(root, config, columns=["run_id"])
+              for rid in batch.column("run_id").to_pylist()}
+    for run in iter_runs(root):  # one walk of data/, one trace file in memory at a time
+        listed.discard(run.run_id)
         rep = validate_run(run)
         flags = sorted(set(rep.flags) | set(run.flags), key=schema.QUALITY_FLAGS.index)
         errors = [f for f in flags if f in schema.ERROR_FLAGS]
@@ -219,6 +212,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         rows.append({"run_id": run.run_id, "platform": run.platform,
                      "status": "error" if errors else "ok", "flags": flags,
                      "messages": rep.messages})
+    if listed:
+        raise RunNotFound(f"run {sorted(listed)[0]!r} is not in {root}")
+    rows.sort(key=lambda r: r["run_id"])
     emit(rows, args.format, ["run_id", "platform", "status", "flags"])
     return 1 if failed else 0
 
@@ -234,43 +230,16 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_pack(args: argparse.Namespace) -> int:
+    from .hooks import rebuild_card
     from .shards import pack
 
-    res = pack(resolve_dataset(args.src), out_dir(args.out), max_shard_bytes=int(args.max_shard_mb * 1024 * 1024))
+    out = out_dir(args.out)
+    res = pack(resolve_dataset(args.src), out, max_shard_bytes=int(args.max_shard_mb * 1024 * 1024))
+    if res.rows:
+        rebuild_card(out)
     emit([{"folder": k, "rows": v, "shards": res.shards[k]} for k, v in res.rows.items()],
          args.format, ["folder", "rows", "shards"])
     return 0
-
-
-def cmd_card(args: argparse.Namespace) -> int:
-    from . import layout
-    from .errors import InputError
-    from .shards import refresh_readme
-
-    root = Path(args.dir)
-    if not layout.data_root(root).is_dir():
-        raise InputError(f"'{root}' is not a dataset folder (no data/ inside)", field="DIR")
-    refresh_readme(root)
-    print(root / "README.md")
-    return 0
-
-
-def register_demo(sub: argparse._SubParsersAction) -> None:
-    """Add the ``demo`` subcommand (the embedded default job)."""
-    p = sub.add_parser(
-        "demo", help="run the embedded demo (tiny models, best available sampler)",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="example:\n  llm-powertrace demo --out llm-powertrace --quick")
-    p.add_argument("--out", type=Path, default=Path("llm-powertrace"),
-                   help="dataset folder (default: llm-powertrace)")
-    p.add_argument("--quick", action="store_true", help="the shortest demo (default: off)")
-    p.set_defaults(func=cmd_demo)
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
-
-    return run_demo(args.out, quick=args.quick, quiet=args.quiet)
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -123,6 +123,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
                              fail_fast=args.fail_fast,
                              progress=not quiet and sys.stderr.isatty(),
                              progress_lines=not quiet and not sys.stderr.isatty())
+    if not args.dry_run and args.out.is_dir():
+        from .hooks import rebuild_card
+
+        rebuild_card(args.out)  # once per command (publishing keeps only the configs block)
     rows = [o.row() for o in report.outcomes]
     emit(rows, args.format, GENERATE_COLUMNS if not args.dry_run else
          ["index", "run_id", "status", "model", "method", "batch_size", "seq_len", "precision",
@@ -159,6 +163,9 @@ def dry_run_summary(report: Any) -> str:
 def cmd_salvage(args: argparse.Namespace) -> int:
     runner = _import_generation("runner")
     res = runner.salvage(args.dir, args.run_id)
+    from .hooks import rebuild_card
+
+    rebuild_card(args.dir)
     emit([{"run_id": res.run_id, "flags": res.flags, "files": res.files}], args.format,
          ["run_id", "flags", "files"])
     return 0
@@ -244,7 +251,7 @@ def merge(sources: list[Path], into: Path) -> tuple[list[str], set[str]]:
     Returns:
         ``(run ids copied, run ids already present with identical files)``.
     """
-    from .shards import refresh_readme
+    from .hooks import rebuild_card
 
     plan = plan_merge(sources, into)
     copied: set[str] = set()
@@ -256,7 +263,7 @@ def merge(sources: list[Path], into: Path) -> tuple[list[str], set[str]]:
         os.replace(tmp, dest)
         copied.add(Path(rel).stem)
     into.mkdir(parents=True, exist_ok=True)
-    refresh_readme(into)
+    rebuild_card(into)
     return sorted(copied), plan.identical
 
 

@@ -11,6 +11,7 @@ are skipped. ``--quick`` runs a deterministic third of each sweep (task 0 of 3),
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 import tempfile
@@ -120,6 +121,7 @@ def run_demo(out: Path, *, quick: bool = False, quiet: bool = False) -> int:
     """
     from .cli_generate import _import_generation
     from .errors import InputError
+    from .hooks import rebuild_card
 
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -149,7 +151,7 @@ def run_demo(out: Path, *, quick: bool = False, quiet: bool = False) -> int:
         slow += [f"{o.run_id} ({o.seconds:.0f} s)" for o in report.outcomes
                  if o.seconds > RUN_BUDGET_S]
 
-    shards.refresh_readme(out)
+    rebuild_card(out)
     _say(quiet, f"card: {out / 'README.md'}")
     _say(quiet, "loading back with datasets.load_dataset:")
     from datasets import load_dataset
@@ -198,3 +200,23 @@ def explorer_line(out: Path) -> str:
             "'llm-powertrace[explore]')"
     return (f"explorer: {report.out / 'index.html'} (open it in a browser; "
             f"`llm-powertrace explore {out} --out SITE` rewrites it)")
+
+
+# ---------------------------------------------------------------------------------------------
+# The command (registered through cli.COMMAND_MODULES)
+# ---------------------------------------------------------------------------------------------
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``demo`` subcommand (the embedded default job)."""
+    p = sub.add_parser(
+        "demo", help="run the embedded demo (tiny models, best available sampler)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  llm-powertrace demo --out llm-powertrace --quick")
+    p.add_argument("--out", type=Path, default=Path("llm-powertrace"),
+                   help="dataset folder (default: llm-powertrace)")
+    p.add_argument("--quick", action="store_true", help="the shortest demo (default: off)")
+    p.set_defaults(func=cmd_demo)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    return run_demo(args.out, quick=args.quick, quiet=args.quiet)

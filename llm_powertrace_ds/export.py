@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from . import schema, shards
 from .errors import InputError
+from .traces import align_signal
 
 FileFormat = Literal["parquet", "csv"]
 
@@ -34,7 +35,7 @@ def long_batch(batch: pa.RecordBatch) -> pa.Table:
     for name in batch.schema.names:
         col = batch.column(name)
         if name in schema.SIGNAL_NAMES:
-            cols[name] = pc.list_flatten(col)
+            cols[name] = align_signal(t_ms, col)  # a null cell: one null per tick
         elif name == "events":
             continue
         elif pa.types.is_list(col.type):

@@ -66,6 +66,14 @@ def _shards(folder: Path) -> list[Path]:
                   if p.is_file() and p.suffix in READ_SUFFIXES and not p.name.startswith("."))
 
 
+def has_shards(folder: Path) -> bool:
+    """Whether a folder holds at least one shard (stops at the first)."""
+    if not folder.is_dir():
+        return False
+    return any(p.suffix in READ_SUFFIXES and not p.name.startswith(".") and p.is_file()
+               for p in folder.iterdir())
+
+
 def shard_folders(root: str | Path) -> dict[str, dict[str, list[Path]]]:
     """Every folder holding shards, as ``{config: {split: [folders]}}``.
 
@@ -91,9 +99,19 @@ def shard_folders(root: str | Path) -> dict[str, dict[str, list[Path]]]:
     return out
 
 
-def shard_files(root: str | Path, config: str, split: str | None = None) -> list[Path]:
-    """Every shard file of a config (and split), sorted."""
-    folders = shard_folders(root).get(config, {})
+def shard_files(root: str | Path, config: str, split: str | None = None,
+                folders_by_config: dict[str, dict[str, list[Path]]] | None = None) -> list[Path]:
+    """Every shard file of a config (and split), sorted.
+
+    Args:
+        root: the dataset folder.
+        config: the config.
+        split: one split, or every split when ``None``.
+        folders_by_config: a ``shard_folders(root)`` already computed (one walk of ``data/``
+            for many calls).
+    """
+    folders = (folders_by_config if folders_by_config is not None
+               else shard_folders(root)).get(config, {})
     files: list[Path] = []
     for sp, dirs in sorted(folders.items()):
         if split is None or sp == split:

@@ -13,13 +13,15 @@ folder and renamed into place; a crash in between is repaired by publishing agai
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
+import yaml
 from datasets import Features
 from filelock import FileLock, Timeout
 
@@ -41,6 +44,21 @@ LOCK_TIMEOUT_S = 600.0
 PACKED_RE = re.compile(r"-\d{5}-of-\d{5}\.(arrow|parquet)$")
 """Names of ``pack``'s shards (``<platform>-NNNNN-of-MMMMM.arrow``)."""
 DEFAULT_MAX_SHARD_BYTES = 500 * 1024 * 1024
+SHARD_COMPRESSION = "zstd" if pa.Codec.is_available("zstd") else None
+"""Buffer compression of every shard written (Arrow IPC's own, read transparently by pyarrow and
+``datasets``): per-tick lists of regularly spaced ``t_ms`` and slowly varying signals shrink
+2-3x, which is what brings an import below 12 bytes per sample (issue 13)."""
+
+
+COMPRESS_MIN_BYTES = 256 * 1024
+"""Tables smaller than this (a runs row, a request log) are written uncompressed: their hundred
+small column buffers cost more to decompress on every read than they save on disk."""
+
+
+def ipc_options(nbytes: int | None = None) -> ipc.IpcWriteOptions:
+    """The IPC write options of a shard of ``nbytes`` (``SHARD_COMPRESSION`` unless small)."""
+    small = nbytes is not None and nbytes < COMPRESS_MIN_BYTES
+    return ipc.IpcWriteOptions(compression=None if small else SHARD_COMPRESSION)
 
 _ARROW_TYPES = {
     "float32": pa.float32(), "float64": pa.float64(), "int16": pa.int16(), "int32": pa.int32(),
@@ -53,23 +71,45 @@ _ARROW_TYPES = {
 # ---------------------------------------------------------------------------------------------
 
 def _signal_array(devices: list[DeviceSeries], name: str, dtype: str) -> pa.Array:
-    """A ``list<dtype>`` column: one list per device, nulls where NaN."""
+    """A ``list<dtype>`` column: one list per device, nulls where NaN.
+
+    A device whose source never reported the signal (absent, or NaN at every tick) gets a
+    **null cell**, not a list of nulls: the cell costs its validity bit and no value buffer, so
+    an all-null signal column costs nothing on disk (issue 13). Readers treat a null cell as
+    "every tick null" (``run_from_rows``; ``traces.align_signal`` for Arrow consumers).
+    """
     lengths = np.array([len(d.t_ms) for d in devices], dtype=np.int64)
+    parts: list[np.ndarray] = []
+    if name == "t_ms":
+        valid = np.ones(len(devices), dtype=bool)
+        parts = [np.asarray(d.t_ms, dtype=np.int64) for d in devices]
+    else:
+        found = [d.signals.get(name) for d in devices]
+        valid = np.array([p is not None and len(p) > 0 and not np.isnan(p).all() for p in found],
+                         dtype=bool)
+        lengths = np.where(valid, lengths, 0)
+        parts = [p for p, ok in zip(found, valid, strict=True) if ok and p is not None]
     offsets = np.zeros(len(devices) + 1, dtype=np.int32)
     np.cumsum(lengths, out=offsets[1:])
     if name == "t_ms":
-        values = pa.array(np.concatenate([d.t_ms for d in devices]) if devices else
-                          np.zeros(0, np.int64), type=pa.int64())
+        values = pa.array(np.concatenate(parts) if parts else np.zeros(0, np.int64),
+                          type=pa.int64())
     else:
-        parts = [d.signals[name] if name in d.signals else np.full(len(d.t_ms), np.nan)
-                 for d in devices]
         raw = np.concatenate(parts) if parts else np.zeros(0)
         mask = np.isnan(raw)
         if dtype.startswith("int"):
             raw = np.where(mask, 0, np.rint(raw))
         arr_np = raw.astype(dtype)
         values = pa.array(arr_np, type=_ARROW_TYPES[dtype], mask=mask if mask.any() else None)
-    return pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), values)
+    return pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), values,
+                                    mask=None if valid.all() else pa.array(~valid))
+
+
+@functools.lru_cache(maxsize=64)
+def _restricted_features(config: str, names: tuple[str, ...]) -> Features:
+    """The config's ``Features`` restricted to ``names`` (built once: construction deep-copies)."""
+    features = schema.FEATURES[config]
+    return Features({k: features[k] for k in names})
 
 
 def _table(config: str, rows: dict[str, list], extra: dict[str, pa.Array] | None = None) -> pa.Table:
@@ -78,7 +118,7 @@ def _table(config: str, rows: dict[str, list], extra: dict[str, pa.Array] | None
     n = len(next(iter(rows.values()))) if rows else 0
     full = {name: rows.get(name, [None] * n) for name in features if name not in (extra or {})}
     # The exact Features object of the config, restricted to the columns not built from numpy.
-    encoded = Features({k: features[k] for k in full}).encode_batch(full) if full else {}
+    encoded = _restricted_features(config, tuple(full)).encode_batch(full) if full else {}
     arrays = []
     for fld in arrow_schema:
         if extra and fld.name in extra:
@@ -153,7 +193,8 @@ def write_table_atomic(path: Path, table: pa.Table) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with pa.OSFile(str(tmp), "wb") as sink, ipc.new_stream(sink, table.schema) as writer:
+        with pa.OSFile(str(tmp), "wb") as sink, \
+                ipc.new_stream(sink, table.schema, options=ipc_options(table.nbytes)) as writer:
             writer.write_table(table, max_chunksize=max(1, min(table.num_rows, 1024)))
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
@@ -180,6 +221,24 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 def _lock(root: Path, name: str) -> FileLock:
     return FileLock(str(layout.lock_path(root, name)), timeout=LOCK_TIMEOUT_S)
+
+
+@contextmanager
+def folder_lock(root: str | Path) -> Iterator[None]:
+    """Hold the folder-level lock (the card's) of a dataset folder.
+
+    Raises:
+        LockTimeout: another process held it for ``LOCK_TIMEOUT_S``.
+    """
+    lock = _lock(Path(root), "folder")
+    try:
+        lock.acquire()
+    except Timeout as exc:
+        raise LockTimeout(f"the card of {root} is locked by another process") from exc
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -226,7 +285,27 @@ def existing_run_files(root: Path, run_id: str) -> list[Path]:
     data = layout.data_root(root)
     if not data.is_dir():
         return []
-    return sorted(p for p in data.rglob(name) if p.is_file())
+    # data/<config>/<platform>/[<family>/]<run_id>.arrow: O(folders), never a walk of every file
+    found = [*data.glob(f"*/*/{name}"), *data.glob(f"*/*/*/{name}")]
+    return sorted(p for p in found if p.is_file())
+
+
+@dataclass
+class PreparedRun:
+    """A validated run's files, ready to be committed into ``data/``.
+
+    Attributes:
+        run_id: the run.
+        flags: its quality flags after validation.
+        metrics: its runs-row metrics.
+        files: destination -> the table, or a staged file holding it (:func:`stage_run`), in
+            writing order (the trace file last).
+    """
+
+    run_id: str
+    flags: list[str]
+    metrics: dict[str, Any]
+    files: dict[Path, pa.Table | Path]
 
 
 def publish_run(root: str | Path, run: Run, *, refresh_card: bool = True) -> PublishResult:
@@ -235,19 +314,30 @@ def publish_run(root: str | Path, run: Run, *, refresh_card: bool = True) -> Pub
     Writes ``data/<workload>/<platform>/<family>/<run_id>.arrow``,
     ``data/<workload>_runs/<platform>/<run_id>.arrow`` and, for inference runs with a request
     log, ``data/inference_requests/<platform>/<run_id>.arrow``. Publishing the same run again
-    replaces it (no duplicate rows, even when its platform or family changed). Finally the card
-    builder rewrites ``README.md`` under the folder lock so the folder always loads.
+    replaces it (no duplicate rows, even when its platform or family changed). Finally the YAML
+    ``configs:`` block of ``README.md`` is brought up to date (:func:`write_configs_block`), so
+    the folder always loads; the full card is the caller's, once per command (``cards``).
 
     Args:
         root: the dataset folder.
         run: a complete run.
-        refresh_card: rewrite ``README.md`` afterwards.
+        refresh_card: update the card's YAML ``configs:`` block afterwards (cheap).
 
     Returns:
         A ``PublishResult``.
 
     Raises:
         InputError: the run has error-level quality problems or bad metadata.
+    """
+    return commit_run(root, prepare_run(root, run), refresh_card=refresh_card)
+
+
+def prepare_run(root: str | Path, run: Run) -> PreparedRun:
+    """Validate a run, compute its metrics and build its tables (nothing is written).
+
+    Raises:
+        InputError: the run has error-level quality problems or bad metadata.
+        ShardError: a destination folder holds packed shards.
     """
     from . import metrics as metrics_mod
     from .validate import validate_run
@@ -265,8 +355,9 @@ def publish_run(root: str | Path, run: Run, *, refresh_card: bool = True) -> Pub
     run_metrics = metrics_mod.compute_run_metrics(run)
     # Written in this order: the trace file last, so that "its trace file exists" (DESIGN.md's
     # definition of a done run) implies that its runs row and requests exist too.
-    tables = {layout.runs_path(root, run.workload, run.platform, run.run_id):
-              runs_table(run, run_metrics)}
+    tables: dict[Path, pa.Table | Path] = {
+        layout.runs_path(root, run.workload, run.platform, run.run_id):
+        runs_table(run, run_metrics)}
     if run.workload == "inference" and run.requests:
         tables[layout.requests_path(root, run.platform, run.run_id)] = requests_table(run)
     tables[layout.trace_path(root, run.workload, run.platform, run.model_family, run.run_id)] = \
@@ -277,25 +368,74 @@ def publish_run(root: str | Path, run: Run, *, refresh_card: bool = True) -> Pub
             raise ShardError(f"'{path.parent.relative_to(root)}' holds packed shards: a packed "
                              "folder is for reading and publishing; add runs to the unpacked "
                              "folder and pack again")
+    return PreparedRun(run_id=run.run_id, flags=run.flags, metrics=run_metrics, files=tables)
+
+
+def stage_run(root: str | Path, prepared: PreparedRun) -> PreparedRun:
+    """Write a prepared run's tables into ``.staging/<run_id>/publish/`` (hidden from globs).
+
+    Returns the same run with files instead of tables, so a batch of runs can be written one at
+    a time in bounded memory and committed together later (:func:`commit_run` renames them).
+    """
+    sdir = layout.staging_dir(root, prepared.run_id) / "publish"
+    staged: dict[Path, pa.Table | Path] = {}
+    for i, (dest, table) in enumerate(prepared.files.items()):
+        if isinstance(table, Path):
+            staged[dest] = table
+            continue
+        path = sdir / f"{i}{layout.SHARD_SUFFIX}"
+        write_table_atomic(path, table)
+        staged[dest] = path
+    return PreparedRun(run_id=prepared.run_id, flags=prepared.flags, metrics=prepared.metrics,
+                       files=staged)
+
+
+def discard_staged(root: str | Path, prepared: PreparedRun) -> None:
+    """Remove what :func:`stage_run` wrote for a run that will not be committed."""
+    sdir = layout.staging_dir(root, prepared.run_id) / "publish"
+    if sdir.exists():
+        shutil.rmtree(sdir)
+    if sdir.parent.is_dir() and not any(sdir.parent.iterdir()):
+        sdir.parent.rmdir()  # the run's staging folder existed only for this
+
+
+def commit_run(root: str | Path, prepared: PreparedRun, *,
+               refresh_card: bool = True) -> PublishResult:
+    """Put a prepared (or staged) run's files into ``data/`` under its lock, atomically per file.
+
+    Tables are written to a temporary name and renamed; staged files are renamed. Stale files of
+    an earlier version of the run are removed, then the staging folder.
+    """
+    root = Path(root)
+    run_id = prepared.run_id
+    tables = prepared.files
+    # The configs block depends only on which folders hold shards: rewrite it when this publish
+    # fills a new folder or empties one (or there is no card yet), never per run otherwise.
+    new_folder = any(not layout.has_shards(p.parent) for p in tables)
     try:
-        with _lock(root, run.run_id):
-            set_status(root, run.run_id, "complete")
+        with _lock(root, run_id):
+            set_status(root, run_id, "complete")
             for path, table in tables.items():
-                write_table_atomic(path, table)
-            stale = [p for p in existing_run_files(root, run.run_id) if p not in tables]
+                if isinstance(table, Path):
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(table, path)
+                else:
+                    write_table_atomic(path, table)
+            stale = [p for p in existing_run_files(root, run_id) if p not in tables]
             for p in stale:
                 p.unlink()
-            set_status(root, run.run_id, "published")
-            _remove_staging(root, run.run_id)
+            set_status(root, run_id, "published")
+            _remove_staging(root, run_id)
     except Timeout as exc:
-        raise LockTimeout(f"run {run.run_id} is locked by another process") from exc
-    if refresh_card:
-        refresh_readme(root)
+        raise LockTimeout(f"run {run_id} is locked by another process") from exc
+    emptied = any(not layout.has_shards(p.parent) for p in stale)
+    if refresh_card and (new_folder or emptied or not (root / "README.md").exists()):
+        write_configs_block(root)
     return PublishResult(
-        run_id=run.run_id,
+        run_id=run_id,
         files=[p.relative_to(root).as_posix() for p in tables],
-        flags=run.flags,
-        metrics=run_metrics,
+        flags=prepared.flags,
+        metrics=prepared.metrics,
         replaced=[p.relative_to(root).as_posix() for p in stale],
     )
 
@@ -306,20 +446,49 @@ def _remove_staging(root: Path, run_id: str) -> None:
         shutil.rmtree(sdir)
 
 
-def refresh_readme(root: str | Path) -> None:
-    """Rewrite the folder's ``README.md`` through the card builder, under the folder lock.
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_YAML_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+"""libyaml's safe loader and dumper where PyYAML has them (the same documents, ~10x faster)."""
 
-    The card builder lives in the ``cards`` package of the same distribution (base dependencies
-    only); it is imported here, lazily, because every publish must leave a loadable folder.
+CARD_PENDING = ("This folder's full dataset card (summaries, figures) has not been built yet: "
+                "run `llm-powertrace card DIR`. The YAML `configs:` block above is current, so "
+                "the folder loads with `datasets.load_dataset`.")
+
+
+def split_front_matter(text: str) -> tuple[dict[str, Any], str]:
+    """A card's YAML front matter (a mapping) and its Markdown body."""
+    if text.startswith("---\n"):
+        end = text.find("\n---\n", 4)
+        if end != -1:
+            meta = yaml.load(text[4:end], Loader=_YAML_LOADER) or {}
+            if isinstance(meta, dict):
+                return meta, text[end + 5:]
+    return {}, text
+
+
+def write_configs_block(root: str | Path) -> Path:
+    """Keep ``README.md``'s YAML ``configs:`` list current; leave the rest of the card as it is.
+
+    This is what publishing a run does to the card: O(folders), no shard is read. The full card
+    (summaries, figures) is rebuilt by the layer above, once per command (``cards``). Written
+    under the folder lock, atomically.
+
+    Returns:
+        The path of ``README.md``.
     """
-    from cards.builder import write_card
-
     root = Path(root)
-    try:
-        with _lock(root, "folder"):
-            write_card(root)
-    except Timeout as exc:
-        raise LockTimeout(f"the card of {root} is locked by another process") from exc
+    path = root / "README.md"
+    with folder_lock(root):
+        old = path.read_text(encoding="utf-8") if path.exists() else ""
+        meta, body = split_front_matter(old)
+        meta["configs"] = layout.configs_metadata(root)
+        if not body.strip():
+            body = "\n" + CARD_PENDING + "\n"
+        text = "---\n" + yaml.dump(meta, Dumper=_YAML_DUMPER, sort_keys=False,
+                                    allow_unicode=True, width=1000).rstrip() + "\n---\n" + body
+        if text != old:
+            write_text_atomic(path, text)
+    return path
 
 
 # ---------------------------------------------------------------------------------------------
@@ -338,13 +507,25 @@ def read_table(path: str | Path) -> pa.Table:
                          f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
 
 
-def iter_file_batches(path: str | Path) -> Iterator[pa.RecordBatch]:
-    """Record batches of one shard: an Arrow IPC stream (memory-mapped) or a Parquet file."""
+def iter_file_batches(path: str | Path, columns: list[str] | None = None
+                      ) -> Iterator[pa.RecordBatch]:
+    """Record batches of one shard: an Arrow IPC stream (memory-mapped) or a Parquet file.
+
+    With ``columns``, only those columns are read: the other columns' buffers are neither
+    decompressed nor decoded (IPC ``included_fields``), so reading a few scalar columns of a
+    trace shard costs a fraction of reading its signals.
+    """
     if Path(path).suffix == ".parquet":
-        yield from pq.ParquetFile(str(path)).iter_batches()
+        yield from pq.ParquetFile(str(path)).iter_batches(columns=columns)
         return
     with pa.memory_map(str(path), "r") as source:
-        yield from ipc.open_stream(source)
+        if columns is None:
+            yield from ipc.open_stream(source)
+            return
+        schema_ = ipc.open_stream(source).schema
+        wanted = [schema_.get_field_index(c) for c in columns if c in schema_.names]
+        source.seek(0)
+        yield from ipc.open_stream(source, options=ipc.IpcReadOptions(included_fields=wanted))
 
 
 def iter_batches(root: str | Path, config: str, split: str | None = None,
@@ -352,7 +533,7 @@ def iter_batches(root: str | Path, config: str, split: str | None = None,
     """Stream record batches of a config without loading everything."""
     for path in layout.shard_files(root, config, split):
         try:
-            for batch in iter_file_batches(path):
+            for batch in iter_file_batches(path, columns):
                 yield batch.select(columns) if columns else batch
         except (OSError, pa.ArrowInvalid) as exc:
             raise ShardError(f"Failed to read '{path}': {type(exc).__name__}: {exc}") from None
@@ -377,26 +558,130 @@ def list_runs(root: str | Path) -> list[dict[str, Any]]:
 def read_run(root: str | Path, run_id: str) -> Run:
     """Load one published run back into a ``Run``.
 
+    A per-run file is found by its path (``<run_id>.arrow`` in one family folder), so this
+    reads one file; packed shards are scanned by their ``run_id`` column only.
+
     Raises:
         RunNotFound: no trace file of that run id.
     """
     root = Path(root)
+    name = f"{run_id}{layout.SHARD_SUFFIX}"
     for workload in schema.TRACE_CONFIGS:
-        for path in layout.shard_files(root, workload):
-            if path.stem != run_id and "-of-" not in path.stem:
-                continue
-            table = read_table(path)
-            rows = [r for r in table.to_pylist() if r["run_id"] == run_id]
-            if rows:
-                return run_from_rows(rows, root=root)
+        wdir = layout.data_root(root) / workload
+        if not wdir.is_dir():
+            continue
+        direct = sorted(wdir.glob(f"*/*/{name}"))
+        packed = sorted(p for p in wdir.glob("*/*/*") if PACKED_RE.search(p.name))
+        for path in direct + packed:
+            for found in runs_from_table(read_table(path), root=root, only=run_id):
+                return found
     raise RunNotFound(f"run {run_id!r} is not in {root}")
 
 
+def iter_runs(root: str | Path) -> Iterator[Run]:
+    """Every published run of a folder, one trace file in memory at a time.
+
+    One walk of ``data/`` (``layout.shard_files`` per trace config); rows are decoded from
+    Arrow with numpy (no Python object per sample). In packed shards the rows of a run are
+    consecutive (``pack`` appends whole per-run files).
+    """
+    root = Path(root)
+    for workload in schema.TRACE_CONFIGS:
+        for path in layout.shard_files(root, workload):
+            yield from runs_from_table(read_table(path), root=root)
+
+
+_PER_DEVICE = ("node_index", "gpu_index", "gpu_name", "gpu_uuid_hash", "power_limit_w",
+               "default_power_limit_w", "events")
+
+
+def _signal_values(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A list column as (flat float64 values with NaN for null, offsets, row validity)."""
+    arr = pa.concat_arrays(col.chunks) if isinstance(col, pa.ChunkedArray) else col
+    offsets = arr.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
+    values = arr.values
+    if pa.types.is_floating(values.type):
+        flat = values.to_numpy(zero_copy_only=False).astype(np.float64)
+    else:
+        flat = values.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    valid = arr.is_valid().to_numpy(zero_copy_only=False)
+    return flat, offsets, valid
+
+
+def runs_from_table(table: pa.Table, root: str | Path | None = None,
+                    only: str | None = None) -> Iterator[Run]:
+    """Rebuild the ``Run`` of each run id in a trace-config table (rows of a run consecutive).
+
+    Signals are sliced from the Arrow buffers with numpy; only scalar and event columns become
+    Python objects.
+
+    Args:
+        table: trace-config rows.
+        root: the dataset folder (for an inference run's request log).
+        only: rebuild just this run id.
+    """
+    if table.num_rows == 0:
+        return
+    ids = table.column("run_id").to_pylist()
+    signal_cols = {k: _signal_values(table.column(k)) for k in SIGNAL_KEYS
+                   if k in table.column_names}
+    t_flat, t_off, _ = _signal_values(table.column("t_ms"))
+    scalar_names = [n for n in table.column_names
+                    if n not in _PER_DEVICE and n not in schema.SIGNAL_NAMES]
+    start = 0
+    for end in range(1, len(ids) + 1):
+        if end < len(ids) and ids[end] == ids[start]:
+            continue
+        if only is None or ids[start] == only:
+            part = table.slice(start, end - start)
+            yield _run_from_slice(part, start, scalar_names, t_flat, t_off, signal_cols, root)
+        start = end
+
+
+def _run_from_slice(part: pa.Table, start: int, scalar_names: list[str], t_flat: np.ndarray,
+                    t_off: np.ndarray,
+                    signal_cols: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
+                    root: str | Path | None) -> Run:
+    meta = {k: v for k, v in part.select(scalar_names).slice(0, 1).to_pylist()[0].items()}
+    per_dev = part.select([c for c in _PER_DEVICE if c in part.column_names]).to_pylist()
+    devices = []
+    events: dict[tuple, Any] = {}
+    for i, r in enumerate(per_dev):
+        row = start + i
+        t_ms = t_flat[t_off[row]:t_off[row + 1]].astype(np.int64)
+        signals = {}
+        for key, (flat, off, valid) in signal_cols.items():
+            if not valid[row]:
+                continue
+            values = flat[off[row]:off[row + 1]]
+            if len(values) and not np.isnan(values).all():
+                signals[key] = values
+        devices.append(DeviceSeries(
+            gpu_index=r["gpu_index"], t_ms=t_ms, signals=signals,
+            node_index=r.get("node_index") or 0, gpu_name=r.get("gpu_name"),
+            gpu_uuid_hash=r.get("gpu_uuid_hash"), power_limit_w=r.get("power_limit_w"),
+            default_power_limit_w=r.get("default_power_limit_w")))
+        for e in events_from_dicts(r.get("events") or []):
+            events.setdefault((e.t_ms, e.kind, e.step, e.rank, e.request_id, e.label), e)
+    run = Run(meta=meta, devices=devices, events=sorted(events.values(), key=lambda e: e.t_ms))
+    _attach_requests(run, root)
+    return run
+
+
+def _attach_requests(run: Run, root: str | Path | None) -> None:
+    if root is not None and run.workload == "inference":
+        path = layout.requests_path(root, run.platform, run.run_id)
+        if path.exists():
+            run.requests = [
+                {k: v for k, v in r.items() if k not in ("run_id", "platform")}
+                for r in read_table(path).to_pylist()
+            ]
+
+
 def run_from_rows(rows: list[dict[str, Any]], root: str | Path | None = None) -> Run:
-    """Rebuild a ``Run`` from its trace-config rows (one per device)."""
+    """Rebuild a ``Run`` from its trace-config rows (one per device, as Python dicts)."""
     first = rows[0]
-    per_device = {"node_index", "gpu_index", "gpu_name", "gpu_uuid_hash", "power_limit_w",
-                  "default_power_limit_w", "events", *schema.SIGNAL_NAMES}
+    per_device = {*_PER_DEVICE, *schema.SIGNAL_NAMES}
     meta = {k: v for k, v in first.items() if k not in per_device}
     devices = []
     events: dict[tuple, Any] = {}
@@ -414,13 +699,7 @@ def run_from_rows(rows: list[dict[str, Any]], root: str | Path | None = None) ->
         for e in events_from_dicts(r["events"] or []):
             events.setdefault((e.t_ms, e.kind, e.step, e.rank, e.request_id, e.label), e)
     run = Run(meta=meta, devices=devices, events=sorted(events.values(), key=lambda e: e.t_ms))
-    if root is not None and run.workload == "inference":
-        path = layout.requests_path(root, run.platform, run.run_id)
-        if path.exists():
-            run.requests = [
-                {k: v for k, v in r.items() if k not in ("run_id", "platform")}
-                for r in read_table(path).to_pylist()
-            ]
+    _attach_requests(run, root)
     return run
 
 
@@ -484,28 +763,96 @@ def _pack_into(src: Path, dst: Path, *, max_shard_bytes: int, refresh_card: bool
         platform = parts[2]
         files = sorted(p for p in folder.glob(f"*{layout.SHARD_SUFFIX}")
                        if not p.name.startswith("."))
-        in_rows = 0
-        groups: list[list[pa.Table]] = [[]]
-        size = 0
-        for f in files:
-            table = read_table(f)
-            in_rows += table.num_rows
-            if groups[-1] and size + table.nbytes > max_shard_bytes:
-                groups.append([])
-                size = 0
-            groups[-1].append(table)
-            size += table.nbytes
+        groups = _group_by_size(files, max_shard_bytes)
         total = len(groups)
-        out_rows = 0
+        in_rows = out_rows = 0
         for i, group in enumerate(groups):
-            table = pa.concat_tables(group)
             out = dst / rel / f"{platform}-{i:05d}-of-{total:05d}{layout.SHARD_SUFFIX}"
-            write_table_atomic(out, table)
-            out_rows += read_table(out).num_rows
+            in_rows += write_batches_atomic(out, file_schema(group[0]), _stream_files(group))
+            out_rows += count_rows(out)
         if out_rows != in_rows:
             raise ShardError(f"pack lost rows in '{rel}': {in_rows} in, {out_rows} out")
         rows[rel.as_posix()] = out_rows
         shards[rel.as_posix()] = total
     if folders and refresh_card:
-        refresh_readme(dst)
+        write_configs_block(dst)
     return PackResult(rows=rows, shards=shards)
+
+
+def _group_by_size(files: list[Path], max_shard_bytes: int) -> list[list[Path]]:
+    """Consecutive files grouped so that each group's bytes on disk stay under the bound.
+
+    An Arrow IPC stream file's size is its in-memory Arrow size plus a small framing, so file
+    sizes bound the shards without reading any file.
+    """
+    groups: list[list[Path]] = [[]]
+    size = 0
+    for f in files:
+        nbytes = f.stat().st_size
+        if groups[-1] and size + nbytes > max_shard_bytes:
+            groups.append([])
+            size = 0
+        groups[-1].append(f)
+        size += nbytes
+    return groups
+
+
+def _stream_files(files: list[Path]) -> Iterator[pa.RecordBatch]:
+    for f in files:
+        try:
+            yield from iter_file_batches(f)
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise ShardError(f"Failed to read '{f}': {type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
+
+
+def write_batches_atomic(path: Path, schema_: pa.Schema, batches: Iterable[pa.RecordBatch]) -> int:
+    """Stream record batches into one Arrow IPC stream file (temporary name, then rename).
+
+    Memory is bounded by one batch (the inputs are memory-mapped), not by the shard.
+
+    Args:
+        path: the shard to write.
+        schema_: its schema (a config's ``Features.arrow_schema``); every batch must have it.
+        batches: the record batches.
+
+    Returns:
+        The rows written.
+
+    Raises:
+        ShardError: a batch's schema differs.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    n = 0
+    try:
+        with pa.OSFile(str(tmp), "wb") as sink, \
+                ipc.new_stream(sink, schema_, options=ipc_options()) as writer:
+            for batch in batches:
+                if not batch.schema.equals(schema_):
+                    raise ShardError(f"cannot pack into '{path.name}': a batch's schema differs "
+                                     "from the first file's")
+                writer.write_batch(batch)
+                n += batch.num_rows
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return n
+
+
+def file_schema(path: str | Path) -> pa.Schema:
+    """The schema of one Arrow IPC stream shard, or ``ShardError`` naming the file."""
+    try:
+        with pa.memory_map(str(path), "r") as source:
+            return ipc.open_stream(source).schema
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise ShardError(f"Failed to read '{path}': {type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
+
+
+def count_rows(path: str | Path) -> int:
+    """Rows of one shard, counted from its record batches (one small column decoded)."""
+    return sum(b.num_rows for b in iter_file_batches(path, ["run_id"]))

@@ -9,9 +9,10 @@ import json
 import numpy as np
 import pytest
 
+from cards.builder import refresh_card
 from llm_powertrace_ds import cli, cli_analysis, metrics
 from llm_powertrace_ds.run import DeviceSeries, Event, Run
-from llm_powertrace_ds.shards import publish_run, refresh_readme
+from llm_powertrace_ds.shards import publish_run
 
 PARAMS = (1e8, 3e8, 1e9, 3e9)
 BATCHES = (4, 8)
@@ -45,7 +46,7 @@ def dataset(tmp_path_factory):
             for batch in BATCHES:
                 publish_run(root, _run(i, n_params, batch, platform, seed=i), refresh_card=False)
                 i += 1
-    refresh_readme(root)
+    refresh_card(root)
     return root
 
 

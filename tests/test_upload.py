@@ -19,7 +19,7 @@ from datasets import load_dataset
 from huggingface_hub.utils import filter_repo_objects
 
 from cards import figures
-from cards.builder import CardOptions, write_card
+from cards.builder import CardOptions, refresh_card, write_card
 from llm_powertrace_ds import layout, shards
 
 REPO = Path(__file__).resolve().parents[1]
@@ -108,7 +108,7 @@ def make_folder(root: Path, make_run, *, proxy: bool = False) -> Path:
                        sampler="cpu_proxy", power_field="cpu_proxy_model")
         run.devices[0].gpu_name = "cpu_proxy"
         shards.publish_run(root, run, refresh_card=False)
-    shards.refresh_readme(root)
+    refresh_card(root)
     running = layout.staging_dir(root, "still-running")
     running.mkdir(parents=True)
     (running / "status.json").write_text('{"status": "running"}')
@@ -510,3 +510,35 @@ def test_neither_repo_id_nor_space_is_bad_usage(tmp_path, capsys):
     assert main([str(tmp_path)]) == 2
     assert "--space" in capsys.readouterr().err
     assert main([str(tmp_path), "--space", "not a repo"]) == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Temporary disk (issue 13)
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("file_format", ["arrow", "parquet"])
+def test_dry_run_reports_temp_disk_near_one_copy(env, make_run, no_network, no_figures, capsys,
+                                                 file_format):
+    root = env / "ds"
+    for i in range(4):
+        shards.publish_run(root, make_run(f"ft-{i}", n=3000, seed=i), refresh_card=False)
+    refresh_card(root)
+    assert main([str(root), "--repo-id", "org/name", "--dry-run", "--format", "json",
+                 "--file-format", file_format]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    data = sum(p.stat().st_size for p in (root / "data").rglob("*") if p.is_file())
+    assert plan["dataset_bytes"] == data
+    # one packed copy (+ the card); a Parquet copy replaces the Arrow shards one at a time, so
+    # at most one shard exists in both formats at once
+    one_shard = max(f["bytes"] for f in plan["files"]) if file_format == "parquet" else 0
+    assert 0 < plan["temp_disk_peak_bytes"] <= 1.2 * data + one_shard + 64 * 1024
+    assert not list((env / "hf-cache").rglob("*.arrow"))  # no cached copy of the data
+
+
+def test_check_shards_names_a_shard_of_another_schema(env, make_run):
+    root = env / "ds"
+    shards.publish_run(root, make_run("ft-1", n=40))
+    path = next((root / "data" / "finetune").rglob("*.arrow"))
+    shards.write_table_atomic(path, shards.read_table(path).drop_columns(["seed"]))
+    with pytest.raises(upload.UploadError, match="does not have the schema"):
+        upload.check_shards(root)

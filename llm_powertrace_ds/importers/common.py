@@ -27,12 +27,13 @@ from typing import Any, TextIO
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import numpy as np
+import pyarrow as pa
 import yaml
 
 from .. import schema, specs
 from ..errors import InputError
 from ..run import DeviceSeries, Event, Run, coerce_meta
-from . import enrich
+from . import arrow_values, enrich
 
 log = logging.getLogger("llm_powertrace_ds.importers")
 
@@ -250,8 +251,16 @@ def sniff_encoding(path: Path) -> str:
     return "utf-16" if head in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE) else "utf-8-sig"
 
 
-Converter = Callable[[Sequence[str], np.ndarray], np.ndarray]
-"""Turns one chunk of a column (strings, and their 1-based line numbers) into an array."""
+Converter = Callable[[Any, np.ndarray], np.ndarray]
+"""Turns a column (its cells — a sequence of strings, or a ``pyarrow`` string array from the
+vectorised reader — and their 1-based line numbers) into an array."""
+
+
+def _cells(values: Any) -> Sequence[str]:
+    """The cells as Python strings (the exact per-value path after a vectorised miss)."""
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        return values.to_pylist()
+    return values
 
 
 @dataclass
@@ -475,21 +484,25 @@ def _first_row(mask: np.ndarray) -> int:
     return int(np.flatnonzero(mask)[0])
 
 
-def _by_distinct(values: Sequence[str], lines: np.ndarray, parse: Callable[[str], tuple[float, str | None]],
+def _by_distinct(values: Any, lines: np.ndarray, parse: Callable[[str], tuple[float, str | None]],
                  *, file: Path, field: str) -> np.ndarray:
     """Parse each distinct string once; raise on the earliest bad row."""
-    arr = np.asarray(values, dtype=str)
-    uniq, inverse = np.unique(arr, return_inverse=True)
-    out = np.empty(len(uniq), dtype=np.float64)
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        uniq_list, inverse = arrow_values.distinct(values)
+    else:
+        arr = np.asarray(values, dtype=str)
+        uniq_arr, inverse = np.unique(arr, return_inverse=True)
+        uniq_list = uniq_arr.tolist()
+    out = np.empty(len(uniq_list), dtype=np.float64)
     reasons: dict[int, str] = {}
-    for k, text in enumerate(uniq.tolist()):
+    for k, text in enumerate(uniq_list):
         out[k], reason = parse(text)
         if reason is not None:
             reasons[k] = reason
     if reasons:
         row = _first_row(np.isin(inverse, list(reasons)))
         k = int(inverse[row])
-        raise InputError(f"value {_short(str(uniq[k]))} {reasons[k]}", file=file,
+        raise InputError(f"value {_short(str(uniq_list[k]))} {reasons[k]}", file=file,
                          line=int(lines[row]), field=field)
     return out[inverse.reshape(-1)]
 
@@ -508,8 +521,14 @@ def numeric_converter(*, file: Path, field: str, units: frozenset[str] | None = 
         nonnegative: a value below 0 is an error.
     """
 
-    def convert(values: Sequence[str], lines: np.ndarray) -> np.ndarray:
+    def convert(values: Any, lines: np.ndarray) -> np.ndarray:
         out: np.ndarray | None = None
+        if isinstance(values, (pa.Array, pa.ChunkedArray)):
+            out = arrow_values.numbers(values, units)
+            if out is None:  # a cell the fast path does not decide: the exact parser names it
+                values = _cells(values)
+            else:
+                return _check_nonnegative(out, values, lines, nonnegative, file=file, field=field)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -518,13 +537,20 @@ def numeric_converter(*, file: Path, field: str, units: frozenset[str] | None = 
             out = None
         if out is None or not np.isfinite(out).all():
             out = _by_distinct(values, lines, lambda t: _number(t, units), file=file, field=field)
-        if nonnegative and (out < 0).any():
-            row = _first_row(out < 0)
-            raise InputError(f"value {_short(values[row].strip())} is negative", file=file,
-                             line=int(lines[row]), field=field)
-        return out
+        return _check_nonnegative(out, values, lines, nonnegative, file=file, field=field)
 
     return convert
+
+
+def _check_nonnegative(out: np.ndarray, values: Any, lines: np.ndarray, nonnegative: bool, *,
+                       file: Path, field: str) -> np.ndarray:
+    if nonnegative and (out < 0).any():
+        row = _first_row(out < 0)
+        cell = values[row]
+        text = cell.as_py() if isinstance(cell, pa.Scalar) else cell
+        raise InputError(f"value {_short(str(text).strip())} is negative", file=file,
+                         line=int(lines[row]), field=field)
+    return out
 
 
 def _reason_mask(text: str) -> tuple[float, str | None]:
@@ -540,7 +566,7 @@ def _reason_mask(text: str) -> tuple[float, str | None]:
 def reasons_converter(*, file: Path, field: str) -> Converter:
     """A converter of a ``clocks_event_reasons.active`` column (hex bitmask) to float64."""
 
-    def convert(values: Sequence[str], lines: np.ndarray) -> np.ndarray:
+    def convert(values: Any, lines: np.ndarray) -> np.ndarray:
         return _by_distinct(values, lines, _reason_mask, file=file, field=field)
 
     return convert
@@ -560,7 +586,7 @@ def _active(text: str) -> tuple[float, str | None]:
 def active_converter(*, file: Path, field: str) -> Converter:
     """A converter of one per-reason column (``Active``/``Not Active``) to 1/0/NaN."""
 
-    def convert(values: Sequence[str], lines: np.ndarray) -> np.ndarray:
+    def convert(values: Any, lines: np.ndarray) -> np.ndarray:
         return _by_distinct(values, lines, _active, file=file, field=field)
 
     return convert
@@ -586,7 +612,11 @@ class Factorizer:
     def converter(self) -> Converter:
         """A converter of a text column to int64 codes."""
 
-        def convert(values: Sequence[str], lines: np.ndarray) -> np.ndarray:
+        def convert(values: Any, lines: np.ndarray) -> np.ndarray:
+            if isinstance(values, (pa.Array, pa.ChunkedArray)):
+                uniq, inverse = arrow_values.distinct(values)
+                codes = np.array([self.code(v) for v in uniq], dtype=np.int64)
+                return codes[inverse] if len(uniq) else np.zeros(0, np.int64)
             return np.fromiter((self.code(v) for v in values), dtype=np.int64, count=len(values))
 
         return convert
@@ -631,7 +661,15 @@ def timestamp_converter(*, file: Path, field: str, zone: dt.tzinfo) -> Converter
     ``Z`` or ``+HH:MM`` is honoured.
     """
 
-    def convert(values: Sequence[str], lines: np.ndarray) -> np.ndarray:
+    def convert(values: Any, lines: np.ndarray) -> np.ndarray:
+        if isinstance(values, (pa.Array, pa.ChunkedArray)):
+            utc = arrow_values.utc_z_ms(values)
+            if utc is not None:
+                return utc
+            local = arrow_values.naive_ms(values)
+            if local is not None:
+                return local_to_utc_ms(local, zone)
+            values = _cells(values)  # offsets, mixed zones or a bad cell: the exact path
         texts = [v.strip() for v in values]
         zones: list[str | None] = []
         for row, text in enumerate(texts):

@@ -25,6 +25,7 @@ from ..errors import InputError
 from ..privacy import hash_identifier
 from ..run import Run, coerce_meta
 from . import common
+from .arrow_csv import ArrowCsvReader
 from .common import Converter, DeviceData
 
 log = logging.getLogger("llm_powertrace_ds.importers.nvidia_smi")
@@ -381,7 +382,7 @@ def read_log(path: Path, zone: dt.tzinfo
              ) -> tuple[common.Table, dict[str, common.Factorizer]]:
     """Read the log's wanted columns (raises on a missing timestamp/power column or no rows)."""
     factors: dict[str, common.Factorizer] = {}
-    with common.CsvReader(path, cut_last="drop") as reader:
+    with ArrowCsvReader(path, cut_last="drop") as reader:
         header = parse_header(reader.read_header())
         plan = plan_columns(header, path, reader.header_line, zone, factors)
         table = reader.read(plan)

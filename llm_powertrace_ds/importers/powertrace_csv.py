@@ -26,6 +26,7 @@ from .. import schema
 from ..errors import InputError
 from ..run import Event, Run, coerce_meta
 from . import common
+from .arrow_csv import ArrowCsvReader
 from .common import Converter, DeviceData
 
 log = logging.getLogger("llm_powertrace_ds.importers.powertrace_csv")
@@ -181,7 +182,7 @@ def read_trace(path: Path, zone: dt.tzinfo = dt.timezone.utc
                ) -> tuple[common.Table, dict[str, common.Factorizer]]:
     """Read the CSV; a short or cut-off line is an error (this is a curated export)."""
     factors: dict[str, common.Factorizer] = {}
-    with common.CsvReader(path, cut_last="error") as reader:
+    with ArrowCsvReader(path, cut_last="error") as reader:
         header = reader.read_header()
         table = reader.read(plan_columns(header, path, reader.header_line, factors, zone))
     if len(table.lines) == 0:
@@ -200,10 +201,17 @@ def build_devices(table: common.Table, path: Path) -> list[DeviceData]:
         raise InputError("a gpu_id must be a whole number >= 0", file=path,
                          line=int(table.lines[row]), field="gpu_id")
     devices = []
-    for key in np.unique(gpu):
-        mask = gpu == key
-        signals = {k.split(":", 1)[1]: v[mask] for k, v in cols.items() if k.startswith("signal:")}
-        dev = DeviceData(gpu_index=int(key), ts_ms=cols["ts"][mask], lines=table.lines[mask],
+    # one stable sort by GPU, then each device is a slice (file order kept within a GPU)
+    order = np.argsort(gpu, kind="stable")
+    keys, starts = np.unique(gpu[order], return_index=True)
+    bounds = np.r_[starts, len(order)]
+    sorted_cols = {k: v[order] for k, v in cols.items() if k.startswith("signal:") or k == "ts"}
+    lines = table.lines[order]
+    for i, key in enumerate(keys):
+        sl = slice(int(bounds[i]), int(bounds[i + 1]))
+        signals = {k.split(":", 1)[1]: v[sl] for k, v in sorted_cols.items()
+                   if k.startswith("signal:")}
+        dev = DeviceData(gpu_index=int(key), ts_ms=sorted_cols["ts"][sl], lines=lines[sl],
                          signals=signals)
         common.check_increasing(dev, file=path)
         devices.append(dev)

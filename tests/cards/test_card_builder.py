@@ -19,7 +19,14 @@ from datasets import load_dataset
 from huggingface_hub import DatasetCard, DatasetCardData
 
 from cards import builder, figures
-from cards.builder import REPO_PLACEHOLDER, CardOptions, fmt_value, render_card, write_card
+from cards.builder import (
+    REPO_PLACEHOLDER,
+    CardOptions,
+    fmt_value,
+    refresh_card,
+    render_card,
+    write_card,
+)
 from llm_powertrace_ds import layout, metrics, schema, shards
 
 PAPER = "LLM-PowerTrace: A Dataset of Time-Resolved GPU Power Traces for AI Compute"
@@ -75,7 +82,7 @@ def build_folder(root: Path) -> Path:
     runs[2].devices[1].node_index = 1  # the h100 run spans two nodes
     for run in runs:
         shards.publish_run(root, run, refresh_card=False)
-    shards.refresh_readme(root)
+    refresh_card(root)
     return root
 
 
@@ -351,7 +358,7 @@ def test_card_is_idempotent_byte_for_byte(folder):
         return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in files if p.exists()}
 
     before = snapshot()
-    shards.refresh_readme(folder)
+    refresh_card(folder)
     write_card(folder)
     assert snapshot() == before  # same bytes, and nothing was even rewritten
 
@@ -368,12 +375,14 @@ def test_stale_figures_are_removed_and_changed_runs_redrawn(tmp_path, monkeypatc
     pytest.importorskip("matplotlib")
     monkeypatch.setenv(figures.FIGURES_ENV, "1")  # conftest switches figures off
     root = tmp_path / "ds"
-    shards.publish_run(root, synthetic_run("r1", n=40), refresh_card=True)
+    shards.publish_run(root, synthetic_run("r1", n=40))
+    refresh_card(root)
     fig = root / "figures" / "trace-finetune-l40s.png"
     first = fig.read_bytes()
     stale = root / "figures" / "trace-finetune-gone.png"
     stale.write_bytes(first)
-    shards.publish_run(root, synthetic_run("r1", n=40, seed=9), refresh_card=True)
+    shards.publish_run(root, synthetic_run("r1", n=40, seed=9))
+    refresh_card(root)
     assert not stale.exists()
     assert fig.read_bytes() != first  # the run changed, so did its figure
     assert figures.png_text(fig)[figures.KEY_FIELD]
@@ -383,12 +392,13 @@ def test_figures_switched_off_keeps_current_ones(tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
     monkeypatch.setenv(figures.FIGURES_ENV, "1")  # conftest switches figures off
     root = tmp_path / "ds"
-    shards.publish_run(root, synthetic_run("r1", n=40), refresh_card=True)
+    shards.publish_run(root, synthetic_run("r1", n=40))
+    refresh_card(root)
     fig = root / "figures" / "trace-finetune-l40s.png"
     assert fig.exists()
     monkeypatch.setenv(figures.FIGURES_ENV, "0")
-    shards.publish_run(root, synthetic_run("r2", n=40, seed=3, platform="a10g"),
-                       refresh_card=True)
+    shards.publish_run(root, synthetic_run("r2", n=40, seed=3, platform="a10g"))
+    refresh_card(root)
     text = (root / "README.md").read_text(encoding="utf-8")
     assert "(figures/trace-finetune-l40s.png)" in text  # still current: kept and linked
     assert "trace-finetune-a10g" not in text and not (root / "figures" /
@@ -400,7 +410,8 @@ def test_figures_switched_off_keeps_current_ones(tmp_path, monkeypatch):
 def test_without_matplotlib_no_figures_and_base_import(tmp_path, monkeypatch):
     monkeypatch.setattr(figures, "matplotlib_available", lambda: False)
     root = tmp_path / "ds"
-    shards.publish_run(root, synthetic_run("r1", n=40), refresh_card=True)
+    shards.publish_run(root, synthetic_run("r1", n=40))
+    refresh_card(root)
     text = (root / "README.md").read_text(encoding="utf-8")
     assert "![" not in text and not (root / "figures").exists()
     assert "pip install 'llm-powertrace[plot]'" in text
@@ -424,3 +435,14 @@ def test_empty_folder_and_parquet_globs(tmp_path, folder):
     assert REPO_PLACEHOLDER not in parquet and 'load_dataset("org/name", "finetune"' in parquet
     with pytest.raises(ValueError, match="file_format"):
         CardOptions(file_format="csv")  # type: ignore[arg-type]
+
+
+def test_card_states_the_largest_trace_row(tmp_path):
+    root = tmp_path / "ds"
+    shards.publish_run(root, synthetic_run("short", n=40))
+    shards.publish_run(root, synthetic_run("long", n=400, seed=2))
+    refresh_card(root)
+    text = (root / "README.md").read_text(encoding="utf-8")
+    note = next(line for line in text.splitlines() if line.startswith("Long rows:"))
+    assert "`long`" in note and "`short`" not in note
+    assert "about 400 ticks per device" in note

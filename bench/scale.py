@@ -1,0 +1,332 @@
+#!/usr/bin/env python
+"""Scale benchmark: import, validate, card, pack and upload preparation on N synthetic runs.
+
+Generates N runs in the seed authors' long CSV format (``powertrace-csv``: 4 GPUs, one row per
+GPU per 100 ms tick, durations log-uniform in 5-120 min, several platforms and model families,
+their metadata JSON beside each CSV; ``--seed`` makes it reproducible), then runs every step as
+the user would — the ``llm-powertrace`` CLI and ``upload.py --dry-run`` in a subprocess — and
+measures per step: CPU seconds (user + system of the subprocess and its children, from
+``os.wait4``), wall seconds, peak RSS and the temporary disk it used at its peak (polled). One
+JSON document is printed, with the ratios the scale issue asks for computed side by side::
+
+    python bench/scale.py --runs 300 --existing 1000
+
+- ``import_cpu_samples_per_s``: samples imported per CPU second (all N files, one call).
+- ``single_file_import_wall_s``: one more file into a folder that already holds ``--existing``
+  (short) runs — the fixed cost of a CLI call (imports, card).
+- ``validate_per_run_ratio`` / ``card_per_run_ratio``: CPU seconds per additional run between
+  N/3 and N over that between N/10 and N/3 (1.0 = linear; the fixed cost of a call cancels).
+- ``import_rss_ratio``: peak RSS of importing N files over importing N/10 files in one call.
+- ``upload_temp_disk_ratio``: ``upload.py --dry-run``'s peak temporary disk over the dataset.
+- ``bytes_per_sample``: bytes under ``data/`` over samples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+REPO = Path(__file__).resolve().parents[1]
+GPUS = 4
+PERIOD_MS = 100
+PLATFORMS = ("H200", "H100", "A100", "L40s")
+FAMILIES = ("ds7bbase", "ds7bchat", "gptj6b", "llama3-8b")
+STAGES = ("warmup", "train", "checkpoint", "train")
+
+
+def make_run(path: Path, i: int, rng: np.random.Generator, minutes: float) -> int:
+    """Write one run's CSV and metadata JSON; return its samples (rows)."""
+    ticks = max(2, int(minutes * 60_000 / PERIOD_MS))
+    run_id = f"bench-{i:05d}"
+    t0 = np.datetime64("2026-05-01T00:00:00.000", "ms") + np.timedelta64(int(i) * 7_200_000, "ms")
+    tick_ms = np.arange(ticks, dtype=np.int64) * PERIOD_MS + rng.integers(0, 3, ticks)
+    ms = (tick_ms[:, None] + np.arange(GPUS)[None, :] * 2).reshape(-1)
+    n = len(ms)
+    stamps = np.datetime_as_string(t0 + ms.astype("timedelta64[ms]"), unit="ms")
+    base = 300 + 200 * np.sin(np.arange(ticks) / 300.0)[:, None] + rng.normal(0, 15, (ticks, GPUS))
+    power = np.clip(base, 40, 700).reshape(-1).round(2)
+    util = rng.integers(0, 101, n)
+    sm = rng.choice([1410, 1755, 1980], n)
+    stage = np.full(n, None, dtype=object)
+    bounds = np.linspace(0, ticks, len(STAGES) + 1).astype(int)[:-1] * GPUS
+    for b, label in zip(bounds, STAGES, strict=True):
+        stage[b] = label
+    table = pa.table({
+        "run_id": pa.array(np.full(n, run_id)),
+        "timestamp": pa.array(np.char.add(stamps.astype(str), "Z")),
+        "time_relative_s": pa.array(ms / 1000.0),
+        "gpu_id": pa.array(np.tile(np.arange(GPUS), ticks)),
+        "power_w": pa.array(power),
+        "sm_clock_mhz": pa.array(sm),
+        "gpu_util_pct": pa.array(util),
+        "memory_util_pct": pa.array(util // 2),
+        "memory_used_mb": pa.nulls(n, pa.string()),
+        "memory_total_mb": pa.nulls(n, pa.string()),
+        "temperature_c": pa.nulls(n, pa.string()),
+        "stage": pa.array(stage, type=pa.string()),
+    })
+    with open(path, "wb") as fh:  # the seed format: a plain header, no quotes anywhere
+        fh.write((",".join(table.column_names) + "\n").encode())
+        pacsv.write_csv(table, fh, write_options=pacsv.WriteOptions(quoting_style="none",
+                                                                   include_header=False))
+    meta = {
+        "run_id": run_id, "source_family": "PowerTraces", "model": "Unknown",
+        "model_family": FAMILIES[i % len(FAMILIES)], "method": "lora",
+        "gpu_type": PLATFORMS[(i // len(FAMILIES)) % len(PLATFORMS)], "gpu_count": GPUS,
+        "precision": "bf16", "parallelism": "DP=1, TP=4, PP=1", "sequence_length": 1024,
+        "microbatch_size": 1, "grad_accum_steps": 32, "global_batch_size": 32,
+        "checkpoint_interval": 20, "dataset_name": "Unknown",
+        "duration_declared_min": round(minutes, 2), "sampling_interval_declared_s": 0.1,
+    }
+    path.with_suffix(".json").write_text(json.dumps(meta), encoding="utf-8")
+    return n
+
+
+def generate(folder: Path, runs: int, seed: int, lo_min: float, hi_min: float,
+             offset: int = 0) -> tuple[list[Path], int]:
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    minutes = np.exp(rng.uniform(np.log(lo_min), np.log(hi_min), runs))
+    paths, samples = [], 0
+    for i, m in enumerate(minutes):
+        path = folder / f"run-{offset + i:05d}.csv"
+        samples += make_run(path, offset + i, rng, float(m))
+        paths.append(path)
+    return paths, samples
+
+
+def tree_bytes(path: Path) -> int:
+    total = 0
+    stack = [path]
+    while stack:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:
+            continue
+        for e in entries:
+            try:
+                if e.is_dir(follow_symlinks=False):
+                    stack.append(Path(e.path))
+                elif e.is_file(follow_symlinks=False):
+                    total += e.stat(follow_symlinks=False).st_size
+            except OSError:
+                continue
+    return total
+
+
+class Runner:
+    """Starts commands so that ``os.wait4`` reports each one's own resource use."""
+
+    def __init__(self) -> None:
+        self.results: dict[str, dict[str, Any]] = {}
+
+    def step(self, name: str, args: list[str], watch: Path | None = None) -> dict[str, Any]:
+        res = _measured(args, watch)
+        kept = {k: v for k, v in res.items() if k != "stdout"}
+        if name not in self.results or kept["cpu_s"] < self.results[name]["cpu_s"]:
+            self.results[name] = kept  # a repeated step keeps its best (least CPU) run
+        print(f"[scale] {name}: {self.results[name]}", file=sys.stderr)
+        return res
+
+
+def _measured(args: list[str], watch: Path | None) -> dict[str, Any]:
+    rss_file = tempfile.NamedTemporaryFile(prefix="scale-rss-", delete=False)
+    rss_file.close()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "LLM_POWERTRACE_CARD_FIGURES": "0",
+           "HF_HUB_OFFLINE": "1", "SCALE_RSS_FILE": rss_file.name}
+    if watch is not None:
+        env["TMPDIR"] = str(watch)
+    base = tree_bytes(watch) if watch else 0
+    peak = [0]
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.wait(0.25):
+            peak[0] = max(peak[0], tree_bytes(watch) - base)  # type: ignore[arg-type]
+
+    t0 = time.perf_counter()
+    out_f = tempfile.TemporaryFile()
+    err_f = tempfile.TemporaryFile()
+    proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=out_f, stderr=err_f)
+    poller = threading.Thread(target=poll, daemon=True) if watch else None
+    if poller:
+        poller.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - t0
+    done.set()
+    if poller:
+        poller.join()
+        peak[0] = max(peak[0], tree_bytes(watch) - base)  # type: ignore[arg-type]
+    out_f.seek(0)
+    err_f.seek(0)
+    out, err = out_f.read().decode(), err_f.read().decode()
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(args[:5])} failed ({proc.returncode}): {err[-3000:]}")
+    peak_kib = Path(rss_file.name).read_text().strip()
+    os.unlink(rss_file.name)
+    res: dict[str, Any] = {"wall_s": round(wall, 3),
+                           "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
+                           "peak_rss_mib": round(int(peak_kib) / 1024, 1) if peak_kib else None,
+                           "stdout": out}
+    if watch is not None:
+        res["temp_disk_bytes"] = peak[0]
+    return res
+
+
+PEAK_RSS = (
+    "import atexit, os, runpy, sys\n"
+    "def _peak():\n"
+    "    for line in open('/proc/self/status'):\n"
+    "        if line.startswith('VmHWM:'):\n"
+    "            open(os.environ['SCALE_RSS_FILE'], 'w').write(line.split()[1])\n"
+    "atexit.register(_peak)\n"
+    "target, sys.argv = sys.argv[1], sys.argv[1:]\n"
+    "if target.endswith('.py'):\n"
+    "    runpy.run_path(target, run_name='__main__')\n"
+    "else:\n"
+    "    runpy.run_module(target, run_name='__main__', alter_sys=True)\n"
+)
+"""Runs a module or script and writes its own peak RSS (``VmHWM``, reset by ``exec``, unlike
+``ru_maxrss`` which a forked child inherits from this process) to ``$SCALE_RSS_FILE``."""
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-c", PEAK_RSS, "llm_powertrace_ds.cli", "--quiet", *args]
+
+
+def import_cmd(out: Path, files: list[Path]) -> list[str]:
+    return cli("import", "powertrace-csv", *map(str, files), "--out", str(out),
+               "--workload", "finetune", "--format", "json")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=300, help="N runs (default: 300)")
+    ap.add_argument("--existing", type=int, default=1000,
+                    help="runs already in the folder of the single-file import (default: 1000)")
+    ap.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    ap.add_argument("--min-minutes", type=float, default=5.0)
+    ap.add_argument("--max-minutes", type=float, default=120.0)
+    ap.add_argument("--work", type=Path, default=None,
+                    help="work folder (default: a temporary one, removed at the end)")
+    ap.add_argument("--skip-upload", action="store_true", help="skip upload.py --dry-run")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="runs of each validate/card step, best kept (default: 3)")
+    args = ap.parse_args()
+    work = args.work or Path(tempfile.mkdtemp(prefix="llm-powertrace-scale-"))
+    work.mkdir(parents=True, exist_ok=True)
+    r = Runner()
+    try:
+        report = _bench(args, work, r)
+    finally:
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+def _bench(args: argparse.Namespace, work: Path, r: Runner) -> dict[str, Any]:
+    n = args.runs
+    t0 = time.perf_counter()
+    files, samples = generate(work / "csv", n, args.seed, args.min_minutes, args.max_minutes)
+    gen_s = time.perf_counter() - t0
+    csv_bytes = sum(p.stat().st_size for p in files)
+    small, mid = files[: max(1, n // 10)], files[: max(1, n // 3)]
+
+    r.step("import_small", import_cmd(work / "ds-small", small))
+    r.step("import_mid", import_cmd(work / "ds-mid", mid))
+    big = r.step("import", import_cmd(work / "ds", files))
+    imported = json.loads(big["stdout"])
+    got_samples = sum(row["samples"] for row in imported)
+    sizes = {"small": len(small), "mid": len(mid), "": n}
+    for name, folder in (("small", work / "ds-small"), ("mid", work / "ds-mid"), ("", work / "ds")):
+        suffix = f"_{name}" if name else ""
+        for _ in range(args.repeat):  # best of --repeat: CPU time on a shared machine is noisy
+            r.step(f"validate{suffix}", cli("validate", str(folder), "--format", "json"))
+            r.step(f"card{suffix}", cli("card", str(folder)))
+    data_bytes = tree_bytes(work / "ds" / "data")
+    scratch = work / "scratch"
+    scratch.mkdir()
+    r.step("pack", cli("pack", str(work / "ds"), "--out", str(scratch / "packed")), watch=scratch)
+    shutil.rmtree(scratch / "packed")
+    if not args.skip_upload:
+        up = r.step("upload_dry_run", [sys.executable, "-c", PEAK_RSS, str(REPO / "upload.py"),
+                                       str(work / "ds"),
+                                       "--repo-id", "bench/llm-powertrace", "--dry-run",
+                                       "--allow-proxy", "--format", "json"], watch=scratch)
+        r.results["upload_dry_run"]["reported"] = _upload_report(up["stdout"])
+    # The fixed cost of one CLI call: one more file into a folder of `existing` short runs.
+    existing = work / "ds-existing"
+    e_files, _ = generate(work / "csv-existing", args.existing, args.seed + 1, 0.2, 0.5,
+                          offset=100_000)
+    for chunk in range(0, len(e_files), 250):
+        r.step("fill_existing", import_cmd(existing, e_files[chunk:chunk + 250]))
+    r.step("card_existing", cli("card", str(existing)))
+    one, _ = generate(work / "csv-one", 1, args.seed + 2, 30, 30, offset=200_000)
+    r.step("single_file_import", import_cmd(existing, one))
+
+    res = r.results
+    ratio = {
+        "import_cpu_samples_per_s": round(got_samples / res["import"]["cpu_s"]),
+        "single_file_import_wall_s": res["single_file_import"]["wall_s"],
+        "validate_per_run_ratio": per_run_ratio(res, "validate", sizes),
+        "card_per_run_ratio": per_run_ratio(res, "card", sizes),
+        "import_rss_ratio": round(res["import"]["peak_rss_mib"]
+                                  / res["import_small"]["peak_rss_mib"], 3),
+        "bytes_per_sample": round(data_bytes / got_samples, 2),
+    }
+    if "upload_dry_run" in res:
+        ratio["upload_temp_disk_ratio"] = round(res["upload_dry_run"]["temp_disk_bytes"]
+                                                / data_bytes, 3)
+    targets = {"import_cpu_samples_per_s": (">=", 1.5e6), "single_file_import_wall_s": ("<=", 2.0),
+               "validate_per_run_ratio": ("<=", 1.3), "card_per_run_ratio": ("<=", 1.3),
+               "import_rss_ratio": ("<=", 1.3), "bytes_per_sample": ("<=", 12.0),
+               "upload_temp_disk_ratio": ("<=", 1.2)}
+    verdict = {k: None if v is None else (v >= targets[k][1] if targets[k][0] == ">="
+                                          else v <= targets[k][1])
+               for k, v in ratio.items()}
+    return {"runs": n, "samples": got_samples, "csv_bytes": csv_bytes, "data_bytes": data_bytes,
+            "generate_wall_s": round(gen_s, 1), "cpus": os.cpu_count(), "ratios": ratio,
+            "targets": {k: f"{op} {v:g}" for k, (op, v) in targets.items()},
+            "meets_target": verdict, "steps": res}
+
+
+def per_run_ratio(res: dict[str, dict[str, Any]], step: str,
+                  sizes: dict[str, int]) -> float | None:
+    """Marginal CPU seconds per run between N/3 and N, over that between N/10 and N/3.
+
+    A CLI call has a fixed cost (interpreter, imports) that would make "time / runs" fall with
+    N whatever the algorithm; the slope between folder sizes is the cost per run, and a ratio
+    of slopes near 1 means linear (quadratic gives about (N + N/3) / (N/3 + N/10) = 3.1).
+    """
+    small, mid, big = (res[f"{step}_small"]["cpu_s"], res[f"{step}_mid"]["cpu_s"],
+                       res[step]["cpu_s"])
+    low = (mid - small) / max(1, sizes["mid"] - sizes["small"])
+    high = (big - mid) / max(1, sizes[""] - sizes["mid"])
+    return round(high / low, 3) if low > 0 else None  # too small an N to see a slope
+
+
+def _upload_report(stdout: str) -> Any:
+    try:
+        data = json.loads(stdout)
+    except ValueError:
+        return None
+    return {k: v for k, v in data.items() if "disk" in k} if isinstance(data, dict) else None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

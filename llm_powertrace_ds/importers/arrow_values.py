@@ -1,0 +1,147 @@
+"""Vectorised cell parsing with ``pyarrow.compute``: numbers, units, null tokens, timestamps.
+
+Each function takes a whole column of CSV cells as a ``pyarrow`` string array and either returns
+the parsed values or ``None`` when the column holds something the fast path does not decide
+(a malformed cell, an unknown unit, mixed time zones): the caller then runs the exact per-value
+parser of ``common`` on that column, which names the offending line. The fast path never
+accepts a cell that the per-value parser would reject.
+"""
+
+from __future__ import annotations
+
+from typing import TypeAlias
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+NULL_WORDS = ("", "n/a", "na", "nan", "none", "null", "unknown")
+"""Cells that mean *not reported* (besides nvidia-smi's ``[...]`` notes); as in ``common``."""
+NUMBER_PATTERN = (r"^(?P<num>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*"
+                  r"(?P<unit>[A-Za-z%°]+)?$")
+TIMESTAMP_PATTERN = (r"^\d{4}[-/]\d{1,2}[-/]\d{1,2}[T ]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?"
+                     r"(Z|[+-]\d{2}:?\d{2})?$")
+_ZONE_PATTERN = r"(Z|[+-]\d{2}:?\d{2})$"
+
+
+Cells: TypeAlias = "pa.Array | pa.ChunkedArray"
+
+
+def as_array(values: Cells) -> Cells:
+    """The column as given: every function here works on chunked arrays without a copy."""
+    return values
+
+
+def trimmed(values: Cells) -> Cells:
+    """Cells without leading/trailing whitespace."""
+    return pc.utf8_trim_whitespace(values)
+
+
+def null_mask(cells: Cells) -> np.ndarray:
+    """Whether each (trimmed) cell means *not reported*: a null word or ``[...]``."""
+    words = pc.is_in(pc.utf8_lower(cells), value_set=pa.array(NULL_WORDS))
+    note = pc.and_(pc.starts_with(cells, "["), pc.ends_with(cells, "]"))
+    return np.asarray(pc.or_(words, note).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _to_float(arr: Cells) -> np.ndarray:
+    return np.array(arr.to_numpy(zero_copy_only=False), dtype=np.float64)  # a writable copy
+
+
+def numbers(values: Cells, units: frozenset[str] | None) -> np.ndarray | None:
+    """Numbers (optionally followed by a unit in ``units``) to float64, NaN where not reported.
+
+    Returns:
+        The values, or ``None`` when a cell is not a finite number with an accepted unit.
+    """
+    raw = as_array(values)
+    if len(raw) and pc.max(pc.binary_length(raw)).as_py() == 0:
+        return np.full(len(raw), np.nan)  # a column the source never filled
+    try:  # the common case: plain numbers, nothing to strip
+        plain = _to_float(pc.cast(raw, pa.float64()))
+        if np.isfinite(plain).all():
+            return plain
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass
+    cells = trimmed(raw)
+    nulls = null_mask(cells)
+    kept = pc.if_else(pa.array(nulls), pa.scalar(None, pa.string()),
+                      cells.combine_chunks() if isinstance(cells, pa.ChunkedArray) else cells)
+    try:
+        out = _to_float(pc.cast(kept, pa.float64()))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        parts = pc.extract_regex(kept, NUMBER_PATTERN)
+        if (np.asarray(parts.is_null().to_numpy(zero_copy_only=False), bool) & ~nulls).any():
+            return None
+        found = {u for u in pc.unique(parts.field("unit")).to_pylist() if u}
+        if units is not None and not found <= units:
+            return None
+        try:
+            out = _to_float(pc.cast(parts.field("num"), pa.float64()))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return None
+    if not np.isfinite(out[~nulls]).all():
+        return None
+    out[nulls] = np.nan
+    return out
+
+
+def naive_ms(values: Cells) -> np.ndarray | None:
+    """Zone-less or all-``Z`` timestamps to int64 ms (as written), with whether they were ``Z``.
+
+    Returns:
+        ``(ms, all_z)``-free form: ms since the naive epoch, or ``None`` when a cell is not a
+        timestamp, some cells carry a zone and others not, or a cell has a ``+HH:MM`` offset
+        (the per-value parser handles those).
+    """
+    cells = trimmed(as_array(values))
+    if len(cells) == 0:
+        return np.zeros(0, np.int64)
+    if pc.any(pc.ends_with(cells, "Z")).as_py() or not _shape_ok(cells):
+        return None
+    if pc.any(pc.match_substring_regex(cells, _ZONE_PATTERN)).as_py():
+        return None
+    return _cast_ms(cells)
+
+
+def utc_z_ms(values: Cells) -> np.ndarray | None:
+    """Timestamps that all end in ``Z`` to int64 UTC epoch ms (``None`` otherwise)."""
+    cells = trimmed(as_array(values))
+    if len(cells) == 0 or not pc.all(pc.ends_with(cells, "Z")).as_py():
+        return None
+    plain = pc.utf8_slice_codeunits(cells, 0, -1)
+    if not _shape_ok(plain):
+        return None
+    return _cast_ms(plain)
+
+
+def _shape_ok(cells: Cells) -> bool:
+    """Whether every zone-less cell has the per-value parser's shape.
+
+    Arrow's ISO-8601 cast accepts what the per-value pattern (``TIMESTAMP_PATTERN``) accepts
+    with two-digit month, day and hour, and also a bare date or an hour without minutes; those
+    two are the only forms to exclude, which a fixed-position check does without a regex:
+    ``YYYY?MM?DD?hh:mm`` with the date-time separator a ``T`` or a space.
+    """
+    sep = pc.utf8_slice_codeunits(cells, 10, 11)
+    ok = pc.and_(pc.equal(pc.utf8_slice_codeunits(cells, 13, 14), ":"),
+                 pc.or_(pc.equal(sep, "T"), pc.equal(sep, " ")))
+    return bool(pc.all(ok).as_py())
+
+
+def _cast_ms(cells: Cells) -> np.ndarray | None:
+    text = pc.replace_substring(cells, "/", "-")
+    try:
+        stamps = pc.cast(text, pa.timestamp("ns"))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    ns = np.asarray(stamps.cast(pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
+    return ns // 1_000_000
+
+
+def distinct(values: Cells) -> tuple[list[str], np.ndarray]:
+    """The distinct cells (in order of first appearance) and each row's index into them."""
+    uniq = pc.unique(values)
+    inverse = np.asarray(pc.index_in(values, value_set=uniq).to_numpy(zero_copy_only=False),
+                         dtype=np.int64)
+    return uniq.to_pylist(), inverse

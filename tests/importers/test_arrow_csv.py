@@ -1,0 +1,146 @@
+"""The vectorised CSV reader equals the row reader: same runs, same one-line errors.
+
+Every file is imported twice — through ``ArrowCsvReader`` (the importers' default) and through
+the row-by-row ``CsvReader`` — and the results must be identical: the same run (metadata,
+timestamps, every signal, events) or the same ``InputError`` message (file, line, field).
+Clean logs must take the vectorised path (the row reader is made to fail to prove it).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from llm_powertrace_ds.errors import InputError
+from llm_powertrace_ds.importers import arrow_csv, import_file
+from llm_powertrace_ds.importers.common import CsvReader
+
+from .test_malformed import PT_CELLS, SMI_CELLS, SMI_HEADER, fuzz_body
+from .test_nvidia_smi import indexed_log, stamp, units_log
+from .test_powertrace_csv import HEADER as PT_HEADER
+from .test_powertrace_csv import their_json, trace_csv
+
+
+class RowReader(arrow_csv.ArrowCsvReader):
+    """The same interface, always the row-by-row reader."""
+
+    def read(self, converters):  # noqa: ANN001, ANN201 - test double
+        return self._rows.read(converters)
+
+
+def outcome(fmt: str, path: Path, workload: str, row_reader: bool, **kw):  # noqa: ANN201
+    with pytest.MonkeyPatch.context() as mp:
+        if row_reader:
+            mp.setattr("llm_powertrace_ds.importers.nvidia_smi.ArrowCsvReader", RowReader)
+            mp.setattr("llm_powertrace_ds.importers.powertrace_csv.ArrowCsvReader", RowReader)
+        try:
+            return import_file(fmt, path, workload=workload, **kw)
+        except InputError as exc:
+            return str(exc)
+
+
+def assert_same(fast, slow) -> None:  # noqa: ANN001
+    if isinstance(slow, str) or isinstance(fast, str):
+        assert fast == slow
+        return
+    assert fast.meta == slow.meta
+    assert [e.as_dict() for e in fast.events] == [e.as_dict() for e in slow.events]
+    assert len(fast.devices) == len(slow.devices)
+    for a, b in zip(fast.devices, slow.devices, strict=True):
+        np.testing.assert_array_equal(a.t_ms, b.t_ms)
+        assert a.signals.keys() == b.signals.keys()
+        for key in a.signals:
+            np.testing.assert_array_equal(a.signals[key], b.signals[key])
+        assert (a.gpu_index, a.gpu_name, a.gpu_uuid_hash, a.power_limit_w) == \
+            (b.gpu_index, b.gpu_name, b.gpu_uuid_hash, b.power_limit_w)
+
+
+def both(fmt: str, path: Path, workload: str, **kw) -> None:
+    assert_same(outcome(fmt, path, workload, False, **kw), outcome(fmt, path, workload, True, **kw))
+
+
+def smi_shapes(tmp_path: Path) -> list[Path]:
+    """Logs of every shape the importer accepts."""
+    out = [indexed_log(tmp_path / "indexed.csv"), units_log(tmp_path / "units.csv", gpus=2,
+                                                            skew_ms=2)]
+    text = indexed_log(tmp_path / "base.csv").read_text()
+    lines = text.splitlines()
+    variants = {
+        "crlf.csv": "\r\n".join(lines) + "\r\n",
+        "blank-lines.csv": "\n\n" + "\n\n".join(lines) + "\n\n",
+        "cut-off.csv": "\n".join(lines) + "\n" + lines[-1][:12],
+        "no-final-newline.csv": "\n".join(lines),
+        "appended.csv": "\n".join(lines) + "\n" + "\n".join(
+            [lines[0]] + [ln.replace("2024/04/03 10:55", "2024/04/03 10:57") for ln in lines[1:]])
+        + "\n",
+        "na.csv": "\n".join(lines[:3] + [lines[3].replace(",1024", ",[N/A]")] + lines[4:]) + "\n",
+        "spaces.csv": "\n".join(ln.replace(",", ", ") for ln in lines) + "\n",
+    }
+    for name, body in variants.items():
+        (tmp_path / name).write_text(body, encoding="utf-8")
+        out.append(tmp_path / name)
+    utf16 = tmp_path / "utf16.csv"
+    utf16.write_text(text, encoding="utf-16")
+    return [*out, utf16]
+
+
+def test_every_smi_shape_is_the_same_run(tmp_path):
+    for path in smi_shapes(tmp_path):
+        both("nvidia-smi", path, "inference")
+        both("nvidia-smi", path, "inference", tz="America/Phoenix")
+
+
+def test_powertrace_csv_is_the_same_run(tmp_path):
+    csv_path = trace_csv(tmp_path / "t.csv", ticks=30)
+    meta = their_json(tmp_path / "t.json")
+    both("powertrace-csv", csv_path, "finetune", meta_path=meta)
+
+
+def test_clean_logs_take_the_vectorised_path(tmp_path, monkeypatch):
+    def refuse(self, converters):  # noqa: ANN001, ANN202
+        raise AssertionError("the row reader was used")
+
+    monkeypatch.setattr(CsvReader, "read", refuse)
+    for path in smi_shapes(tmp_path):
+        if path.name not in ("crlf.csv",):
+            import_file("nvidia-smi", path, workload="inference")
+    csv_path = trace_csv(tmp_path / "t.csv", ticks=30)
+    import_file("powertrace-csv", csv_path, workload="finetune", meta_path=their_json(
+        tmp_path / "t.json"))
+    # a quoted header (what pyarrow and pandas writers emit) does not cost the fast path
+    lines = csv_path.read_text().splitlines()
+    quoted = tmp_path / "quoted.csv"
+    quoted.write_text(",".join(f'"{c}"' for c in lines[0].split(",")) + "\n"
+                      + "\n".join(lines[1:]) + "\n")
+    import_file("powertrace-csv", quoted, workload="finetune", meta_path=their_json(
+        tmp_path / "t.json"))
+
+
+def _compare(fmt: str, text: str, workload: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "fuzz.csv"
+        path.write_text(text, encoding="utf-8")
+        both(fmt, path, workload)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.lists(st.sampled_from(SMI_CELLS), min_size=3, max_size=3), max_size=8),
+       st.sampled_from(["\n", "\r\n"]), st.booleans())
+def test_fuzz_smi_same_outcome(rows, newline, final):
+    body = newline.join(",".join(r) for r in rows) + (newline if final else "")
+    _compare("nvidia-smi", SMI_HEADER + newline + body, "inference")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.lists(st.sampled_from(PT_CELLS), min_size=12, max_size=12), max_size=6))
+def test_fuzz_powertrace_csv_same_outcome(rows):
+    _compare("powertrace-csv", PT_HEADER + "\n" + fuzz_body(rows), "finetune")
+
+
+def test_stamp_helper_is_nvidia_smi_format():
+    assert stamp(0) == "2024/04/03 10:55:35.013"
