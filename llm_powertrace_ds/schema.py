@@ -56,7 +56,7 @@ ERROR_FLAGS = ("empty", "nonmonotonic_time", "unequal_lengths", "negative_power"
 WARNING_FLAGS = (
     "gap", "stall", "irregular_sampling", "implausible_power", "stuck_sensor", "missing_gpu",
     "energy_mismatch", "incomplete", "power_is_1s_average", "platform_unknown",
-    "form_factor_unknown", "cpu_proxy",
+    "form_factor_unknown", "cpu_proxy", "implausible_value",
 )
 QUALITY_FLAGS = ERROR_FLAGS + WARNING_FLAGS
 
@@ -78,6 +78,8 @@ FLAG_DESCRIPTIONS = {
     "platform_unknown": "the source names no GPU; the split is `unknown`",
     "form_factor_unknown": "the source names a GPU family only (e.g. `A100`), not its form factor",
     "cpu_proxy": "not a GPU measurement: modelled from real CPU activity",
+    "implausible_value": "a sample outside its physical range (power 0-5000 W, utilisation "
+    "0-100 %, temperature -40-150 C, ...; `llm_powertrace_ds/checks.py`)",
 }
 
 SPLIT_NAME_RE = re.compile(r"^\w+(\.\w+)*$")

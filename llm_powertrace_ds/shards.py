@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from datasets import Features
 from filelock import FileLock, Timeout
 
-from . import layout, schema
+from . import checks, layout, schema
 from .errors import InputError, LockTimeout, RunNotFound, ShardError
 from .run import SIGNAL_KEYS, DeviceSeries, Run, events_from_dicts
 
@@ -254,6 +254,7 @@ def publish_run(root: str | Path, run: Run, *, refresh_card: bool = True) -> Pub
 
     root = Path(root)
     schema.check_split_name(run.platform)
+    checks.check_publishable(run)
     if run.workload not in schema.WORKLOADS:
         raise InputError(f"workload {run.workload!r} is not one of {schema.WORKLOADS}",
                          field="workload")

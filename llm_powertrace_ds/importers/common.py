@@ -29,7 +29,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import numpy as np
 import yaml
 
-from .. import schema
+from .. import checks, privacy, schema
 from ..errors import InputError
 from ..run import DeviceSeries, Event, Run, coerce_meta
 
@@ -131,15 +131,15 @@ def scrub_text(value: str) -> str | None:
 
 
 def scrub_meta(meta: dict[str, Any], *, source: str) -> dict[str, Any]:
-    """Apply :func:`scrub_text` to every string value, logging what changed."""
-    out = {}
-    for key, value in meta.items():
-        if isinstance(value, str):
-            clean = scrub_text(value)
-            if clean != value.strip():
-                log.warning("%s: %s held a path or an address; kept %r", source, key, clean)
-            value = clean
-        out[key] = value
+    """Refuse metadata whose text could name a person, a machine or a path; return it unchanged.
+
+    Free text is checked, never rewritten (issue 12, item 1): a value that looks like a path, an
+    IP address, ``user@host`` or a host name, or that breaks its field's grammar, is an
+    ``InputError`` naming the file and the field (``privacy.check_text``). Surrounding whitespace
+    is stripped.
+    """
+    out = {k: v.strip() if isinstance(v, str) else v for k, v in meta.items()}
+    privacy.check_meta_text(out, file=source)
     return out
 
 
@@ -817,6 +817,8 @@ def assemble_run(devices: list[DeviceData], meta: dict[str, Any], *, file: Path,
         flags: quality flags to add.
         events: ``(utc_ms, event)`` pairs; the event's ``t_ms`` is set on the run clock.
     """
+    checks.check_import(devices, meta, file=file, lines=[d.lines for d in devices],
+                        labels=[("label", e.label) for _, e in events])
     t0 = min(int(d.ts_ms[0]) for d in devices)
     meta = dict(meta)
     meta["start_time"] = dt.datetime.fromtimestamp(t0 / _MS_PER_S, tz=dt.timezone.utc)
