@@ -139,12 +139,21 @@ class FolderCheck:
 
 def validate_folder(root: Path) -> FolderCheck:
     """Re-validate every published run; raise ``UploadError`` listing runs with errors."""
-    from cards.summary import is_cpu_proxy
     from llm_powertrace_ds import schema
+    from llm_powertrace_ds.audit import audit_folder
     from llm_powertrace_ds.shards import list_runs, read_run
     from llm_powertrace_ds.validate import validate_run
 
     check = FolderCheck()
+    # The folder first: no symlink or stray file, every trace paired with its runs row, and
+    # cpu_proxy data found in the trace files themselves (not only in the runs rows).
+    folder = audit_folder(root)
+    if not folder.ok:
+        problems = folder.messages()
+        raise UploadError(f"'{root}' is not publishable: {'; '.join(problems[:5])}"
+                          + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else "")
+                          + "; llm-powertrace validate DIR lists them")
+    check.proxy_runs = list(folder.proxy_runs)
     failed = []
     for info in list_runs(root):
         run = read_run(root, info["run_id"])
@@ -152,8 +161,6 @@ def validate_folder(root: Path) -> FolderCheck:
         errors = sorted(set(report.errors) | {f for f in run.flags if f in schema.ERROR_FLAGS})
         if errors:
             failed.append(f"{run.run_id} ({', '.join(errors)})")
-        if is_cpu_proxy(info):
-            check.proxy_runs.append(run.run_id)
         check.runs += 1
     if failed:
         raise UploadError(f"{len(failed)} run(s) fail validation: {'; '.join(failed)}; fix or "
@@ -378,6 +385,14 @@ class Plan:
         return out
 
 
+def _link_or_copy(src: str, dst: str) -> None:
+    """Hard-link a file (cheap, read-only use), or copy it when the link is not possible."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
 def _prepare(args: argparse.Namespace, work: Path) -> tuple[Plan, Path]:
     """Every local step: checks, card, packed copy (and Parquet copy), the plan."""
     from cards.builder import CardOptions, write_card
@@ -396,10 +411,20 @@ def _prepare(args: argparse.Namespace, work: Path) -> tuple[Plan, Path]:
             "activity, not GPU measurements); pass --allow-proxy to publish them anyway")
     readme = root / "README.md"
     old_card = readme.read_text(encoding="utf-8") if readme.exists() else ""
-    shards.refresh_readme(root)
-    pairs = check_loads(root, work / "cache")
-
     packed = work / "arrow"
+    if args.dry_run:
+        # A dry run changes nothing in the source folder: its card is written in a copy of
+        # data/ and README.md only (issue 12, item 6; tests/adversarial prove it by tree hash).
+        source = work / "source"
+        shutil.copytree(root / "data", source / "data", copy_function=_link_or_copy,
+                        ignore=shutil.ignore_patterns(".*"))
+        shards.refresh_readme(source)
+        pairs = check_loads(source, work / "cache")
+        shutil.rmtree(source)
+    else:
+        shards.refresh_readme(root)
+        pairs = check_loads(root, work / "cache")
+
     shards.pack(root, packed, refresh_card=False)  # the card is written below, with the repo id
     shutil.rmtree(packed / ".staging", ignore_errors=True)
     for png in sorted((root / FIGURES_DIR).glob("trace-*.png")):  # current ones are reused

@@ -86,6 +86,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help="check every run's quality flags", formatter_class=fmt,
                        epilog="example:\n  llm-powertrace validate llm-powertrace --format json")
     p.add_argument("dir", type=Path, help="dataset folder")
+    p.add_argument("--repair", action="store_true",
+                   help="first remove what an interrupted publish left (temporary files, runs "
+                   "rows without a trace) (default: off)")
     add_format(p)
     p.set_defaults(func=cmd_validate)
 
@@ -156,10 +159,26 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from .shards import list_runs, read_run
     from .validate import validate_run
 
+    from .audit import audit_folder
+
     rows = []
     failed = False
     root = resolve_dataset(args.dir)
+    if getattr(args, "repair", False):
+        from .shards import repair_folder
+
+        for rel in repair_folder(root):
+            rows.append({"run_id": None, "platform": None, "status": "repaired", "flags": [],
+                         "messages": [f"removed '{rel}'"]})
+    folder = audit_folder(root)
+    for message in folder.messages():
+        failed = True
+        rows.append({"run_id": None, "platform": None, "status": "error", "flags": [],
+                     "messages": [message]})
+    orphans = set(folder.orphan_rows)
     for info in list_runs(root):
+        if info["run_id"] in orphans:
+            continue
         run = read_run(root, info["run_id"])
         rep = validate_run(run)
         flags = sorted(set(rep.flags) | set(run.flags), key=schema.QUALITY_FLAGS.index)
@@ -168,7 +187,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         rows.append({"run_id": run.run_id, "platform": run.platform,
                      "status": "error" if errors else "ok", "flags": flags,
                      "messages": rep.messages})
-    emit(rows, args.format, ["run_id", "platform", "status", "flags"])
+    emit(rows, args.format, ["run_id", "platform", "status", "flags", "messages"]
+         if any(r["run_id"] is None for r in rows) else ["run_id", "platform", "status", "flags"])
     return 1 if failed else 0
 
 

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from datasets import Features
 from filelock import FileLock, Timeout
 
-from . import checks, layout, schema
+from . import audit, checks, layout, schema
 from .errors import InputError, LockTimeout, RunNotFound, ShardError
 from .run import SIGNAL_KEYS, DeviceSeries, Run, events_from_dicts
 
@@ -148,19 +148,59 @@ def requests_table(run: Run) -> pa.Table:
 # Atomic file writes
 # ---------------------------------------------------------------------------------------------
 
-def write_table_atomic(path: Path, table: pa.Table) -> None:
-    """Write ``table`` as an Arrow IPC stream to a hidden temporary name, then rename it."""
+def _tmp_name(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def _write_tmp(path: Path, table: pa.Table) -> Path:
+    """Write ``table`` to ``path``'s hidden temporary name (fsynced); return that name."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = _tmp_name(path)
     try:
         with pa.OSFile(str(tmp), "wb") as sink, ipc.new_stream(sink, table.schema) as writer:
             writer.write_table(table, max_chunksize=max(1, min(table.num_rows, 1024)))
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def write_table_atomic(path: Path, table: pa.Table) -> None:
+    """Write ``table`` as an Arrow IPC stream to a hidden temporary name, then rename it."""
+    tmp = _write_tmp(path, table)
+    try:
         os.replace(tmp, path)
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        tmp.unlink(missing_ok=True)
+
+
+def write_tables_all_or_nothing(tables: dict[Path, pa.Table]) -> None:
+    """Write every table under its hidden temporary name first, then rename them all.
+
+    A failure while writing (a full disk, a file-size limit, a killed writer) leaves none of
+    the files visible: the temporary names are removed and no final name is touched. Renames
+    take no space, so once every file is written the run appears whole (issue 12, item 11).
+
+    Raises:
+        ShardError: a file could not be written (naming it and the reason).
+    """
+    written: list[tuple[Path, Path]] = []
+    try:
+        for path, table in tables.items():
+            written.append((_write_tmp(path, table), path))
+    except OSError as exc:
+        for tmp, _ in written:
+            tmp.unlink(missing_ok=True)
+        raise ShardError(f"cannot write '{path}': {exc.strerror or exc}; nothing of the run was "
+                         "published") from None
+    except BaseException:
+        for tmp, _ in written:
+            tmp.unlink(missing_ok=True)
+        raise
+    for tmp, path in written:
+        os.replace(tmp, path)
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -281,8 +321,7 @@ def publish_run(root: str | Path, run: Run, *, refresh_card: bool = True) -> Pub
     try:
         with _lock(root, run.run_id):
             set_status(root, run.run_id, "complete")
-            for path, table in tables.items():
-                write_table_atomic(path, table)
+            write_tables_all_or_nothing(tables)
             stale = [p for p in existing_run_files(root, run.run_id) if p not in tables]
             for p in stale:
                 p.unlink()
@@ -474,6 +513,7 @@ def pack(src: str | Path, dst: str | Path, *,
 
 
 def _pack_into(src: Path, dst: Path, *, max_shard_bytes: int, refresh_card: bool) -> PackResult:
+    audit.check_tree(src)  # no symlink, no stray file: name it instead of failing inside
     rows: dict[str, int] = {}
     shards: dict[str, int] = {}
     data = layout.data_root(src)
@@ -510,3 +550,34 @@ def _pack_into(src: Path, dst: Path, *, max_shard_bytes: int, refresh_card: bool
     if folders and refresh_card:
         refresh_readme(dst)
     return PackResult(rows=rows, shards=shards)
+
+
+# ---------------------------------------------------------------------------------------------
+# Repair
+# ---------------------------------------------------------------------------------------------
+
+def repair_folder(root: str | Path) -> list[str]:
+    """Remove what an interrupted publish left behind; return what was removed (relative paths).
+
+    Removed: hidden temporary files of writers that are gone, and the runs row and requests of
+    a run whose trace file is missing (a publish from before all-or-nothing writes, or one
+    stopped between two renames) unless that run is being published now (its lock is held).
+    Traces without a runs row are reported by ``validate`` and left alone: they hold the
+    measurement.
+    """
+    root = Path(root)
+    removed = audit.remove_leftovers(root)
+    found = audit.audit_folder(root)
+    for run_id in found.orphan_rows:
+        try:
+            with FileLock(str(layout.lock_path(root, run_id)), timeout=0):
+                data = layout.data_root(root)
+                if any(p.relative_to(data).parts[0] in schema.TRACE_CONFIGS
+                       for p in existing_run_files(root, run_id)):
+                    continue
+                for p in existing_run_files(root, run_id):
+                    p.unlink()
+                    removed.append(p.relative_to(root).as_posix())
+        except Timeout:
+            continue
+    return removed
