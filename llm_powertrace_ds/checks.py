@@ -1,5 +1,6 @@
-"""Input checks of a run before anything of it is written: physical ranges, one GPU model,
-metadata keys, and the free-text gate (``privacy``).
+"""Input checks of a run before anything of it is written.
+
+Physical ranges, one GPU model per run, metadata keys, and the free-text gate (``privacy``).
 
 The importers call :func:`check_import` on what they parsed (devices as arrays, metadata as a
 mapping), so a file with an absurd value is refused with a one-line error naming the file, the
@@ -200,11 +201,69 @@ def check_texts(meta: Mapping[str, Any], devices: Sequence[_Device],
         privacy.check_text(field, value, file=file)
 
 
+MAX_GAP_S = 6 * 3600.0
+"""Longest interval between two samples of one device in an imported run (6 h)."""
+MAX_SPAN_S = 3 * 86400.0
+"""Longest imported run (3 days): the metrics' 100 ms grid over it is ~2.6 M points per GPU."""
+MAX_GPU_INDEX = 4095
+TIME_RANGE_MS = (631_152_000_000, 7_258_118_400_000)
+"""Accepted sample times: 1990-01-01 to 2200-01-01 UTC (epoch ms)."""
+
+
+def _line(lines: Sequence[np.ndarray] | None, k: int, row: int) -> int | None:
+    return int(lines[k][row]) if lines is not None and len(lines[k]) > row else None
+
+
+def check_times(devices: Sequence[Any], *, file: str | Path | None = None,
+                lines: Sequence[np.ndarray] | None = None) -> None:
+    """Refuse dates outside 1990-2200, a gap over ``MAX_GAP_S`` and a span over ``MAX_SPAN_S``.
+
+    Every size derived from the timestamps (the metrics' grid, the plots) is bounded by these
+    before anything is allocated from them (issue 12, item 17).
+
+    Args:
+        devices: objects with ``gpu_index`` and ``ts_ms`` (UTC epoch ms, increasing).
+        file: the source file, for errors.
+        lines: per device, the source line of each sample.
+
+    Raises:
+        InputError: naming the file, the line and ``timestamp``.
+    """
+    lo, hi = TIME_RANGE_MS
+    for k, dev in enumerate(devices):
+        ts = np.asarray(dev.ts_ms, dtype=np.int64)
+        if len(ts) == 0:
+            continue
+        bad = np.flatnonzero((ts < lo) | (ts >= hi))
+        if len(bad):
+            raise InputError("the date is outside 1990-2200", file=file,
+                             line=_line(lines, k, int(bad[0])), field="timestamp")
+        if not 0 <= int(dev.gpu_index) <= MAX_GPU_INDEX:
+            raise InputError(f"GPU index {int(dev.gpu_index)} is outside 0..{MAX_GPU_INDEX}",
+                             file=file, line=_line(lines, k, 0), field="index")
+        if len(ts) > 1:
+            gaps = np.flatnonzero(np.diff(ts) > MAX_GAP_S * 1000)
+            if len(gaps):
+                i = int(gaps[0])
+                raise InputError(f"GPU {int(dev.gpu_index)} has a gap of "
+                                 f"{(ts[i + 1] - ts[i]) / 3.6e6:.1f} h (at most {MAX_GAP_S / 3600:g} h "
+                                 "inside one run): import the parts before and after it as "
+                                 "separate runs", file=file, line=_line(lines, k, i + 1),
+                                 field="timestamp")
+    starts = [int(d.ts_ms[0]) for d in devices if len(d.ts_ms)]
+    ends = [int(d.ts_ms[-1]) for d in devices if len(d.ts_ms)]
+    if starts and (max(ends) - min(starts)) > MAX_SPAN_S * 1000:
+        raise InputError(f"the log spans {(max(ends) - min(starts)) / 8.64e7:.1f} days (at most "
+                         f"{MAX_SPAN_S / 86400:g} days per run): split it into runs",
+                         file=file, field="timestamp")
+
+
 def check_import(devices: Sequence[_Device], meta: Mapping[str, Any], *, file: str | Path,
                  lines: Sequence[np.ndarray] | None = None,
                  fields: Mapping[str, str] | None = None,
                  labels: Iterable[tuple[str, str | None]] = ()) -> None:
-    """Every check of an imported run (text, ranges, one GPU model), before it is assembled."""
+    """Every check of an imported run (text, times, ranges, one GPU model), before assembly."""
+    check_times(devices, file=file, lines=lines)
     check_texts(meta, devices, labels, file=file)
     check_meta_ranges(meta, file=file)
     check_device_ranges(devices, file=file, lines=lines, fields=fields)

@@ -156,10 +156,9 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from .audit import audit_folder
     from .shards import list_runs, read_run
     from .validate import validate_run
-
-    from .audit import audit_folder
 
     rows = []
     failed = False

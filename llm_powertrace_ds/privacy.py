@@ -149,7 +149,7 @@ def _local_identities() -> tuple[str, ...]:
 def text_problem(field: str, value: str) -> str | None:
     """Why ``value`` may not be published in ``field`` (``None`` when it may).
 
-    Refused everywhere: control characters (``\\n``, ESC, ...), a path, a URL, an IPv4/IPv6
+    Refused everywhere: control characters (newline, ESC, ...), a path, a URL, an IPv4/IPv6
     address, ``user@host`` (and e-mail), a fully qualified host name, this machine's own host or
     user name, and text longer than ``MAX_TEXT_CHARS``. Fields with a grammar (``gpu_name``,
     ``driver_version``, ``cuda_version``, ``grid_region``, ``model_name``, versions, ...) must

@@ -189,6 +189,27 @@ def _one_line(exc: Exception) -> str:
     return " ".join(str(problem).split())
 
 
+MAX_META_CHARS = 1 << 20
+MAX_META_NODES = 10_000
+"""Most values a metadata file may expand to, YAML aliases followed (an alias bomb stops)."""
+
+
+def _check_yaml_size(node: yaml.Node | None, path: Path) -> None:
+    stack = [node] if node is not None else []
+    seen = 0
+    while stack:
+        cur = stack.pop()
+        seen += 1
+        if seen > MAX_META_NODES:
+            raise InputError(f"the file expands to more than {MAX_META_NODES} values (YAML "
+                             "aliases?); refused", file=path, line=cur.start_mark.line + 1)
+        if isinstance(cur, yaml.MappingNode):
+            for key, value in cur.value:
+                stack.extend((key, value))
+        elif isinstance(cur, yaml.SequenceNode):
+            stack.extend(cur.value)
+
+
 def read_structured(path: str | Path) -> Any:
     """Parse a JSON or YAML file (JSON by suffix ``.json``, else YAML, which reads JSON too).
 
@@ -203,9 +224,18 @@ def read_structured(path: str | Path) -> Any:
     except OSError as exc:
         raise InputError(f"cannot read the file ({exc.strerror or exc})", file=path) from None
     kind = "JSON" if path.suffix.lower() == ".json" else "YAML"
+    if len(text) > MAX_META_CHARS:
+        raise InputError(f"the file is {len(text)} characters; a metadata file is at most "
+                         f"{MAX_META_CHARS}", file=path, line=1)
     try:
         if kind == "JSON":
             return json.loads(text)
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise InputError(f"not valid {kind}: {_one_line(exc)}", file=path,
+                         line=_parse_error_line(exc) or 1) from None
+    _check_yaml_size(node, path)
+    try:
         return yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as exc:
         raise InputError(f"not valid {kind}: {_one_line(exc)}", file=path,
