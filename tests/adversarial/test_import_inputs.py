@@ -1,5 +1,7 @@
-"""Adversarial imports (issue 12, items 1, 3, 8, 9, 10, 17, 18): each row is a file a careless
-user or an attacker could hand to ``llm-powertrace import``, and the exact refusal it gets.
+"""Adversarial imports (issue 12, items 1, 3, 8, 9, 10, 17, 18), one table row per input.
+
+Each row is a file a careless user or an attacker could hand to ``llm-powertrace import``, and
+the exact refusal it gets.
 
 Every refusal is one ``error:`` line naming the file, the line (where one exists) and the field,
 no traceback, exit code 1, and nothing written under ``data/``.
