@@ -68,8 +68,9 @@ class FolderAudit:
 
 def _expected(rel: tuple[str, ...]) -> str | None:
     """Why a path (parts relative to the root, ``data`` first) is not where files belong."""
-    if len(rel) < 2:
-        return "only folders belong directly in data/"
+    if len(rel) <= 2:
+        return ("only folders belong directly in data/: a shard goes to "
+                "data/<config>/<split>[/<family>]/<run_id>.arrow")
     config = rel[1]
     if config not in schema.ALL_CONFIGS:
         return (f"'{config}' is not a config folder; data/ holds only "
