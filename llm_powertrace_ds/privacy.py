@@ -100,7 +100,8 @@ def hash_identifier(value: str, salt: str | None = None) -> str:
 
 _IPV4_RE = re.compile(r"(?<![\d.])(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)"
                       r"(?![\d])")
-_IPV6_RE = re.compile(r"(?<![0-9a-f:])(?:[0-9a-f]{1,4}:){2,7}[0-9a-f]{0,4}(?![0-9a-f:])", re.I)
+_IPV6_RE = re.compile(r"(?<![0-9a-f:])(?:(?:[0-9a-f]{1,4}:){3,7}[0-9a-f]{1,4}"
+                      r"|[0-9a-f:]*::[0-9a-f:]*[0-9a-f][0-9a-f:]*)(?![0-9a-f:])", re.I)
 _USER_AT_HOST_RE = re.compile(r"[^\s@]+@[^\s@]+")
 _FILE_EXT = r"(?:json|jsonl|csv|tsv|ya?ml|txt|arrow|parquet|log|gz|zip|bin|safetensors|pt)"
 _FQDN_RE = re.compile(rf"(?<![\w.-])[a-z0-9-]+(?:\.[a-z0-9-]+){{2,}}\.(?!{_FILE_EXT}(?![\w-]))"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,8 +64,10 @@ def tree_hash(root: Path) -> str:
             if path.is_symlink():
                 digest.update(b"link:" + os.readlink(path).encode())
             else:
-                digest.update(oct(path.stat().st_mode).encode())
-                digest.update(path.read_bytes())
+                mode = path.stat().st_mode
+                digest.update(oct(mode).encode())
+                if stat.S_ISREG(mode):  # never open a FIFO or a device
+                    digest.update(path.read_bytes())
     return digest.hexdigest()
 
 
