@@ -222,6 +222,10 @@ def load_yaml_with_lines(text: str, file: str | Path) -> tuple[Any, dict[tuple, 
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else None
         raise SweepError(file, [Problem(line, "<yaml>", f"not valid YAML: {exc.problem}")]) from None
+    except yaml.reader.ReaderError as exc:  # a NUL or another unprintable character
+        line = text.count("\n", 0, exc.position) + 1
+        raise SweepError(file, [Problem(line, "<yaml>", "not valid YAML: unprintable character "
+                                        f"#x{exc.character:04x}")]) from None
     if node is None:
         raise SweepError(file, [Problem(1, "<file>", "the sweep file is empty")])
     lines: dict[tuple, int] = {}
