@@ -1,5 +1,6 @@
-"""Hypothesis fuzzing of the three inputs a stranger controls: nvidia-smi rows, powertrace-csv
-rows and sweep YAML (issue 12, acceptance).
+"""Hypothesis fuzzing of the three inputs a stranger controls (issue 12, acceptance).
+
+The inputs: nvidia-smi rows, powertrace-csv rows (and their metadata JSON), sweep YAML.
 
 Whatever the input: no traceback (exit 0 or a one-line error, exit 1), a folder that passes
 ``validate`` whenever the import succeeded, and no published string (file names, Arrow values,

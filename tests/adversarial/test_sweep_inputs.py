@@ -1,5 +1,7 @@
-"""Adversarial sweep files (issue 12, items 1, 17, 18): ``generate --dry-run`` refuses each one
-up front with the line and field of the problem, before any allocation or measurement.
+"""Adversarial sweep files (issue 12, items 1, 17, 18), one table row per file.
+
+``generate --dry-run`` refuses each one up front with the line and field of the problem, before
+any allocation or measurement.
 """
 
 from __future__ import annotations
