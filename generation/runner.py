@@ -49,7 +49,16 @@ from .workloads import MachineInfo
 
 log = logging.getLogger(__name__)
 
-STATUS_DONE = ("published",)
+STATUS_DONE = ("published", "salvaged")
+"""Staging statuses of a done run. The lifecycle (issue 12, item 14)::
+
+    running --(Ctrl-C)--> interrupted --(generate)--> running ...
+    running --(SIGKILL: owner dead, its lock free)--> killed (spool archived as attempt-N)
+    killed/interrupted/failed --(salvage)--> salvaged    (done; attempts kept)
+    salvaged --(generate --redo-salvaged)--> redo --> running --> published (attempts kept)
+
+Attempts (``attempt-N/``) are never deleted by the tools; the user prunes them.
+"""
 LAUNCH_READY_TIMEOUT_S = 900.0
 
 
@@ -169,7 +178,8 @@ def is_done(root: str | Path, run_id: str, published: set[str]) -> bool:
 
 def generate(sweep_path: str | Path, out: str | Path, *, task_index: int = 0, num_tasks: int = 1,
              dry_run: bool = False, fail_fast: bool = False, progress: bool = True,
-             on_outcome: Callable[[Outcome], None] | None = None) -> Report:
+             on_outcome: Callable[[Outcome], None] | None = None,
+             redo_salvaged: bool = False) -> Report:
     """Run a sweep file into a dataset folder (resume, task split, dry run).
 
     Args:
@@ -181,6 +191,7 @@ def generate(sweep_path: str | Path, out: str | Path, *, task_index: int = 0, nu
         fail_fast: stop at the first failed run (raise :class:`RunFailed`).
         progress: show progress bars (runs, and steps within a run).
         on_outcome: called with each run's outcome as it is known.
+        redo_salvaged: re-measure runs that were salvaged (their attempts are kept).
 
     Returns:
         A :class:`Report`.
@@ -204,7 +215,10 @@ def generate(sweep_path: str | Path, out: str | Path, *, task_index: int = 0, nu
 
     todo = []
     for run in mine:
-        if is_done(out, run.run_id, published):
+        if redo_salvaged and not dry_run:
+            request_redo(out, run.run_id)
+        if is_done(out, run.run_id, published) and not (
+                dry_run and redo_salvaged and staging_status(out, run.run_id) == "salvaged"):
             emit(Outcome(run.index, run.run_id, "done" if dry_run else "skipped",
                          info=_info(run)))
         elif dry_run:
@@ -293,6 +307,9 @@ def execute_run(sweep: Sweep, machine: MachineInfo, run: PlannedRun, out: Path, 
             result = _measure(sweep, machine, run, sdir, progress=progress)
             record = _build_run(sdir, meta, result)
             published = publish_run(out, record)
+        except KeyboardInterrupt:
+            mark_interrupted(out, run.run_id)
+            raise
         except Exception as exc:  # noqa: BLE001 - any failure of a run is recorded, not fatal
             message = f"{type(exc).__name__}: {exc}"
             set_status(out, run.run_id, "failed", error=message,
@@ -559,35 +576,87 @@ def salvage(root: str | Path, run_id: str) -> Any:
         lock.release()
 
 
-def _salvage_locked(root: Path, sdir: Path, run_id: str) -> Any:
-    from llm_powertrace_ds.errors import RunNotFound
-    from llm_powertrace_ds.shards import publish_run
+def mark_interrupted(root: str | Path, run_id: str) -> None:
+    """Record a run stopped by Ctrl-C as ``interrupted`` (its spool stays for resume/salvage)."""
+    from llm_powertrace_ds.shards import set_status
 
+    with contextlib.suppress(OSError):
+        set_status(root, run_id, "interrupted",
+                   stopped_utc=dt.datetime.now(dt.timezone.utc).isoformat())
+
+
+def request_redo(root: str | Path, run_id: str) -> bool:
+    """Mark a ``salvaged`` run ``redo`` so that the next measurement replaces it.
+
+    Returns:
+        Whether the run was salvaged (and is now marked).
+    """
+    from llm_powertrace_ds.shards import read_status, set_status
+
+    status = read_status(Path(root), run_id) or {}
+    if status.get("status") != "salvaged":
+        return False
+    set_status(root, run_id, "redo", salvaged=status.get("attempt"))
+    return True
+
+
+def _attempt_samples(attempt: Path, meta: dict[str, Any]) -> int:
     from .sampler import spool_to_run
 
+    try:
+        record = spool_to_run(attempt, dict(meta), incomplete=True)
+    except (PowerTraceError, OSError, ValueError):
+        return -1
+    return sum(len(d.t_ms) for d in record.devices)
+
+
+def _salvage_locked(root: Path, sdir: Path, run_id: str) -> Any:
+    from llm_powertrace_ds.errors import RunNotFound
+    from llm_powertrace_ds.shards import publish_run, set_status
+
+    from .sampler import archive_attempt, spool_to_run
+
+    if _status_of(sdir) == "running" and (sdir / "spool").is_dir():
+        # We hold the run's measure lock, so the process that wrote "running" is gone
+        # (SIGKILL, power loss): its spool is a killed attempt.
+        archive_attempt(sdir, reason="killed", wait_s=2.0)
+        set_status(root, run_id, "killed")
     attempts = sorted((p for p in sdir.glob("attempt-*") if p.name.split("-", 1)[1].isdigit()),
                       key=lambda p: int(p.name.split("-", 1)[1]))
-    if not attempts and (sdir / "spool").is_dir() and _status_of(sdir) != "running":
-        attempts = [sdir]
+    if not attempts and (sdir / "spool").is_dir():
+        attempts = [archive_attempt(sdir, reason=_status_of(sdir) or "killed", wait_s=2.0)]
     if not attempts:
         raise RunNotFound(f"run {run_id!r} has no killed attempt to salvage in {sdir}")
     meta_path = sdir / "meta.json"
     if not meta_path.exists():
         raise RunNotFound(f"run {run_id!r} has no meta.json in {sdir}")
     saved = json.loads(meta_path.read_text())
-    meta = dict(saved["columns"])
-    meta.update(_results_from_events(attempts[-1], saved.get("settings", {})))
-    record = spool_to_run(attempts[-1], meta, incomplete=True)
-    return publish_run(root, record)
+    columns = dict(saved["columns"])
+    # The attempt with the most samples wins (ties: the newest); no attempt is ever deleted.
+    best = max(attempts, key=lambda a: (_attempt_samples(a, columns),
+                                        int(a.name.split("-", 1)[1])))
+    record = spool_to_run(best, dict(columns), incomplete=True)
+    record.meta.update(results_in_window(record, saved.get("settings", {})))
+    result = publish_run(root, record)
+    set_status(root, run_id, "salvaged", attempt=best.name)
+    return result
 
 
-def _results_from_events(attempt: Path, settings: dict[str, Any]) -> dict[str, Any]:
-    from .events import read_raw_events
+def results_in_window(record: Any, settings: dict[str, Any]) -> dict[str, Any]:
+    """``steps`` and ``tokens`` of a salvaged attempt, counted inside its sampled window only.
 
-    ends = [e for e in read_raw_events(attempt) if e[1] == "step_end" and e[3] in (0, None)]
-    if not ends:
+    A step counts when its rank-0 (or run-level) ``step_end`` falls no later than one sample
+    period after the last sample of every device: work the sampler did not see has no measured energy, so counting it
+    would make ``energy_per_token_j`` too low (issue 12, item 13). ``tokens`` =
+    ``steps x batch_size x grad_accum x dp_size x seq_len``.
+    """
+    ends = [len(d.t_ms) and int(d.t_ms[-1]) for d in record.devices]
+    period_ms = float(record.meta.get("sample_period_ms") or 0.0)
+    last_ms = (min(ends) if ends else 0) + period_ms  # the next tick would have covered it
+    steps = sum(1 for e in record.events if e.kind == "step_end" and e.rank in (0, None)
+                and e.t_ms <= last_ms)
+    if steps == 0:
         return {}
-    steps = len(ends)
     out: dict[str, Any] = {"steps": steps}
     try:
         out["tokens"] = (steps * int(settings["batch_size"]) * int(settings["grad_accum"])

@@ -125,9 +125,6 @@ _GRAMMARS: dict[str, tuple[re.Pattern[str], str]] = {
                                r"(?:/[A-Za-z0-9][A-Za-z0-9._+-]{0,95})?$"),
                     "a label such as 'ds7bbase' or a Hub id"),
 }
-for _key in ("package_version", "torch_version", "transformers_version", "peft_version",
-             "trl_version", "schema_version"):
-    _GRAMMARS[_key] = (re.compile(r"^[0-9][0-9A-Za-z.+_-]{0,63}$"), "a version such as '2.5.1'")
 
 
 def _local_identities() -> tuple[str, ...]:

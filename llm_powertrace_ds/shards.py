@@ -341,9 +341,25 @@ def publish_run(root: str | Path, run: Run, *, refresh_card: bool = True) -> Pub
 
 
 def _remove_staging(root: Path, run_id: str) -> None:
+    """Remove a published run's staging folder, except its archived attempts and status.
+
+    Killed attempts (``attempt-N/``) are measurements: they stay until the user prunes them,
+    with ``status.json`` saying what was published (issue 12, items 12 and 14).
+    """
     sdir = layout.staging_dir(root, run_id)
-    if sdir.exists():
+    if not sdir.exists():
+        return
+    attempts = [p for p in sdir.glob("attempt-*") if p.is_dir()]
+    if not attempts:
         shutil.rmtree(sdir)
+        return
+    for entry in sdir.iterdir():
+        if entry in attempts or entry.name == "status.json":
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
 
 
 def refresh_readme(root: str | Path) -> None:

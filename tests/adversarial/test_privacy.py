@@ -74,7 +74,7 @@ ACCEPTED = [
     ("gpu_name", "Tesla V100-SXM2-16GB"), ("gpu_name", "cpu_proxy"),
     ("driver_version", "550.54.15"), ("cuda_version", "12.4"), ("grid_region", "US-CAL-CISO"),
     ("model_name", "meta-llama/Llama-3.2-1B"), ("model_name", "Qwen2.5-7B"),
-    ("model_label", "ds7bbase"), ("torch_version", "2.13.0+cpu"),
+    ("model_label", "ds7bbase"), ("torch_version", "2.13.0+cpu"), ("trl_version", "fake"),
     ("length_params", '{"file": "burst.v2.csv", "sha256": "ab12"}'),
     ("lora_targets", "q_proj,v_proj"),
 ]
