@@ -469,13 +469,14 @@ def _measure_inline(sweep: Sweep, config: Any, machine: MachineInfo, run: Planne
     rank_events = EventRecorder(sdir, rank=0)
     sampler.start()
     try:
-        _idle(run_events, sweep.idle_before_s)
-        ctx = RunContext(run_id=run.run_id, staging_dir=sdir, mark=rank_events.mark,
-                         checkpoint_dir=_checkpoint_dir(sweep, run), progress=progress,
-                         device="cuda" if machine.cuda else "cpu")
-        result = spec.run(run.settings, ctx)
-        rank_events.flush()
-        _idle(run_events, sweep.idle_after_s)
+        with stop_on_sampler_death(sampler):
+            _idle(run_events, sweep.idle_before_s)
+            ctx = RunContext(run_id=run.run_id, staging_dir=sdir, mark=rank_events.mark,
+                             checkpoint_dir=_checkpoint_dir(sweep, run), progress=progress,
+                             device="cuda" if machine.cuda else "cpu")
+            result = spec.run(run.settings, ctx)
+            rank_events.flush()
+            _idle(run_events, sweep.idle_after_s)
     finally:
         run_events.close()
         rank_events.close()
@@ -516,6 +517,49 @@ def _measure_launched(sweep: Sweep, config: Any, machine: MachineInfo, run: Plan
         raise
     _check_sampler(summary)
     return result
+
+
+SAMPLER_WATCH_S = 0.5
+"""How often the runner checks that the sampler process is alive during an inline run."""
+
+
+@contextlib.contextmanager
+def stop_on_sampler_death(sampler: Any, poll_s: float = SAMPLER_WATCH_S) -> Iterator[None]:
+    """Stop the (inline) workload within ``poll_s`` + one Python bytecode when the sampler dies.
+
+    A watchdog thread polls ``sampler.alive()``; on death it interrupts the main thread
+    (``_thread.interrupt_main``), and the interrupt is turned into a ``RunError`` here, so the
+    run fails at once instead of running on unmeasured (issue 12, item 16). A real Ctrl-C
+    still propagates as ``KeyboardInterrupt``.
+
+    Raises:
+        RunError: the sampler died while the block ran.
+    """
+    import _thread
+    import threading
+
+    died = threading.Event()
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(poll_s):
+            if not sampler.alive() and not done.is_set():
+                died.set()
+                _thread.interrupt_main()
+                return
+
+    watcher = threading.Thread(target=watch, name="sampler-watchdog", daemon=True)
+    watcher.start()
+    try:
+        yield
+    except KeyboardInterrupt:
+        if died.is_set():
+            raise RunError("the sampler process died; the workload was stopped at once "
+                           "(nothing after its last sample was measured)") from None
+        raise
+    finally:
+        done.set()
+        watcher.join()
 
 
 def _check_sampler(summary: Any) -> None:
