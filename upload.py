@@ -167,7 +167,12 @@ def validate_folder(root: Path) -> FolderCheck:
                           "remove them (llm-powertrace validate DIR shows why)")
     staging = root / ".staging"
     if staging.is_dir():
-        check.unpublished = sum(1 for p in staging.iterdir() if p.is_dir() and p.name != "locks")
+        from llm_powertrace_ds.shards import read_status
+
+        # runs not published yet (a published or salvaged run may keep its killed attempts)
+        check.unpublished = sum(
+            1 for p in staging.iterdir() if p.is_dir() and p.name != "locks"
+            and (read_status(root, p.name) or {}).get("status") not in ("published", "salvaged"))
     return check
 
 
