@@ -167,13 +167,17 @@ def validate_folder(root: Path) -> FolderCheck:
                           "remove them (llm-powertrace validate DIR shows why)")
     staging = root / ".staging"
     if staging.is_dir():
-        from llm_powertrace_ds.shards import read_status
-
         # runs not published yet (a published or salvaged run may keep its killed attempts)
-        check.unpublished = sum(
-            1 for p in staging.iterdir() if p.is_dir() and p.name != "locks"
-            and (read_status(root, p.name) or {}).get("status") not in ("published", "salvaged"))
+        check.unpublished = sum(1 for p in staging.iterdir() if p.is_dir() and p.name != "locks"
+                                and _staging_status(p) not in ("published", "salvaged"))
     return check
+
+
+def _staging_status(sdir: Path) -> str | None:
+    try:
+        return json.loads((sdir / "status.json").read_text(encoding="utf-8")).get("status")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def check_loads(root: Path, cache_dir: Path) -> list[tuple[str, str]]:
