@@ -178,6 +178,19 @@ def text_problem(field: str, value: str) -> str | None:
     return None
 
 
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def strip_control(text: str) -> str:
+    """``text`` without control characters (newlines and tabs kept): for rendered documents.
+
+    The last line of defence for the card: values are refused on input (:func:`check_text`),
+    and whatever reached a folder before that is rendered without ESC sequences, carriage
+    returns or bidirectional overrides.
+    """
+    return _CONTROL_RE.sub("", text)
+
+
 def _shown(value: str) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:56] + "...'"

@@ -99,3 +99,20 @@ def test_replay_error_never_echoes_file_content(tmp_path):
     with pytest.raises(InputError) as exc:
         read_replay(bad_cell)
     assert "hunter2" not in str(exc.value) and "line 3, field 'arrival_s'" in str(exc.value)
+
+
+def test_control_characters_already_in_a_folder_never_reach_the_card(tmp_path, make_run):
+    """Item 3: data written before the gate existed (bypassing it) is rendered without them."""
+    from llm_powertrace_ds import layout, metrics, shards
+
+    run = make_run("old-run", n=40, model_name="tiny\x1b[2J\rX\u202eevil", model_label="a\nb")
+    tables = {layout.runs_path(tmp_path, "finetune", "l40s", "old-run"):
+              shards.runs_table(run, metrics.compute_run_metrics(run)),
+              layout.trace_path(tmp_path, "finetune", "l40s", "llama", "old-run"):
+              shards.trace_table(run)}
+    shards.write_tables_all_or_nothing(tables)
+    shards.refresh_readme(tmp_path)
+    card = (tmp_path / "README.md").read_text(encoding="utf-8")
+    assert "\x1b" not in card and "\r" not in card and "\u202e" not in card
+    with pytest.raises(InputError, match="holds a control character"):
+        shards.publish_run(tmp_path / "new", run, refresh_card=False)
