@@ -36,6 +36,9 @@ SALT_FILE_ENV = "LLM_POWERTRACE_SALT_FILE"
 """Where the machine's secret salt lives (default ``$XDG_CONFIG_HOME/llm-powertrace/salt``)."""
 MAX_TEXT_CHARS = 200
 """Longest free-text value accepted in a published string column."""
+PROSE_FIELDS = frozenset({"description"})
+"""Fields of prose (a sweep's description), allowed up to ``MAX_PROSE_CHARS``."""
+MAX_PROSE_CHARS = 4000
 
 
 def salt_path() -> Path:
@@ -109,6 +112,8 @@ _FQDN_RE = re.compile(rf"(?<![\w.-])[a-z0-9-]+(?:\.[a-z0-9-]+){{2,}}\.(?!{_FILE_
 _HOST_TLD_RE = re.compile(r"(?<![\w.-])[a-z0-9-]+\.(?:com|org|net|edu|gov|local|lan|internal|"
                           r"corp|intra|home|cluster)(?![\w-])", re.I)
 _PATH_TOKEN_RE = re.compile(r"^(?:~|/|\\|[A-Za-z]:[\\/]|\.\.?[\\/])")
+_PATH_DIR_RE = re.compile(r"(?:^|/)(?:home|Users|root|mnt|media|scratch|tmp|var|etc|opt|srv|"
+                          r"gpfs|lustre|nfs|net|private)/", re.I)
 _URL_RE = re.compile(r"[a-z][a-z0-9+.-]*://", re.I)
 
 _GRAMMARS: dict[str, tuple[re.Pattern[str], str]] = {
@@ -155,11 +160,12 @@ def text_problem(field: str, value: str) -> str | None:
     """
     if any(unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co") for ch in value):
         return "holds a control character"
-    if len(value) > MAX_TEXT_CHARS:
-        return f"is longer than {MAX_TEXT_CHARS} characters"
+    limit = MAX_PROSE_CHARS if field in PROSE_FIELDS else MAX_TEXT_CHARS
+    if len(value) > limit:
+        return f"is longer than {limit} characters"
     if _URL_RE.search(value):
         return "looks like a URL"
-    if any(_PATH_TOKEN_RE.match(tok) or "\\" in tok or tok.count("/") > 1
+    if any(_PATH_TOKEN_RE.match(tok) or "\\" in tok or _PATH_DIR_RE.search(tok)
            for tok in value.split()):
         return "looks like a file path"
     if _IPV4_RE.search(value) or _IPV6_RE.search(value):

@@ -116,3 +116,15 @@ def test_control_characters_already_in_a_folder_never_reach_the_card(tmp_path, m
     assert "\x1b" not in card and "\r" not in card and "\u202e" not in card
     with pytest.raises(InputError, match="holds a control character"):
         shards.publish_run(tmp_path / "new", run, refresh_card=False)
+
+
+@pytest.mark.parametrize("value", ["Serving power with int8/int4/fp8 weights", "fp16/bf16 runs",
+                                   "TP=4 and DP=1 on 8 GPUs (~2 h)"])
+def test_prose_with_slashes_is_not_a_path(value):
+    assert privacy.text_problem("description", value) is None
+
+
+@pytest.mark.parametrize("value", ["data in home/alice/runs", "see scratch/bob/x",
+                                   "~alice", "../../etc/passwd"])
+def test_relative_paths_into_user_folders_are_refused(value):
+    assert privacy.text_problem("description", value) == "looks like a file path"
