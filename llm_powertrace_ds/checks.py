@@ -114,8 +114,8 @@ def check_meta_keys(raw: Mapping[str, Any], workload: str, *, file: str | Path,
 
 
 def _first_bad(values: np.ndarray, rng: Range) -> int | None:
-    as32 = values.astype(np.float32) if values.dtype.kind == "f" else values
     with np.errstate(invalid="ignore", over="ignore"):
+        as32 = values.astype(np.float32) if values.dtype.kind == "f" else values
         bad = ~np.isnan(values) & (~np.isfinite(as32) | (values < rng.low) | (values > rng.high))
     hits = np.flatnonzero(bad)
     return int(hits[0]) if len(hits) else None
