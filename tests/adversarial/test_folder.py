@@ -241,3 +241,24 @@ def test_load_dataset_after_files_changed_sees_the_new_rows(tmp_path, make_run):
     grown = load_dataset(str(root), "finetune_runs", split="l40s", cache_dir=cache)
     assert sorted(grown["run_id"]) == ["a", "b"]
     assert layout.files_fingerprint({}) == layout.files_fingerprint({})
+
+
+def test_out_of_range_samples_from_any_source_are_flagged(tmp_path, make_run, cli):
+    """Item 9 for runs that do not come through an importer: flagged ``implausible_value``."""
+    import numpy as np
+
+    run = make_run("hot", n=40)
+    run.devices[0].signals["power_w"][5] = 99_999.0
+    run.devices[1].signals["gpu_util_pct"] = np.full(40, 500.0)
+    shards.publish_run(tmp_path, run, refresh_card=False)
+    res = cli(["validate", tmp_path, "--format", "json"])
+    assert res.rc == 0  # a warning: the measurement is kept, and says what is wrong with it
+    import json
+
+    row = json.loads(res.out)[0]
+    assert "implausible_value" in row["flags"]
+    assert any("power_w sample(s) outside 0..5000" in m for m in row["messages"])
+    assert any("gpu_util_pct sample(s) outside 0..100" in m for m in row["messages"])
+    bad = make_run("neg", n=40, concurrency=-5, workload="inference")
+    with pytest.raises(ValueError, match="field 'concurrency': value -5 is below 1"):
+        shards.publish_run(tmp_path, bad, refresh_card=False)
