@@ -504,10 +504,11 @@ def _measure_launched(sweep: Sweep, config: Any, machine: MachineInfo, run: Plan
         run_events = EventRecorder(sdir, rank=None)
         sampler.start()
         try:
-            _idle(run_events, sweep.idle_before_s)
-            launched.go()
-            result = launched.wait_done()
-            _idle(run_events, sweep.idle_after_s)
+            with stop_on_sampler_death(sampler):  # a dead sampler stops the ranks (terminate)
+                _idle(run_events, sweep.idle_before_s)
+                launched.go()
+                result = launched.wait_done()
+                _idle(run_events, sweep.idle_after_s)
         finally:
             run_events.close()
             summary = sampler.stop()

@@ -79,6 +79,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         print("hint: run with --debug for the traceback", file=sys.stderr)
         return EXIT_FAILURE
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print("interrupted", file=sys.stderr)
+        return 130
     except ModuleNotFoundError as exc:
         if args.debug:
             raise
