@@ -153,29 +153,44 @@ class FolderCheck:
 
 def validate_folder(root: Path) -> FolderCheck:
     """Re-validate every published run; raise ``UploadError`` listing runs with errors."""
-    from cards.summary import is_cpu_proxy
     from llm_powertrace_ds import schema
+    from llm_powertrace_ds.audit import audit_folder
     from llm_powertrace_ds.shards import iter_runs
     from llm_powertrace_ds.validate import validate_run
 
     check = FolderCheck()
+    # The folder first: no symlink or stray file, every trace paired with its runs row, and
+    # cpu_proxy data found in the trace files themselves (not only in the runs rows).
+    folder = audit_folder(root)
+    if not folder.ok:
+        problems = folder.messages()
+        raise UploadError(f"'{root}' is not publishable: {'; '.join(problems[:5])}"
+                          + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else "")
+                          + "; llm-powertrace validate DIR lists them")
+    check.proxy_runs = list(folder.proxy_runs)
     failed = []
     for run in iter_runs(root):  # one walk of data/, one trace file in memory at a time
-        info = run.meta
         report = validate_run(run)
         errors = sorted(set(report.errors) | {f for f in run.flags if f in schema.ERROR_FLAGS})
         if errors:
             failed.append(f"{run.run_id} ({', '.join(errors)})")
-        if is_cpu_proxy(info):
-            check.proxy_runs.append(run.run_id)
         check.runs += 1
     if failed:
         raise UploadError(f"{len(failed)} run(s) fail validation: {'; '.join(failed)}; fix or "
                           "remove them (llm-powertrace validate DIR shows why)")
     staging = root / ".staging"
     if staging.is_dir():
-        check.unpublished = sum(1 for p in staging.iterdir() if p.is_dir() and p.name != "locks")
+        # runs not published yet (a published or salvaged run may keep its killed attempts)
+        check.unpublished = sum(1 for p in staging.iterdir() if p.is_dir() and p.name != "locks"
+                                and _staging_status(p) not in ("published", "salvaged"))
     return check
+
+
+def _staging_status(sdir: Path) -> str | None:
+    try:
+        return json.loads((sdir / "status.json").read_text(encoding="utf-8")).get("status")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def check_loads(root: Path, cache_dir: Path) -> list[tuple[str, str]]:
@@ -448,6 +463,14 @@ class Plan:
         return out
 
 
+def _link_or_copy(src: str, dst: str) -> None:
+    """Hard-link a file (cheap, read-only use), or copy it when the link is not possible."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
 def _prepare(args: argparse.Namespace, work: Path) -> tuple[Plan, Path]:
     """Every local step: checks, card, packed copy (and Parquet copy), the plan."""
     from cards.builder import CardOptions, refresh_card, write_card
@@ -466,11 +489,21 @@ def _prepare(args: argparse.Namespace, work: Path) -> tuple[Plan, Path]:
             "activity, not GPU measurements); pass --allow-proxy to publish them anyway")
     readme = root / "README.md"
     old_card = readme.read_text(encoding="utf-8") if readme.exists() else ""
-    refresh_card(root)
-    pairs = check_shards(root)
-    disk = DiskMeter(work)
-
     packed = work / "arrow"
+    if args.dry_run:
+        # A dry run changes nothing in the source folder: its card is written in a copy of
+        # data/ and README.md only (issue 12, item 6; tests/adversarial prove it by tree hash).
+        source = work / "source"
+        shutil.copytree(root / "data", source / "data", copy_function=_link_or_copy,
+                        ignore=shutil.ignore_patterns(".*"))
+        refresh_card(source)
+        pairs = check_shards(source)
+        shutil.rmtree(source)
+    else:
+        refresh_card(root)
+        pairs = check_shards(root)
+    disk = DiskMeter(work)  # after the dry run's hard-linked copy is gone (it used no disk)
+
     shards.pack(root, packed, refresh_card=False)  # the card is written below, with the repo id
     shutil.rmtree(packed / ".staging", ignore_errors=True)
     for png in sorted((root / FIGURES_DIR).glob("trace-*.png")):  # current ones are reused

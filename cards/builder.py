@@ -33,6 +33,7 @@ import yaml
 
 from llm_powertrace_ds import facility, layout, schema
 from llm_powertrace_ds.formatting import human_number
+from llm_powertrace_ds.privacy import strip_control
 from llm_powertrace_ds.run import Event
 from llm_powertrace_ds.shards import folder_lock, write_text_atomic
 
@@ -886,6 +887,7 @@ def write_card(root: str | Path, options: CardOptions | None = None, *,
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(root / fig.path, target)
     path = dest / "README.md"
+    text = strip_control(text)  # no ESC sequence or CR from old data reaches the card
     if not path.exists() or path.read_text(encoding="utf-8") != text:
         write_text_atomic(path, text)
     return path

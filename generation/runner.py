@@ -49,7 +49,16 @@ from .workloads import MachineInfo
 
 log = logging.getLogger(__name__)
 
-STATUS_DONE = ("published",)
+STATUS_DONE = ("published", "salvaged")
+"""Staging statuses of a done run. The lifecycle (issue 12, item 14)::
+
+    running --(Ctrl-C)--> interrupted --(generate)--> running ...
+    running --(SIGKILL: owner dead, its lock free)--> killed (spool archived as attempt-N)
+    killed/interrupted/failed --(salvage)--> salvaged    (done; attempts kept)
+    salvaged --(generate --redo-salvaged)--> redo --> running --> published (attempts kept)
+
+Attempts (``attempt-N/``) are never deleted by the tools; the user prunes them.
+"""
 LAUNCH_READY_TIMEOUT_S = 900.0
 
 
@@ -172,7 +181,7 @@ def is_done(root: str | Path, run_id: str, published: set[str]) -> bool:
 def generate(sweep_path: str | Path, out: str | Path, *, task_index: int = 0, num_tasks: int = 1,
              dry_run: bool = False, fail_fast: bool = False, progress: bool = True,
              on_outcome: Callable[[Outcome], None] | None = None,
-             progress_lines: bool = False) -> Report:
+             progress_lines: bool = False, redo_salvaged: bool = False) -> Report:
     """Run a sweep file into a dataset folder (resume, task split, dry run).
 
     Args:
@@ -186,6 +195,7 @@ def generate(sweep_path: str | Path, out: str | Path, *, task_index: int = 0, nu
         on_outcome: called with each run's outcome as it is known.
         progress_lines: log one line per finished run with the sweep's ETA (for output that
             is not a terminal: CI, nohup, Slurm, where bars print nothing useful).
+        redo_salvaged: re-measure runs that were salvaged (their attempts are kept).
 
     Returns:
         A :class:`Report`.
@@ -217,7 +227,10 @@ def generate(sweep_path: str | Path, out: str | Path, *, task_index: int = 0, nu
 
     todo = []
     for run in mine:
-        if is_done(out, run.run_id, published):
+        if redo_salvaged and not dry_run:
+            request_redo(out, run.run_id)
+        if is_done(out, run.run_id, published) and not (
+                dry_run and redo_salvaged and staging_status(out, run.run_id) == "salvaged"):
             emit(Outcome(run.index, run.run_id, "done" if dry_run else "skipped",
                          info=_info(run)))
         elif dry_run:
@@ -359,6 +372,9 @@ def execute_run(sweep: Sweep, machine: MachineInfo, run: PlannedRun, out: Path, 
             record = _build_run(sdir, meta, result)
             _gpu_state_facts(record, run, machine)
             published = publish_run(out, record)
+        except (KeyboardInterrupt, SystemExit):  # Ctrl-C, or SIGTERM/SIGHUP (signals.Terminated)
+            mark_interrupted(out, run.run_id)
+            raise
         except Exception as exc:  # noqa: BLE001 - any failure of a run is recorded, not fatal
             message = f"{type(exc).__name__}: {exc}"
             set_status(out, run.run_id, "failed", error=message,
@@ -531,11 +547,12 @@ def _measure_inline(sweep: Sweep, config: Any, machine: MachineInfo, run: Planne
     run_events = EventRecorder(sdir, rank=None)
     sampler.start()
     try:
-        run_events.mark("prepare_end")
-        _idle(run_events, sweep.idle_before_s)
-        result = spec.run(run.settings, ctx)
-        rank_events.flush()
-        _idle(run_events, sweep.idle_after_s)
+        with stop_on_sampler_death(sampler):
+            run_events.mark("prepare_end")
+            _idle(run_events, sweep.idle_before_s)
+            result = spec.run(run.settings, ctx)
+            rank_events.flush()
+            _idle(run_events, sweep.idle_after_s)
     finally:
         run_events.close()
         rank_events.close()
@@ -565,11 +582,12 @@ def _measure_launched(sweep: Sweep, config: Any, machine: MachineInfo, run: Plan
         run_events = EventRecorder(sdir, rank=None)
         sampler.start()
         try:
-            run_events.mark("prepare_end")  # the ranks built everything before "ready"
-            _idle(run_events, sweep.idle_before_s)
-            launched.go()
-            result = launched.wait_done()
-            _idle(run_events, sweep.idle_after_s)
+            with stop_on_sampler_death(sampler):  # a dead sampler stops the ranks (terminate)
+                run_events.mark("prepare_end")  # the ranks built everything before "ready"
+                _idle(run_events, sweep.idle_before_s)
+                launched.go()
+                result = launched.wait_done()
+                _idle(run_events, sweep.idle_after_s)
         finally:
             run_events.close()
             summary = sampler.stop()
@@ -636,6 +654,49 @@ def _verify_launched_gpus(config: Any, machine: MachineInfo, launched: Any) -> N
     check_same_gpus(launched.device_uuids(), gpus)
 
 
+SAMPLER_WATCH_S = 0.5
+"""How often the runner checks that the sampler process is alive during an inline run."""
+
+
+@contextlib.contextmanager
+def stop_on_sampler_death(sampler: Any, poll_s: float = SAMPLER_WATCH_S) -> Iterator[None]:
+    """Stop the (inline) workload within ``poll_s`` + one Python bytecode when the sampler dies.
+
+    A watchdog thread polls ``sampler.alive()``; on death it interrupts the main thread
+    (``_thread.interrupt_main``), and the interrupt is turned into a ``RunError`` here, so the
+    run fails at once instead of running on unmeasured (issue 12, item 16). A real Ctrl-C
+    still propagates as ``KeyboardInterrupt``.
+
+    Raises:
+        RunError: the sampler died while the block ran.
+    """
+    import _thread
+    import threading
+
+    died = threading.Event()
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(poll_s):
+            if not sampler.alive() and not done.is_set():
+                died.set()
+                _thread.interrupt_main()
+                return
+
+    watcher = threading.Thread(target=watch, name="sampler-watchdog", daemon=True)
+    watcher.start()
+    try:
+        yield
+    except KeyboardInterrupt:
+        if died.is_set():
+            raise RunError("the sampler process died; the workload was stopped at once "
+                           "(nothing after its last sample was measured)") from None
+        raise
+    finally:
+        done.set()
+        watcher.join()
+
+
 def _check_sampler(summary: Any) -> None:
     if not summary.complete:
         raise RunError(f"the sampler ended {summary.state}: {summary.message}")
@@ -694,35 +755,87 @@ def salvage(root: str | Path, run_id: str) -> Any:
         lock.release()
 
 
-def _salvage_locked(root: Path, sdir: Path, run_id: str) -> Any:
-    from llm_powertrace_ds.errors import RunNotFound
-    from llm_powertrace_ds.shards import publish_run
+def mark_interrupted(root: str | Path, run_id: str) -> None:
+    """Record a run stopped by Ctrl-C as ``interrupted`` (its spool stays for resume/salvage)."""
+    from llm_powertrace_ds.shards import set_status
 
+    with contextlib.suppress(OSError):
+        set_status(root, run_id, "interrupted",
+                   stopped_utc=dt.datetime.now(dt.timezone.utc).isoformat())
+
+
+def request_redo(root: str | Path, run_id: str) -> bool:
+    """Mark a ``salvaged`` run ``redo`` so that the next measurement replaces it.
+
+    Returns:
+        Whether the run was salvaged (and is now marked).
+    """
+    from llm_powertrace_ds.shards import read_status, set_status
+
+    status = read_status(Path(root), run_id) or {}
+    if status.get("status") != "salvaged":
+        return False
+    set_status(root, run_id, "redo", salvaged=status.get("attempt"))
+    return True
+
+
+def _attempt_samples(attempt: Path, meta: dict[str, Any]) -> int:
     from .sampler import spool_to_run
 
+    try:
+        record = spool_to_run(attempt, dict(meta), incomplete=True)
+    except (PowerTraceError, OSError, ValueError):
+        return -1
+    return sum(len(d.t_ms) for d in record.devices)
+
+
+def _salvage_locked(root: Path, sdir: Path, run_id: str) -> Any:
+    from llm_powertrace_ds.errors import RunNotFound
+    from llm_powertrace_ds.shards import publish_run, set_status
+
+    from .sampler import archive_attempt, spool_to_run
+
+    if _status_of(sdir) == "running" and (sdir / "spool").is_dir():
+        # We hold the run's measure lock, so the process that wrote "running" is gone
+        # (SIGKILL, power loss): its spool is a killed attempt.
+        archive_attempt(sdir, reason="killed", wait_s=2.0)
+        set_status(root, run_id, "killed")
     attempts = sorted((p for p in sdir.glob("attempt-*") if p.name.split("-", 1)[1].isdigit()),
                       key=lambda p: int(p.name.split("-", 1)[1]))
-    if not attempts and (sdir / "spool").is_dir() and _status_of(sdir) != "running":
-        attempts = [sdir]
+    if not attempts and (sdir / "spool").is_dir():
+        attempts = [archive_attempt(sdir, reason=_status_of(sdir) or "killed", wait_s=2.0)]
     if not attempts:
         raise RunNotFound(f"run {run_id!r} has no killed attempt to salvage in {sdir}")
     meta_path = sdir / "meta.json"
     if not meta_path.exists():
         raise RunNotFound(f"run {run_id!r} has no meta.json in {sdir}")
     saved = json.loads(meta_path.read_text())
-    meta = dict(saved["columns"])
-    meta.update(_results_from_events(attempts[-1], saved.get("settings", {})))
-    record = spool_to_run(attempts[-1], meta, incomplete=True)
-    return publish_run(root, record)
+    columns = dict(saved["columns"])
+    # The attempt with the most samples wins (ties: the newest); no attempt is ever deleted.
+    best = max(attempts, key=lambda a: (_attempt_samples(a, columns),
+                                        int(a.name.split("-", 1)[1])))
+    record = spool_to_run(best, dict(columns), incomplete=True)
+    record.meta.update(results_in_window(record, saved.get("settings", {})))
+    result = publish_run(root, record)
+    set_status(root, run_id, "salvaged", attempt=best.name)
+    return result
 
 
-def _results_from_events(attempt: Path, settings: dict[str, Any]) -> dict[str, Any]:
-    from .events import read_raw_events
+def results_in_window(record: Any, settings: dict[str, Any]) -> dict[str, Any]:
+    """``steps`` and ``tokens`` of a salvaged attempt, counted inside its sampled window only.
 
-    ends = [e for e in read_raw_events(attempt) if e[1] == "step_end" and e[3] in (0, None)]
-    if not ends:
+    A step counts when its rank-0 (or run-level) ``step_end`` falls no later than one sample
+    period after the last sample of every device: work the sampler did not see has no measured energy, so counting it
+    would make ``energy_per_token_j`` too low (issue 12, item 13). ``tokens`` =
+    ``steps x batch_size x grad_accum x dp_size x seq_len``.
+    """
+    ends = [len(d.t_ms) and int(d.t_ms[-1]) for d in record.devices]
+    period_ms = float(record.meta.get("sample_period_ms") or 0.0)
+    last_ms = (min(ends) if ends else 0) + period_ms  # the next tick would have covered it
+    steps = sum(1 for e in record.events if e.kind == "step_end" and e.rank in (0, None)
+                and e.t_ms <= last_ms)
+    if steps == 0:
         return {}
-    steps = len(ends)
     out: dict[str, Any] = {"steps": steps}
     try:
         out["tokens"] = (steps * int(settings["batch_size"]) * int(settings["grad_accum"])

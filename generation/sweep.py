@@ -52,6 +52,7 @@ from typing import Any
 import yaml
 
 from llm_powertrace_ds.errors import InputError
+from llm_powertrace_ds.privacy import text_problem
 
 from .workloads import MachineInfo, WorkloadSpec, get_workload
 
@@ -64,6 +65,14 @@ LAUNCHERS = ("auto", "inline", "torchrun")
 PATH_SETTINGS = frozenset({"dataset_name", "replay_file"})
 """Settings whose non-keyword values are paths, resolved against the sweep file's folder."""
 HASH_LEN = 10
+MAX_SWEEP_BYTES = 1 << 20
+"""Largest sweep file read (1 MiB)."""
+MAX_YAML_NODES = 100_000
+"""Most YAML values a sweep may expand to (aliases included): an alias bomb stops here."""
+MAX_RUNS = 10_000
+"""Most runs one sweep may plan (grid points x zips x repeats), checked before expanding."""
+MAX_REPEATS = 1_000
+MAX_IDLE_S = 3_600.0
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # bf16-less GPU families, for detect_machine where NVML reports no compute capability.
 _NO_BF16_RE = re.compile(r"\b(V100|T4|P100|P40|P4|K80|M60|GTX|RTX\s?20\d\d|Quadro RTX)\b", re.I)
@@ -175,6 +184,8 @@ def _to_python(node: yaml.Node, path: tuple, lines: dict[tuple, int], loader: ya
                problems: list[Problem]) -> Any:
     """Convert a composed node to Python values, recording each value's line by path."""
     lines[path] = node.start_mark.line + 1
+    if len(lines) > MAX_YAML_NODES:
+        raise _TooBig(node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
         out: dict[Any, Any] = {}
         for key_node, value_node in node.value:
@@ -194,6 +205,11 @@ def _to_python(node: yaml.Node, path: tuple, lines: dict[tuple, int], loader: ya
     return loader.construct_object(node)
 
 
+class _TooBig(Exception):
+    def __init__(self, line: int) -> None:
+        self.line = line
+
+
 def load_yaml_with_lines(text: str, file: str | Path) -> tuple[Any, dict[tuple, int]]:
     """Parse YAML text and return ``(data, lines)``; ``lines`` maps value paths to 1-based lines.
 
@@ -206,11 +222,20 @@ def load_yaml_with_lines(text: str, file: str | Path) -> tuple[Any, dict[tuple, 
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else None
         raise SweepError(file, [Problem(line, "<yaml>", f"not valid YAML: {exc.problem}")]) from None
+    except yaml.reader.ReaderError as exc:  # a NUL or another unprintable character
+        line = text.count("\n", 0, exc.position) + 1
+        raise SweepError(file, [Problem(line, "<yaml>", "not valid YAML: unprintable character "
+                                        f"#x{exc.character:04x}")]) from None
     if node is None:
         raise SweepError(file, [Problem(1, "<file>", "the sweep file is empty")])
     lines: dict[tuple, int] = {}
     problems: list[Problem] = []
-    data = _to_python(node, (), lines, loader, problems)
+    try:
+        data = _to_python(node, (), lines, loader, problems)
+    except _TooBig as exc:
+        raise SweepError(file, [Problem(exc.line, "<yaml>", f"the file expands to more than "
+                                        f"{MAX_YAML_NODES} values (YAML aliases?); refused")]
+                         ) from None
     if problems:
         raise SweepError(file, problems)
     return data, lines
@@ -260,7 +285,7 @@ class _Loader:
         self.problems.append(Problem(self.line(path, key), field_name, message))
 
     def number(self, data: dict, key: str, *, default: float, minimum: float = 0.0,
-               integer: bool = False) -> Any:
+               integer: bool = False, maximum: float = float("inf")) -> Any:
         value = data.get(key, default)
         if value is None:
             return default
@@ -272,8 +297,14 @@ class _Loader:
             kind = "an integer" if integer else "a number"
             self.add((key,), key, f"{value!r} is not {kind}")
             return default
+        if value != value or value in (float("inf"), float("-inf")):
+            self.add((key,), key, f"{value!r} is not a finite number")
+            return default
         if value < minimum:
             self.add((key,), key, f"{value!r} must be >= {minimum:g}")
+            return default
+        if value > maximum:
+            self.add((key,), key, f"{value!r} must be <= {maximum:g}")
             return default
         return int(value) if integer else float(value)
 
@@ -290,6 +321,14 @@ class _Loader:
         if message:
             self.add(path, key, message)
             return INVALID
+        if isinstance(coerced, float) and coerced != coerced:
+            self.add(path, key, "nan is not a number")
+            return INVALID
+        if isinstance(coerced, str) and key not in PATH_SETTINGS:
+            problem = text_problem(key, coerced)
+            if problem:
+                self.add(path, key, f"{coerced[:60]!r} {problem}")
+                return INVALID
         if key in PATH_SETTINGS and isinstance(coerced, str) and coerced != setting.default:
             p = Path(coerced)
             coerced = str(p if p.is_absolute() else (self.path.parent / p).resolve())
@@ -342,7 +381,17 @@ def load_sweep(path: str | Path, *, strict: bool = True) -> Sweep:
         FileNotFoundError: no such file.
     """
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
+    raw = path.read_bytes()
+    if len(raw) > MAX_SWEEP_BYTES:
+        raise SweepError(path, [Problem(1, "<file>", f"the file is {len(raw)} bytes; a sweep is "
+                                        f"at most {MAX_SWEEP_BYTES} bytes")])
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise SweepError(path, [Problem(line, "<file>", f"not UTF-8 text (byte "
+                                        f"0x{raw[exc.start]:02x} at offset {exc.start})")]
+                         ) from None
     data, lines = load_yaml_with_lines(text, path)
     ld = _Loader(path, lines)
     if not isinstance(data, dict):
@@ -383,24 +432,34 @@ def load_sweep(path: str | Path, *, strict: bool = True) -> Sweep:
         value = _coerce_float_text(sampler.get(key, default))
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            ld.add(("sampler", key), f"sampler.{key}", f"{value!r} must be a number > 0")
+        if (isinstance(value, bool) or not isinstance(value, (int, float)) or value != value
+                or not 0 < value < float("inf")):
+            ld.add(("sampler", key), f"sampler.{key}", f"{value!r} must be a finite number > 0")
             value = default
         if value is not None:
             resolved_sampler[key] = float(value)
+    if resolved_sampler.get("idle_w", 0.0) >= resolved_sampler.get("max_w", float("inf")):
+        ld.add(("sampler", "idle_w"), "sampler.idle_w",
+               f"idle_w {resolved_sampler['idle_w']:g} must be below max_w "
+               f"{resolved_sampler['max_w']:g}")
     launcher = data.get("launcher", "auto")
     if launcher not in LAUNCHERS:
         ld.add(("launcher",), "launcher", f"{launcher!r} is not one of {', '.join(LAUNCHERS)}")
         launcher = "auto"
     for key in ("grid_region", "checkpoint_dir", "description"):
         if data.get(key) is not None and not isinstance(data.get(key), str):
-            ld.add((key,), key, f"{data[key]!r} is not a string")
+            ld.add((key,), key, f"{str(data[key])[:60]!r} is not a string")
+        elif key != "checkpoint_dir" and data.get(key) is not None:
+            problem = text_problem(key, data[key])
+            if problem:
+                ld.add((key,), key, f"{data[key][:60]!r} {problem}")
     sweep = Sweep(
         path=path, name=name, workload=str(workload), spec=spec or WorkloadSpec(),
         sampler=resolved_sampler,
-        idle_before_s=ld.number(data, "idle_before_s", default=0.0),
-        idle_after_s=ld.number(data, "idle_after_s", default=0.0),
-        repeats=ld.number(data, "repeats", default=1, minimum=1, integer=True),
+        idle_before_s=ld.number(data, "idle_before_s", default=0.0, maximum=MAX_IDLE_S),
+        idle_after_s=ld.number(data, "idle_after_s", default=0.0, maximum=MAX_IDLE_S),
+        repeats=ld.number(data, "repeats", default=1, minimum=1, integer=True,
+                          maximum=MAX_REPEATS),
         launcher=launcher, grid_region=data.get("grid_region"),
         checkpoint_dir=data.get("checkpoint_dir"), description=data.get("description"),
         lines=lines,
@@ -438,10 +497,35 @@ def load_sweep(path: str | Path, *, strict: bool = True) -> Sweep:
             target = sweep.include if block == "include" else sweep.exclude
             for i, entry in enumerate(entries):
                 target.append(ld.block(spec, entry, (block, i)))
+        _check_size(sweep, ld)
     if ld.problems and (strict or spec is None):
         raise SweepError(path, ld.problems)
     sweep.problems = list(ld.problems)
     return sweep
+
+
+def planned_size(sweep: Sweep) -> int:
+    """Runs the sweep would expand to (before exclusions and duplicates), without expanding it.
+
+    ``(sum over grids of the product of their list lengths) x (product of zip lengths) +
+    includes``, times ``repeats``.
+    """
+    points = 0
+    for grid in sweep.grids or [{}]:
+        size = 1
+        for values in grid.values():
+            size *= len(values)
+        points += size
+    for group in sweep.zips:
+        points *= len(next(iter(group.values())))
+    return (points + len(sweep.include)) * max(1, sweep.repeats)
+
+
+def _check_size(sweep: Sweep, ld: _Loader) -> None:
+    size = planned_size(sweep)
+    if size > MAX_RUNS:
+        ld.add(("grid",), "grid", f"the sweep expands to {size} runs (grid x zip x repeats); "
+               f"at most {MAX_RUNS} per sweep file: split it")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -551,6 +635,11 @@ def plan(sweep: Sweep, machine: MachineInfo) -> list[PlannedRun]:
             (deduplicated across runs).
     """
     spec = sweep.spec
+    if planned_size(sweep) > MAX_RUNS:  # never expand an unbounded grid, even to report it
+        ld0 = _Loader(sweep.path, sweep.lines)
+        ld0.problems.extend(sweep.problems)
+        _check_size(sweep, ld0)
+        raise SweepError(sweep.path, ld0.problems)
     configs: list[tuple[dict[str, Any], dict[str, tuple]]] = []
     for values, paths in _grid_points(sweep):
         merged = {**sweep.base, **values}

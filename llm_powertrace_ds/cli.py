@@ -83,6 +83,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print("interrupted", file=sys.stderr)
+        return 130
     except ModuleNotFoundError as exc:
         if args.debug:
             raise

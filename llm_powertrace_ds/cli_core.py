@@ -96,6 +96,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help="check every run's quality flags", formatter_class=fmt,
                        epilog="example:\n  llm-powertrace validate llm-powertrace --format json")
     p.add_argument("dir", type=Path, help="dataset folder")
+    p.add_argument("--repair", action="store_true",
+                   help="first remove what an interrupted publish left (temporary files, runs "
+                   "rows without a trace) (default: off)")
     add_format(p)
     p.set_defaults(func=cmd_validate)
 
@@ -193,18 +196,28 @@ def _import_summaries(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from .errors import RunNotFound
-    from .shards import iter_batches, iter_runs
+    from .audit import audit_folder
+    from .shards import iter_runs
     from .validate import validate_run
 
     rows = []
     failed = False
     root = resolve_dataset(args.dir)
-    listed = {rid for config in schema.RUNS_CONFIGS
-              for batch in iter_batches(root, config, columns=["run_id"])
-              for rid in batch.column("run_id").to_pylist()}
+    if getattr(args, "repair", False):
+        from .shards import repair_folder
+
+        for rel in repair_folder(root):
+            rows.append({"run_id": None, "platform": None, "status": "repaired", "flags": [],
+                         "messages": [f"removed '{rel}'"]})
+    folder = audit_folder(root)
+    for message in folder.messages():
+        failed = True
+        rows.append({"run_id": None, "platform": None, "status": "error", "flags": [],
+                     "messages": [message]})
+    orphans = set(folder.orphan_rows)
     for run in iter_runs(root):  # one walk of data/, one trace file in memory at a time
-        listed.discard(run.run_id)
+        if run.run_id in orphans:
+            continue
         rep = validate_run(run)
         flags = sorted(set(rep.flags) | set(run.flags), key=schema.QUALITY_FLAGS.index)
         errors = [f for f in flags if f in schema.ERROR_FLAGS]
@@ -212,10 +225,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         rows.append({"run_id": run.run_id, "platform": run.platform,
                      "status": "error" if errors else "ok", "flags": flags,
                      "messages": rep.messages})
-    if listed:
-        raise RunNotFound(f"run {sorted(listed)[0]!r} is not in {root}")
-    rows.sort(key=lambda r: r["run_id"])
-    emit(rows, args.format, ["run_id", "platform", "status", "flags"])
+    emit(rows, args.format, ["run_id", "platform", "status", "flags", "messages"]
+         if any(r["run_id"] is None for r in rows) else ["run_id", "platform", "status", "flags"])
     return 1 if failed else 0
 
 

@@ -21,6 +21,8 @@ from .cli_core import add_format, emit, out_dir
 from .errors import InputError, PowerTraceError, ShardError
 
 EXTRA_HINT = "pip install 'llm-powertrace[generate]'"
+EXIT_INTERRUPTED = 130
+"""Exit code after Ctrl-C (128 + SIGINT), as shells expect."""
 
 SLURM_EXAMPLE = """\
   # one Slurm array task per slice of the sweep, all writing into one shared folder:
@@ -70,6 +72,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="print the expanded runs (done/todo) and run nothing (default: off)")
     p.add_argument("--fail-fast", action="store_true",
                    help="stop at the first failed run (default: record it and go on)")
+    p.add_argument("--redo-salvaged", action="store_true",
+                   help="re-measure runs that were salvaged (their attempts are kept; default: "
+                   "a salvaged run counts as done)")
     add_format(p)
     p.set_defaults(func=cmd_generate)
 
@@ -118,11 +123,19 @@ def cmd_generate(args: argparse.Namespace) -> int:
         # one line per sampler start is noise over a sweep; warnings still show
         logging.getLogger("generation.sampler").setLevel(logging.WARNING)
     out_dir(args.out)
-    report = runner.generate(args.sweep, args.out, task_index=args.task_index,
-                             num_tasks=args.num_tasks, dry_run=args.dry_run,
-                             fail_fast=args.fail_fast,
-                             progress=not quiet and sys.stderr.isatty(),
-                             progress_lines=not quiet and not sys.stderr.isatty())
+    try:
+        report = runner.generate(args.sweep, args.out, task_index=args.task_index,
+                                 num_tasks=args.num_tasks, dry_run=args.dry_run,
+                                 fail_fast=args.fail_fast,
+                                 progress=not quiet and sys.stderr.isatty(),
+                                 progress_lines=not quiet and not sys.stderr.isatty(),
+                                 redo_salvaged=getattr(args, "redo_salvaged", False))
+    except KeyboardInterrupt:
+        # One line, no traceback; the run in progress is marked ``interrupted`` (its spool is
+        # kept: the same command resumes, `salvage` publishes what was measured).
+        print("interrupted: the run in progress is marked interrupted; run the same command "
+              "to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
     if not args.dry_run and args.out.is_dir():
         from .hooks import rebuild_card
 

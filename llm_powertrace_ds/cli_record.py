@@ -123,10 +123,6 @@ def cmd_record(args: argparse.Namespace) -> int:
         loader = _import_generation("record.requests").loader(*requests)
     outcome = record.record_command(command, config, requests_from=loader)
     res = outcome.published
-    if res is not None:
-        from .hooks import rebuild_card
-
-        rebuild_card(args.out)  # the full card, once per command (publishing keeps the configs)
     row = {"run_id": outcome.run_id, "status": outcome.status, "exit_code": outcome.exit_code,
            "flags": res.flags if res else None,
            "energy_j": res.metrics.get("energy_j") if res else None,

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+MAX_MESSAGE_CHARS = 2000
+"""Longest reason an ``InputError`` carries (the input's own text is never dumped whole)."""
+
 
 class PowerTraceError(Exception):
     """Base class of every error this package raises on purpose."""
@@ -40,6 +43,8 @@ class InputError(PowerTraceError, ValueError):
         self.file = str(file) if file is not None else None
         self.line = line
         self.field = field
+        if len(message) > MAX_MESSAGE_CHARS:  # one line, never a dump of the input
+            message = message[: MAX_MESSAGE_CHARS - 3] + "..."
         self.reason = message
         where = _where(file, line, field)
         super().__init__(f"{where}: {message}" if where else message)

@@ -141,15 +141,39 @@ def _config_order(config: str) -> tuple[int, str]:
     return (schema.ALL_CONFIGS.index(base), config)
 
 
+def files_fingerprint(splits: dict[str, list[Path]]) -> str:
+    """16 hex digits of SHA-256 over the (name, size, mtime_ns) of every shard of a config.
+
+    ``datasets`` keys a local folder's cache on the config's YAML (its globs), not on the files
+    they match, so a folder whose files changed could load stale rows or fail its split-size
+    check. This fingerprint, written as the config's ``description`` (a ``BuilderConfig`` field
+    that enters the cache key), changes whenever a shard is added, removed or rewritten.
+    """
+    import hashlib
+
+    digest = hashlib.sha256()
+    for split in sorted(splits):
+        for folder in splits[split]:
+            for path in _shards(folder):
+                st = path.stat()
+                digest.update(f"{split}/{folder.name}/{path.name}:{st.st_size}:"
+                              f"{st.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
+
+
 def configs_metadata(root: str | Path) -> list[dict]:
-    """The card's YAML ``configs:`` list: globs per split and the config's ``features``.
+    """The card's YAML ``configs:`` list: globs per split, ``features`` and a fingerprint.
+
+    Each entry's ``description`` holds the files' fingerprint (:func:`files_fingerprint`).
 
     ``finetune`` is marked ``default: true`` when present (else the first config).
     """
     globs = config_globs(root)
+    folders = shard_folders(root)
     entries = []
     for config, splits in globs.items():
-        entry: dict = {"config_name": config}
+        entry: dict = {"config_name": config,
+                       "description": f"files {files_fingerprint(folders.get(config, {}))}"}
         entry["data_files"] = [{"split": split, "path": paths} for split, paths in splits.items()]
         entry["features"] = schema.features_for(config)._to_yaml_list()
         entries.append(entry)

@@ -72,7 +72,7 @@ WARNING_FLAGS = (
     "energy_mismatch", "incomplete", "power_is_1s_average", "platform_unknown",
     "form_factor_unknown", "cpu_proxy", "zero_power_samples", "duplicate_samples",
     "gpu_count_mismatch", "precision_unknown", "power_limit_from_spec", "summary_only",
-    "form_factor_unknown", "cpu_proxy", "power_limit_not_default", "stale_power",
+    "power_limit_not_default", "stale_power", "implausible_value",
 )
 QUALITY_FLAGS = ERROR_FLAGS + WARNING_FLAGS
 
@@ -108,6 +108,8 @@ FLAG_DESCRIPTIONS = {
     "default limit although the run asked for no cap (a leftover setting, or the machine's)",
     "stale_power": "some power readings repeated the previous tick's NVML timestamp (the "
     "driver had no newer value)",
+    "implausible_value": "a sample outside its physical range (power 0-5000 W, utilisation "
+    "0-100 %, temperature -40-150 C, ...; `llm_powertrace_ds/checks.py`)",
 }
 
 SPLIT_NAME_RE = re.compile(r"^\w+(\.\w+)*$")

@@ -34,7 +34,7 @@ import yaml
 from datasets import Features
 from filelock import FileLock, Timeout
 
-from . import layout, schema
+from . import audit, checks, layout, schema
 from .errors import InputError, LockTimeout, RunNotFound, ShardError
 from .run import SIGNAL_KEYS, DeviceSeries, Run, events_from_dicts
 
@@ -188,20 +188,68 @@ def requests_table(run: Run) -> pa.Table:
 # Atomic file writes
 # ---------------------------------------------------------------------------------------------
 
-def write_table_atomic(path: Path, table: pa.Table) -> None:
-    """Write ``table`` as an Arrow IPC stream to a hidden temporary name, then rename it."""
+def _tmp_name(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def _write_tmp(path: Path, table: pa.Table) -> Path:
+    """Write ``table`` to ``path``'s hidden temporary name (fsynced); return that name."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = _tmp_name(path)
     try:
         with pa.OSFile(str(tmp), "wb") as sink, \
                 ipc.new_stream(sink, table.schema, options=ipc_options(table.nbytes)) as writer:
             writer.write_table(table, max_chunksize=max(1, min(table.num_rows, 1024)))
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def write_table_atomic(path: Path, table: pa.Table) -> None:
+    """Write ``table`` as an Arrow IPC stream to a hidden temporary name, then rename it."""
+    tmp = _write_tmp(path, table)
+    try:
         os.replace(tmp, path)
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        tmp.unlink(missing_ok=True)
+
+
+def write_tables_all_or_nothing(tables: dict[Path, pa.Table | Path]) -> None:
+    """Write every table under its hidden temporary name first, then rename them all.
+
+    A value that is a ``Path`` is a file already written (staged by :func:`stage_run`); it is
+    only renamed. A failure while writing (a full disk, a file-size limit, a killed writer)
+    leaves none of the files visible: the temporary names are removed and no final name is
+    touched. Renames take no space, so once every file is written the run appears whole (issue
+    12, item 11); they happen in the dict's order (the trace file last).
+
+    Raises:
+        ShardError: a file could not be written (naming it and the reason).
+    """
+    written: list[tuple[Path, Path, bool]] = []  # (temporary or staged file, final name, ours)
+    try:
+        for path, table in tables.items():
+            if isinstance(table, Path):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                written.append((table, path, False))
+            else:
+                written.append((_write_tmp(path, table), path, True))
+    except OSError as exc:
+        for tmp, _, ours in written:
+            if ours:
+                tmp.unlink(missing_ok=True)
+        raise ShardError(f"cannot write '{path}': {exc.strerror or exc}; nothing of the run was "
+                         "published") from None
+    except BaseException:
+        for tmp, _, ours in written:
+            if ours:
+                tmp.unlink(missing_ok=True)
+        raise
+    for tmp, path, _ in written:
+        os.replace(tmp, path)
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -344,6 +392,7 @@ def prepare_run(root: str | Path, run: Run) -> PreparedRun:
 
     root = Path(root)
     schema.check_split_name(run.platform)
+    checks.check_publishable(run)
     if run.workload not in schema.WORKLOADS:
         raise InputError(f"workload {run.workload!r} is not one of {schema.WORKLOADS}",
                          field="workload")
@@ -415,12 +464,7 @@ def commit_run(root: str | Path, prepared: PreparedRun, *,
     try:
         with _lock(root, run_id):
             set_status(root, run_id, "complete")
-            for path, table in tables.items():
-                if isinstance(table, Path):
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    os.replace(table, path)
-                else:
-                    write_table_atomic(path, table)
+            write_tables_all_or_nothing(tables)
             stale = [p for p in existing_run_files(root, run_id) if p not in tables]
             for p in stale:
                 p.unlink()
@@ -441,9 +485,25 @@ def commit_run(root: str | Path, prepared: PreparedRun, *,
 
 
 def _remove_staging(root: Path, run_id: str) -> None:
+    """Remove a published run's staging folder, except its archived attempts and status.
+
+    Killed attempts (``attempt-N/``) are measurements: they stay until the user prunes them,
+    with ``status.json`` saying what was published (issue 12, items 12 and 14).
+    """
     sdir = layout.staging_dir(root, run_id)
-    if sdir.exists():
+    if not sdir.exists():
+        return
+    attempts = [p for p in sdir.glob("attempt-*") if p.is_dir()]
+    if not attempts:
         shutil.rmtree(sdir)
+        return
+    for entry in sdir.iterdir():
+        if entry in attempts or entry.name == "status.json":
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
 
 
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -752,6 +812,7 @@ def pack(src: str | Path, dst: str | Path, *,
 
 
 def _pack_into(src: Path, dst: Path, *, max_shard_bytes: int, refresh_card: bool) -> PackResult:
+    audit.check_tree(src)  # no symlink, no stray file: name it instead of failing inside
     rows: dict[str, int] = {}
     shards: dict[str, int] = {}
     data = layout.data_root(src)
@@ -856,3 +917,34 @@ def file_schema(path: str | Path) -> pa.Schema:
 def count_rows(path: str | Path) -> int:
     """Rows of one shard, counted from its record batches (one small column decoded)."""
     return sum(b.num_rows for b in iter_file_batches(path, ["run_id"]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Repair
+# ---------------------------------------------------------------------------------------------
+
+def repair_folder(root: str | Path) -> list[str]:
+    """Remove what an interrupted publish left behind; return what was removed (relative paths).
+
+    Removed: hidden temporary files of writers that are gone, and the runs row and requests of
+    a run whose trace file is missing (a publish from before all-or-nothing writes, or one
+    stopped between two renames) unless that run is being published now (its lock is held).
+    Traces without a runs row are reported by ``validate`` and left alone: they hold the
+    measurement.
+    """
+    root = Path(root)
+    removed = audit.remove_leftovers(root)
+    found = audit.audit_folder(root)
+    for run_id in found.orphan_rows:
+        try:
+            with FileLock(str(layout.lock_path(root, run_id)), timeout=0):
+                data = layout.data_root(root)
+                if any(p.relative_to(data).parts[0] in schema.TRACE_CONFIGS
+                       for p in existing_run_files(root, run_id)):
+                    continue
+                for p in existing_run_files(root, run_id):
+                    p.unlink()
+                    removed.append(p.relative_to(root).as_posix())
+        except Timeout:
+            continue
+    return removed

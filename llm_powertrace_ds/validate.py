@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import schema
+from . import checks, schema
 from .run import Run
 
 GAP_PERIODS = 3.0
@@ -132,6 +132,8 @@ def validate_run(run: Run) -> ValidationReport:
                 if counter_j > 0 and abs(integral_j - counter_j) / counter_j * 100 > ENERGY_MISMATCH_PCT:
                     rep.add("energy_mismatch", f"{name}: integral {integral_j:.0f} J vs counter "
                             f"{counter_j:.0f} J")
+    for message in checks.implausible_samples(run.devices):
+        rep.add("implausible_value", message)
     if run.meta.get("sampler") == "cpu_proxy" or run.platform == "cpu_proxy":
         rep.add("cpu_proxy", "cpu_proxy: modelled from CPU activity, not a GPU measurement")
     return rep

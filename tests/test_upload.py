@@ -187,8 +187,8 @@ def test_dry_run_offline_prints_plan_and_makes_no_network_call(env, make_run, mo
     assert "README.md" in out and ".staging" not in out.split("files:")[1]
     assert ".lock" not in out
     assert "not uploaded: 1 unpublished run(s) in .staging/" in out
-    # the folder's own card was regenerated before anything else
-    assert (root / "README.md").read_text().startswith("---\nlicense: cc-by-4.0")
+    # a dry run changes nothing in the folder, not even its card (issue 12, item 6)
+    assert (root / "README.md").read_text() == "---\nlicense: mit\n---\nold card\n"
 
 
 def test_dry_run_json_plan(env, make_run, no_network, no_figures, capsys):

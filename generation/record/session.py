@@ -409,6 +409,7 @@ class Recording:
 
     def _publish(self) -> Any:
         from generation.sampler import spool_to_run
+        from llm_powertrace_ds.hooks import rebuild_card
         from llm_powertrace_ds.shards import publish_run
 
         assert self.staging_dir is not None
@@ -436,7 +437,11 @@ class Recording:
             _fill_request_results(record, requests)
         if requests:
             record.requests = requests
-        return publish_run(self.config.out, record)
+        result = publish_run(self.config.out, record)
+        # the card's configs block (and its files fingerprint) current after every recording;
+        # the full card too when a card writer is registered (the CLI registers it)
+        rebuild_card(self.config.out)
+        return result
 
     # -- context manager ---------------------------------------------------------------------
     def __enter__(self) -> Recording:

@@ -149,8 +149,10 @@ def read_replay(path: str | Path) -> ReplayTrace:
     header = reader.fieldnames or []
     t_col = _find_column(header, TIME_COLUMNS)
     if t_col is None:
-        raise InputError(f"no arrival-time column; expected one of {', '.join(TIME_COLUMNS)} "
-                         f"(found {', '.join(header) or 'no header'})", file=path)
+        # Never echo the header: a mistyped path (``/etc/passwd``) must not print its content.
+        raise InputError(f"no arrival-time column in the header line ({len(header)} field(s)); "
+                         f"expected one of {', '.join(TIME_COLUMNS)}", file=path, line=1,
+                         field="replay_file")
     p_col = _find_column(header, PROMPT_COLUMNS)
     o_col = _find_column(header, OUTPUT_COLUMNS)
     times: list[float] = []
@@ -160,8 +162,8 @@ def read_replay(path: str | Path) -> ReplayTrace:
         try:
             times.append(_parse_time(row[t_col] or ""))
         except (TypeError, ValueError):
-            raise InputError(f"value {row.get(t_col)!r} is not a time", file=path, line=line,
-                             field=t_col) from None
+            raise InputError("the value is not a time (seconds or ISO-8601)", file=path,
+                             line=line, field=t_col) from None
         for col, out in ((p_col, prompts), (o_col, outputs)):
             if col is None:
                 continue
@@ -171,8 +173,8 @@ def read_replay(path: str | Path) -> ReplayTrace:
                 if not number.is_integer() or number < 0:
                     raise ValueError
             except ValueError:
-                raise InputError(f"value {value!r} is not a token count", file=path, line=line,
-                                 field=col) from None
+                raise InputError("the value is not a token count (an integer >= 0)", file=path,
+                                 line=line, field=col) from None
             out.append(int(number))
     if not times:
         raise InputError("the trace has no rows", file=path)

@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import yaml
 
-from .. import schema, specs
+from .. import checks, privacy, schema, specs
 from ..errors import InputError
 from ..run import DeviceSeries, Event, Run, coerce_meta
 from . import arrow_values, enrich
@@ -133,15 +133,15 @@ def scrub_text(value: str) -> str | None:
 
 
 def scrub_meta(meta: dict[str, Any], *, source: str) -> dict[str, Any]:
-    """Apply :func:`scrub_text` to every string value, logging what changed."""
-    out = {}
-    for key, value in meta.items():
-        if isinstance(value, str):
-            clean = scrub_text(value)
-            if clean != value.strip():
-                log.warning("%s: %s held a path or an address; kept %r", source, key, clean)
-            value = clean
-        out[key] = value
+    """Refuse metadata whose text could name a person, a machine or a path; return it unchanged.
+
+    Free text is checked, never rewritten (issue 12, item 1): a value that looks like a path, an
+    IP address, ``user@host`` or a host name, or that breaks its field's grammar, is an
+    ``InputError`` naming the file and the field (``privacy.check_text``). Surrounding whitespace
+    is stripped.
+    """
+    out = {k: v.strip() if isinstance(v, str) else v for k, v in meta.items()}
+    privacy.check_meta_text(out, file=source)
     return out
 
 
@@ -191,6 +191,27 @@ def _one_line(exc: Exception) -> str:
     return " ".join(str(problem).split())
 
 
+MAX_META_CHARS = 1 << 20
+MAX_META_NODES = 10_000
+"""Most values a metadata file may expand to, YAML aliases followed (an alias bomb stops)."""
+
+
+def _check_yaml_size(node: yaml.Node | None, path: Path) -> None:
+    stack = [node] if node is not None else []
+    seen = 0
+    while stack:
+        cur = stack.pop()
+        seen += 1
+        if seen > MAX_META_NODES:
+            raise InputError(f"the file expands to more than {MAX_META_NODES} values (YAML "
+                             "aliases?); refused", file=path, line=cur.start_mark.line + 1)
+        if isinstance(cur, yaml.MappingNode):
+            for key, value in cur.value:
+                stack.extend((key, value))
+        elif isinstance(cur, yaml.SequenceNode):
+            stack.extend(cur.value)
+
+
 def read_structured(path: str | Path) -> Any:
     """Parse a JSON or YAML file (JSON by suffix ``.json``, else YAML, which reads JSON too).
 
@@ -205,9 +226,18 @@ def read_structured(path: str | Path) -> Any:
     except OSError as exc:
         raise InputError(f"cannot read the file ({exc.strerror or exc})", file=path) from None
     kind = "JSON" if path.suffix.lower() == ".json" else "YAML"
+    if len(text) > MAX_META_CHARS:
+        raise InputError(f"the file is {len(text)} characters; a metadata file is at most "
+                         f"{MAX_META_CHARS}", file=path, line=1)
     try:
         if kind == "JSON":
             return json.loads(text)
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise InputError(f"not valid {kind}: {_one_line(exc)}", file=path,
+                         line=_parse_error_line(exc) or 1) from None
+    _check_yaml_size(node, path)
+    try:
         return yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as exc:
         raise InputError(f"not valid {kind}: {_one_line(exc)}", file=path,
@@ -869,6 +899,8 @@ def assemble_run(devices: list[DeviceData], meta: dict[str, Any], *, file: Path,
         flags: quality flags to add.
         events: ``(utc_ms, event)`` pairs; the event's ``t_ms`` is set on the run clock.
     """
+    checks.check_import(devices, meta, file=file, lines=[d.lines for d in devices],
+                        labels=[("label", e.label) for _, e in events])
     t0 = min(int(d.ts_ms[0]) for d in devices)
     meta = dict(meta)
     meta["start_time"] = dt.datetime.fromtimestamp(t0 / _MS_PER_S, tz=dt.timezone.utc)

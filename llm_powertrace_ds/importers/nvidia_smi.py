@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import checks
 from ..errors import InputError
 from ..privacy import hash_identifier
 from ..run import Run, coerce_meta
@@ -77,8 +78,7 @@ REASON_BITS: dict[str, int] = {
 }
 """NVML ``nvmlClocksEventReason*`` bits of the per-reason query fields."""
 
-RESERVED_META = ("run_id", "sweep", "sampler", "schema_version", "start_time", "power_field",
-                 "quality_flags", "host_hash")
+RESERVED_META = checks.IMPORTER_KEYS
 """Columns the importer sets itself; a ``--meta`` file may not."""
 
 MAX_INFERRED_GPUS = 64
@@ -362,10 +362,7 @@ def read_sidecar(path: Path, workload: str) -> dict[str, Any]:
 def read_user_meta(meta_path: Path, workload: str) -> dict[str, Any]:
     """A ``--meta`` file: a flat mapping of our column names, checked and coerced."""
     raw = common.load_meta_file(meta_path)
-    for key in RESERVED_META:
-        if key in raw:
-            raise InputError(f"{key} is set by the importer and cannot be given", file=meta_path,
-                             field=key)
+    checks.check_meta_keys(raw, workload, file=meta_path)
     if raw.get("workload") not in (None, workload):
         raise InputError(f"value {raw['workload']!r} contradicts --workload {workload}",
                          file=meta_path, field="workload")

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import schema
+from .. import checks, schema
 from ..errors import InputError
 from ..run import Event, Run, coerce_meta
 from . import common
@@ -98,6 +98,7 @@ def map_meta(data: dict[str, Any], workload: str, *, file: Path) -> dict[str, An
     """Map their metadata JSON onto our columns (``gpu_name`` carries their ``gpu_type``)."""
     meta: dict[str, Any] = {}
     fields = schema.RUN_LEVEL_FIELDS[workload]
+    checks.check_meta_keys(data, workload, file=file, allowed_provenance=("run_id",))
     for key, value in data.items():
         if _is_unknown(value) or key in IGNORED_KEYS:
             continue

@@ -328,7 +328,10 @@ def test_resume_after_a_kill_re_measures(tmp_path, fake_workload):
     assert [o.status for o in report.outcomes] == ["skipped", "published", "published"]
     assert fake_workload["calls"] == ["gpt2-tiny", "qwen-tiny"]
     assert runs_ids(out) == sorted(r.run_id for r in runs)
-    assert not layout.staging_dir(out, runs[1].run_id).exists()
+    # the killed attempt is kept until the user prunes it (issue 12, item 14)
+    sdir = layout.staging_dir(out, runs[1].run_id)
+    assert sorted(p.name for p in sdir.iterdir()) == ["attempt-1", "status.json"]
+    assert json.loads((sdir / "status.json").read_text())["status"] == "published"
 
 
 def test_cli_generate_merge_and_missing_extra(tmp_path, fake_workload, monkeypatch, capsys):
