@@ -225,6 +225,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         rows.append({"run_id": run.run_id, "platform": run.platform,
                      "status": "error" if errors else "ok", "flags": flags,
                      "messages": rep.messages})
+    rows.sort(key=lambda r: (r["run_id"] is not None, r["run_id"] or ""))
     emit(rows, args.format, ["run_id", "platform", "status", "flags", "messages"]
          if any(r["run_id"] is None for r in rows) else ["run_id", "platform", "status", "flags"])
     return 1 if failed else 0

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+from cards.builder import refresh_card
 from llm_powertrace_ds import names, query, shards
 from llm_powertrace_ds.names import UnknownName
 from llm_powertrace_ds.query import Runs
@@ -164,7 +165,7 @@ def test_external_traces(external_dir, tmp_path):
         run = import_file("powertrace-csv", csv, workload="finetune",
                           meta_path=csv.with_suffix(".json"))
         shards.publish_run(root, run, refresh_card=False)
-    shards.refresh_readme(root)
+    refresh_card(root)
     runs = Runs.load(root, workload="finetune")
     assert len(runs) == 3
     by_platform = runs.group_by("platform").agg(run_id="count", mean_power_w="mean")

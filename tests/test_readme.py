@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from cards.builder import refresh_card
 from llm_powertrace_ds import shards
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,7 +46,7 @@ def demo_folder(tmp_path_factory):
                 f"demo-{i:02d}", platform="cpu_proxy", sampler="cpu_proxy", seed=i,
                 model_params=params, batch_size=batch, tokens=batch * 128 * 20),
                 refresh_card=False)
-    shards.refresh_readme(root)
+    refresh_card(root)
     return root
 
 

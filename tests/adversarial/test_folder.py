@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from datasets import load_dataset
 
+from cards.builder import refresh_card
 from llm_powertrace_ds import layout, shards
 
 from .conftest import tree_hash, visible_files
@@ -46,7 +47,7 @@ def upload_dry_run(root: Path, *extra: str) -> int:
 def folder(root: Path, make_run, *run_ids: str) -> Path:
     for i, run_id in enumerate(run_ids or ("ft-1",)):
         shards.publish_run(root, make_run(run_id, n=40, seed=i), refresh_card=False)
-    shards.refresh_readme(root)
+    refresh_card(root)
     return root
 
 
@@ -152,7 +153,7 @@ def test_proxy_trace_behind_a_gpu_runs_row_needs_allow_proxy(tmp_path, make_run,
     shards.publish_run(liar, make_run("proxy-1", n=40), refresh_card=False)
     shutil.copyfile(next((liar / "data" / "finetune_runs").rglob("proxy-1.arrow")),
                     next((root / "data" / "finetune_runs").rglob("proxy-1.arrow")))
-    shards.refresh_readme(root)
+    refresh_card(root)
     assert upload_dry_run(root) == 1
     err = capsys.readouterr().err
     assert "cpu_proxy" in err and "--allow-proxy" in err

@@ -8,6 +8,7 @@ import stat
 
 import pytest
 
+from cards.builder import refresh_card
 from llm_powertrace_ds import privacy
 from llm_powertrace_ds.errors import InputError, PowerTraceError
 
@@ -111,7 +112,7 @@ def test_control_characters_already_in_a_folder_never_reach_the_card(tmp_path, m
               layout.trace_path(tmp_path, "finetune", "l40s", "llama", "old-run"):
               shards.trace_table(run)}
     shards.write_tables_all_or_nothing(tables)
-    shards.refresh_readme(tmp_path)
+    refresh_card(tmp_path)
     card = (tmp_path / "README.md").read_text(encoding="utf-8")
     assert "\x1b" not in card and "\r" not in card and "\u202e" not in card
     with pytest.raises(InputError, match="holds a control character"):
