@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from hypothesis import settings as hypothesis_settings
 
-
 REPO = Path(__file__).resolve().parents[1]
 EXTERNAL = REPO.parent / "shared" / "data" / "external"
 if str(REPO) not in sys.path:  # upload.py lives at the repo root
