@@ -164,9 +164,17 @@ def test_holdout_family_and_errors():
 
 def test_other_targets_and_parse_value():
     rows = physics_rows(80)
-    for target in ("mean_power_w", "energy_j"):
+    # P = p_static · G + ε · FLOPs / T with T ∝ 1 / G: mean power grows ∝ G; energy ∝ FLOPs ∝ N.
+    for target, axis in (("mean_power_w", "num_gpus"), ("energy_j", "model_params")):
         res = scaling.fit(rows, target, n_boot=20)
         assert res.loglinear.target == target and res.physics is not None
+        got = {e["axis"]: e["exponent"] for e in res.loglinear.exponents()}
+        assert got[axis] == pytest.approx(1.0, abs=0.1), (target, got)
+        p = res.physics
+        i = p.platforms.index("h100_sxm_80gb")
+        assert p.static_w[i] == pytest.approx(90.0, rel=0.1)
+        preds = [v for v, _, _ in p.predict_rows(rows)]
+        assert scaling.mdape(preds, [r[target] for r in rows]) < 10
     assert scaling.parse_value("7B") == 7e9
     assert scaling.parse_value("512") == 512.0
     assert scaling.parse_value("true") is True
