@@ -140,6 +140,11 @@ def test_a_bad_device_does_not_stop_the_checks_of_the_next():
         ("nonmonotonic_time", "gpu 0:0: t_ms goes from 200 to 200 at sample 3"), GAP_MSG]
 
 
+def test_a_repeated_timestamp_alone_is_nonmonotonic_and_named_after_a_one_ms_step():
+    assert report_of(device(0, [0, 1, 100, 100, 200])) == [
+        ("nonmonotonic_time", "gpu 0:0: t_ms goes from 100 to 100 at sample 3")]
+
+
 def test_a_one_ms_step_is_still_increasing_time():
     t = np.concatenate(([0, 1], np.arange(1, 100) * 100))
     assert "nonmonotonic_time" not in dict(report_of(device(0, t)))
