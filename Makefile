@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 # CPU build of torch: installs offline in seconds; never pull a multi-GB CUDA build in CI.
 TORCH_CPU ?= torch==2.13.0
 
-.PHONY: demo test lint venv install-base install-dev clean
+.PHONY: demo test lint mutation venv install-base install-dev clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,11 @@ test: $(VENV)/.dev-installed
 	else \
 		$(PY) -m pytest -q ; \
 	fi
+
+# Mutation testing of the core modules (mutmut, in scratch copies; minutes to an hour per
+# module, so not part of `make test`). MODULES="validate scaling" limits it; see bench/mutation.py.
+mutation: $(VENV)/.dev-installed
+	$(PY) bench/mutation.py $(MODULES)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
