@@ -122,3 +122,23 @@ def test_duration_spans_from_the_earliest_first_to_the_latest_last_reading():
     energy_j = 100.0 * 9.9 + 300.0 * 10.0
     assert m["energy_j"] == pytest.approx(energy_j)
     assert m["mean_power_w"] == pytest.approx(energy_j / 12.0)
+
+
+def test_ramp_percentiles_and_maxima_on_a_parabola():
+    # P_i = i² / 2 W at 0.1 s: the k-step rate is ((i + k)² − i²) / 2 / (0.1 k) = 10 i + 5 k W/s.
+    i = np.arange(1000)
+    m = metrics.compute_run_metrics(run_of((i * 100, i ** 2 / 2.0)))  # limit 400 W
+    r_100ms = 10.0 * np.arange(999) + 5.0
+    r_1s = 10.0 * np.arange(990) + 50.0
+    for tag, r in (("100ms", r_100ms), ("1s", r_1s)):
+        assert m[f"ramp_up_max_{tag}_w_per_s"] == pytest.approx(r.max())
+        assert m[f"ramp_down_max_{tag}_w_per_s"] == 0.0
+        assert m[f"ramp_abs_p95_{tag}_w_per_s"] == pytest.approx(np.percentile(r, 95))
+        assert m[f"ramp_abs_p99_{tag}_w_per_s"] == pytest.approx(np.percentile(r, 99))
+        assert m[f"ramp_abs_p99_{tag}_pct_per_s"] == pytest.approx(
+            100 * np.percentile(r, 99) / 400.0)
+    assert m["ramp_abs_p99_1s_w_per_s"] == pytest.approx(10 * 0.99 * 989 + 50)
+    # falling instead of rising: the same magnitudes as down-ramps
+    down = metrics.compute_run_metrics(run_of((i * 100, (999 - i) ** 2 / 2.0)))
+    assert down["ramp_down_max_1s_w_per_s"] == pytest.approx(r_1s.max())
+    assert down["ramp_up_max_1s_w_per_s"] == 0.0

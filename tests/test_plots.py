@@ -61,6 +61,8 @@ def test_plot_run_writes_png(tmp_path, drawn):
     total = np.asarray(lines["node total"].get_ydata(), float)
     assert total.max() == pytest.approx(601.0) and total.min() == pytest.approx(401.0)
     assert len(lines["gpu 0:0"].get_xdata()) == 1200
+    for g in (0, 1):  # each device's own square wave, 200/300 W plus its index
+        assert set(np.asarray(lines[f"gpu 0:{g}"].get_ydata(), float)) == {200.0 + g, 300.0 + g}
     # the square wave has a 1.8 s period: the spectrum's marked peak is at 1 / 1.8 Hz
     (peak,) = [k for k in labelled(ax_s) if k.startswith("dominant ")]
     assert float(peak.split()[1]) == pytest.approx(1 / 1.8, abs=0.01)
