@@ -1,0 +1,98 @@
+"""Provenance of a GPU (not cpu_proxy) spool: platform, 1 s-average flag, clock, versions."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import numpy as np
+import pytest
+
+from generation.sampler import provenance_meta, spool_to_run
+from generation.sampler.base import DeviceInfo
+from generation.sampler.convert import _strictly_increasing, t_ms_of
+
+from .conftest import FakeClock, ScriptedSource, drive_loop
+
+META = {"run_id": "gpu-conv", "workload": "finetune", "model_family": "gpt2", "sweep": "t"}
+ANCHOR_UTC = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)  # drive_loop's start anchor
+
+
+class GpuLike(ScriptedSource):
+    """The scripted readings, presented as NVML devices with real product names."""
+
+    name = "nvml"
+
+    def __init__(self, names: list[str]) -> None:
+        super().__init__(len(names))
+        self.names = names
+
+    def open(self) -> list[DeviceInfo]:
+        return [DeviceInfo(i, i, i, n, power_limit_w=700.0) for i, n in enumerate(self.names)]
+
+
+def gpu_spool(tmp_path, names, *, power_field="instant", provenance=True, **extra):
+    drive_loop(GpuLike(names), tmp_path, ticks=10, clock=FakeClock())
+    if provenance:
+        prov = {"sampler": "nvml", "power_field": power_field, "driver_version": "550.54",
+                "nvml_version": "12.550", "cuda_version": "12.4", **extra}
+        (tmp_path / "provenance.json").write_text(json.dumps(prov))
+    return tmp_path
+
+
+@pytest.mark.parametrize(("names", "power_field", "platform", "flags"), [
+    (["NVIDIA H100 80GB HBM3"] * 2, "instant", "h100_sxm_80gb", []),
+    (["NVIDIA H100 80GB HBM3"] * 2, "power_usage", "h100_sxm_80gb", ["power_is_1s_average"]),
+    (["NVIDIA A100-SXM4-80GB", "NVIDIA L40S"], "power_usage", "a100_sxm4_80gb",
+     ["power_is_1s_average"]),  # any device that averages flags the run
+    (["NVIDIA A100-SXM4-80GB"], "power_usage", "a100_sxm4_80gb", []),
+    (["NVIDIA A100-SXM4-80GB"], "average", "a100_sxm4_80gb", ["power_is_1s_average"]),
+    (["Mystery Accelerator"], "instant", "mystery_accelerator", []),  # slug of its name
+])
+def test_platform_and_flags_come_from_the_device_names(tmp_path, names, power_field, platform,
+                                                       flags):
+    meta = provenance_meta(gpu_spool(tmp_path, names, power_field=power_field))
+    assert meta["sampler"] == "nvml" and meta["power_field"] == power_field
+    assert meta["platform"] == platform
+    assert meta["quality_flags"] == flags
+    assert meta["num_gpus"] == len(names)
+    assert (meta["driver_version"], meta["nvml_version"], meta["cuda_version"]) == (
+        "550.54", "12.550", "12.4")
+    assert meta["sample_period_ms"] == 100.0
+    assert meta["start_time"] == ANCHOR_UTC + dt.timedelta(milliseconds=100)
+    assert meta["start_time"].tzinfo is dt.timezone.utc
+
+
+def test_without_provenance_the_spool_header_names_the_sampler(tmp_path):
+    meta = provenance_meta(gpu_spool(tmp_path, ["NVIDIA L40S"], provenance=False))
+    assert meta["sampler"] == "nvml" and meta["platform"] == "l40s"
+    assert "cpu_proxy" not in meta["quality_flags"]
+
+
+def test_a_gpu_run_carries_its_provenance_into_the_run(tmp_path):
+    run = spool_to_run(gpu_spool(tmp_path, ["NVIDIA H100 80GB HBM3"] * 2,
+                                 power_field="power_usage"), META)
+    assert run.platform == "h100_sxm_80gb" and run.meta["sampler"] == "nvml"
+    assert run.flags == ["power_is_1s_average"]
+    assert [d.gpu_name for d in run.devices] == ["NVIDIA H100 80GB HBM3"] * 2
+    np.testing.assert_allclose(run.devices[1].power_w, 101.0)
+
+
+def test_the_stop_anchor_dates_a_run_whose_start_anchor_is_missing(tmp_path):
+    gpu_spool(tmp_path, ["NVIDIA L40S"])
+    anchors = tmp_path / "spool" / "anchors.json"
+    pair = json.loads(anchors.read_text())["start"]
+    anchors.write_text(json.dumps({"stop": pair}))
+    meta = provenance_meta(tmp_path)
+    assert meta["start_time"] == ANCHOR_UTC + dt.timedelta(milliseconds=100)
+
+
+def test_t_ms_of_accepts_python_ints_beyond_float_precision():
+    t0 = 1_767_225_600_123_456_789  # ns since 1970: not exact as a float64
+    got = t_ms_of([t0 + 1_999_999, t0 + 2_000_000], t0)
+    assert got.dtype == np.int64 and got.tolist() == [1, 2]
+
+
+def test_strictly_increasing_fixes_a_repeat_at_the_second_sample():
+    fixed, nudged = _strictly_increasing(np.array([0, 0, 5]))
+    assert fixed.tolist() == [0, 1, 5] and nudged == 1
