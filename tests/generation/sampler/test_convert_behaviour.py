@@ -11,6 +11,7 @@ import pytest
 from generation.sampler import provenance_meta, spool_to_run
 from generation.sampler.base import DeviceInfo
 from generation.sampler.convert import _strictly_increasing, t_ms_of
+from generation.sampler.spool import read_spool
 
 from .conftest import FakeClock, ScriptedSource, drive_loop
 
@@ -96,3 +97,54 @@ def test_t_ms_of_accepts_python_ints_beyond_float_precision():
 def test_strictly_increasing_fixes_a_repeat_at_the_second_sample():
     fixed, nudged = _strictly_increasing(np.array([0, 0, 5]))
     assert fixed.tolist() == [0, 1, 5] and nudged == 1
+
+
+class Identified(GpuLike):
+    """GPU devices with ranks, uuid hashes and both power limits."""
+
+    def open(self) -> list[DeviceInfo]:
+        return [DeviceInfo(i, i, 3 - i, n, uuid_hash=f"hash-{i}", power_limit_w=600.0 + i,
+                           default_power_limit_w=700.0 + i) for i, n in enumerate(self.names)]
+
+
+def test_every_device_field_reaches_the_run(tmp_path):
+    drive_loop(Identified(["NVIDIA H100 80GB HBM3"] * 2), tmp_path, ticks=5, clock=FakeClock())
+    for node, kwargs in ((0, {}), (2, {"node_index": 2})):
+        run = spool_to_run(tmp_path, META, **kwargs)
+        for g, d in enumerate(run.devices):
+            assert (d.gpu_index, d.node_index, d.rank) == (g, node, 3 - g)
+            assert d.gpu_uuid_hash == f"hash-{g}"
+            assert (d.power_limit_w, d.default_power_limit_w) == (600.0 + g, 700.0 + g)
+            assert d.power_w.dtype == np.float64
+
+
+def test_provenance_names_the_sampler_over_the_spool_header(tmp_path):
+    gpu_spool(tmp_path, ["NVIDIA L40S"], sampler="nvml-v2")
+    assert provenance_meta(tmp_path)["sampler"] == "nvml-v2"
+
+
+def test_a_cpu_proxy_spool_is_labelled_cpu_proxy_by_its_own_provenance(tmp_path):
+    drive_loop(ScriptedSource(2), tmp_path, ticks=5, clock=FakeClock())
+    meta = provenance_meta(tmp_path)
+    assert meta["sampler"] == "cpu_proxy" and meta["platform"] == "cpu_proxy"
+    assert meta["quality_flags"] == ["cpu_proxy"]
+
+
+def test_samples_sharing_a_millisecond_are_counted_in_one_log_line(tmp_path, caplog):
+    import logging
+
+    # 0.4 ms ticks: most samples floor to the same millisecond as the one before
+    drive_loop(GpuLike(["NVIDIA L40S"] * 2), tmp_path, ticks=10, period_ms=0.4,
+               clock=FakeClock())
+    with caplog.at_level(logging.INFO, logger="generation"):
+        run = spool_to_run(tmp_path, META)
+    for d in run.devices:
+        assert (np.diff(d.t_ms) > 0).all()
+    lines = [r.getMessage() for r in caplog.records
+             if "shared a millisecond" in r.getMessage()]
+    assert len(lines) == 1
+    spool = read_spool(tmp_path)
+    raw = [t_ms_of(spool.device_samples(slot)["t_after_ns"], spool.t0_ns) for slot in (0, 1)]
+    moved = sum(int(np.count_nonzero(r != d.t_ms)) for r, d in zip(raw, run.devices, strict=True))
+    assert moved > 2 and lines[0] == (f"{moved} samples shared a millisecond with the previous "
+                                      "one and were moved 1 ms")
