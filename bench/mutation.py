@@ -121,6 +121,15 @@ def _config(target: Target) -> str:
             f"pytest_add_cli_args = {arr(['-p', 'no:cacheprovider', '-q', *target.pytest_args])}\n")
 
 
+def read_verdicts(folder: Path) -> dict[str, str]:
+    """``{mutant: verdict}`` of the mutmut run in ``folder`` (``mutmut results --all true``)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-m", "mutmut", "results", "--all", "true"],
+                         cwd=folder, env=env, check=True, capture_output=True, text=True).stdout
+    return {m.group(1): m.group(2).strip() for line in out.splitlines()
+            if (m := _RESULT_RE.match(line))}
+
+
 def run_module(name: str, work: Path, max_children: int) -> dict[str, str]:
     """Run mutmut on one target in ``work/<name>``; return ``{mutant: verdict}``."""
     target = TARGETS[name]
@@ -139,10 +148,7 @@ def run_module(name: str, work: Path, max_children: int) -> dict[str, str]:
     if proc.returncode != 0:
         tail = (proc.stdout + proc.stderr)[-2000:]
         raise SystemExit(f"mutmut run failed for {name} (exit {proc.returncode}):\n{tail}")
-    out = subprocess.run([*mutmut, "results", "--all", "true"], cwd=folder, env=env,
-                         check=True, capture_output=True, text=True).stdout
-    verdicts = {m.group(1): m.group(2).strip() for line in out.splitlines()
-                if (m := _RESULT_RE.match(line))}
+    verdicts = read_verdicts(folder)
     print(f"{name}: {len(verdicts)} mutants in {time.monotonic() - started:.0f} s",
           file=sys.stderr)
     return verdicts
@@ -172,12 +178,18 @@ def main(argv: list[str] | None = None) -> int:
                         default=Path(tempfile.gettempdir()) / "llm-powertrace-mutation")
     parser.add_argument("--max-children", type=int, default=max(1, (os.cpu_count() or 2) // 2))
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    parser.add_argument("--report-only", action="store_true",
+                        help="do not run: report the verdicts already in --work")
     args = parser.parse_args(argv)
     unknown = [m for m in args.modules if m not in TARGETS]
     if unknown:
         parser.error(f"unknown module {unknown[0]!r}: one of {', '.join(TARGETS)}")
-    rows = [summarise(n, run_module(n, args.work, args.max_children))
-            for n in (args.modules or list(TARGETS))]
+    names = args.modules or list(TARGETS)
+    if args.report_only:
+        names = [n for n in names if (args.work / n / "mutants").is_dir()]
+        rows = [summarise(n, read_verdicts(args.work / n)) for n in names]
+    else:
+        rows = [summarise(n, run_module(n, args.work, args.max_children)) for n in names]
     head = ("module", "mutants", "killed", "survived", "equivalent", "other", "kill rate")
     if args.markdown:
         print("| " + " | ".join(head) + " |")
