@@ -148,3 +148,19 @@ def test_samples_sharing_a_millisecond_are_counted_in_one_log_line(tmp_path, cap
     moved = sum(int(np.count_nonzero(r != d.t_ms)) for r, d in zip(raw, run.devices, strict=True))
     assert moved > 2 and lines[0] == (f"{moved} samples shared a millisecond with the previous "
                                       "one and were moved 1 ms")
+
+
+def test_a_device_without_samples_is_kept_empty_with_a_warning(tmp_path, caplog):
+    import logging
+
+    gpu_spool(tmp_path, ["NVIDIA L40S"])
+    devices_json = tmp_path / "spool" / "devices.json"
+    devices = json.loads(devices_json.read_text())
+    devices.append({**devices[0], "slot": 5, "gpu_index": 5})  # appeared, never read
+    devices_json.write_text(json.dumps(devices))
+    with caplog.at_level(logging.WARNING, logger="generation"):
+        run = spool_to_run(tmp_path, META)
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        "device slot 5 has no samples"]
+    assert [len(d.t_ms) for d in run.devices] == [10, 0]
+    assert run.devices[1].gpu_index == 5 and run.devices[1].signals == {}
