@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 from test_scaling import loglinear_rows
@@ -113,3 +114,62 @@ def test_tokens_out_counts_when_a_row_has_no_tokens_column():
         r["workload"] = "finetune"  # not marked inference: tokens_out is still the count
     res = scaling.fit(rows, "energy_per_token_j", holdout="N=top", n_boot=10)
     assert all(pt["constant_j_per_token"] == pytest.approx(0.5) for pt in res.holdout["points"])
+
+
+def test_a_saved_fit_loads_and_predicts_with_the_preferred_law(tmp_path):
+    from test_scaling import physics_rows
+
+    rows = physics_rows(120)
+    res = scaling.fit(rows, "energy_per_token_j", n_boot=20)
+    path = tmp_path / "fit.json"
+    res.save(path)
+    data = scaling.load_fit(path)
+    assert data == json.loads(json.dumps(res.to_json()))
+    assert scaling.load_fit(data) == data
+    row = {k: v for k, v in rows[0].items() if k != "energy_per_token_j"}
+    out = scaling.predict(path, row)
+    assert out["model"] == res.preferred and out["target"] == "energy_per_token_j"
+    law = res.physics if res.preferred == "physics" else res.loglinear
+    assert (out["value"], out["lo95"], out["hi95"]) == pytest.approx(law.predict_rows([row])[0])
+    assert out["settings"] == row
+    loglinear = scaling.predict(path, {**row, "N": row["model_params"]}, model="loglinear")
+    assert loglinear["value"] == pytest.approx(res.loglinear.predict_rows([row])[0][0])
+
+
+def test_load_fit_and_predict_errors_are_one_line_and_exact(tmp_path):
+    from llm_powertrace_ds.errors import InputError
+
+    missing = tmp_path / "missing.json"
+    with pytest.raises(InputError, match=r"cannot read the fit: .*No such file") as info:
+        scaling.load_fit(missing)
+    assert str(missing) in str(info.value) and "\n" not in str(info.value)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(InputError, match="cannot read the fit: Expecting property name"):
+        scaling.load_fit(bad)
+    with pytest.raises(InputError, match=r"not a fit file \(format 'x', expected "
+                       + repr(scaling.FORMAT) + r"\)"):
+        scaling.load_fit({"format": "x"})
+    data = scaling.fit(loglinear_rows(60), n_boot=10).to_json()
+    with pytest.raises(InputError, match="model 'cubic' is not loglinear or physics"):
+        scaling.predict(data, {}, model="cubic")
+    data = {**data, "physics": None, "physics_note": "no FLOPs"}
+    with pytest.raises(InputError, match=r"this fit has no physics law \(no FLOPs\)"):
+        scaling.predict(data, {}, model="physics")
+
+
+def test_holdout_spec_errors():
+    from llm_powertrace_ds.errors import InputError
+
+    rows = loglinear_rows(40)
+    for spec in ("N", "=top", "N=", " = "):
+        with pytest.raises(InputError, match="is not AXIS=top, family=NAME or COLUMN=VALUE"):
+            scaling.split_holdout(rows, spec)
+    with pytest.raises(InputError, match="no run has a numeric tokens_in"):
+        scaling.split_holdout(rows, "tokens_in=top")
+    with pytest.raises(InputError, match="holdout 'platform=l40s' leaves no run to fit"):
+        scaling.split_holdout([r for r in rows if r["platform"] == "l40s"], "platform=l40s")
+    train, test = scaling.split_holdout(rows, "platform=l40s")  # COLUMN=VALUE
+    assert {r["platform"] for r in test} == {"l40s"} and len(train) + len(test) == len(rows)
+    train, test = scaling.split_holdout(rows, " model_params = top ")
+    assert {r["model_params"] for r in test} == {max(r["model_params"] for r in rows)}
