@@ -164,3 +164,52 @@ def test_a_device_without_samples_is_kept_empty_with_a_warning(tmp_path, caplog)
         "device slot 5 has no samples"]
     assert [len(d.t_ms) for d in run.devices] == [10, 0]
     assert run.devices[1].gpu_index == 5 and run.devices[1].signals == {}
+
+
+def _dev(t_ms, power=None, energy_mj=None):
+    from llm_powertrace_ds.run import DeviceSeries
+
+    signals = {}
+    if power is not None:
+        signals["power_w"] = np.asarray(power, float)
+    if energy_mj is not None:
+        signals["energy_mj"] = np.asarray(energy_mj, float)
+    return DeviceSeries(0, np.asarray(t_ms, np.int64), signals)
+
+
+def test_energy_mismatch_pct_is_signed_percent_of_the_counter():
+    from generation.sampler.convert import energy_mismatch_pct
+
+    # 100 W for 1 s = 100 J against a counter that moved 80 J: +25 %
+    assert energy_mismatch_pct(_dev([0, 1000], [100, 100], [0, 80_000])) == pytest.approx(25.0)
+    # the counter's first and last finite readings; the power's finite readings only
+    dev = _dev([0, 500, 1000, 1500], [100, np.nan, 100, np.nan],
+               [np.nan, 10_000, 135_000, np.nan])
+    assert energy_mismatch_pct(dev) == pytest.approx(100 * (100 - 125) / 125)
+
+
+@pytest.mark.parametrize(("power", "energy"), [
+    (None, [0, 1000]), ([100, 100], None),  # a signal never reported
+    ([100, np.nan], [0, 1000]), ([100, 100], [np.nan, 1000]),  # fewer than 2 readings
+    ([100, 100], [5000, 5000]), ([100, 100], [5000, 4000]),  # counter flat or wrapped back
+])
+def test_energy_mismatch_pct_is_none_without_two_readings_of_each_and_a_rising_counter(power,
+                                                                                      energy):
+    from generation.sampler.convert import energy_mismatch_pct
+
+    assert energy_mismatch_pct(_dev([0, 1000], power, energy)) is None
+
+
+@pytest.mark.parametrize(("scale", "flagged"), [(1.0, False), (1.04, False), (0.8, True),
+                                                (1.2, True)])
+def test_spool_to_run_flags_an_energy_mismatch_above_five_percent(tmp_path, scale, flagged):
+    from generation.sampler.base import Reading
+
+    class Skewed(GpuLike):
+        def read(self, slot: int) -> Reading:
+            r = super().read(slot)
+            return Reading(power_mw=r.power_mw, energy_mj=r.energy_mj * scale)
+
+    drive_loop(Skewed(["NVIDIA L40S"]), tmp_path, ticks=20, clock=FakeClock())
+    run = spool_to_run(tmp_path, META)
+    assert ("energy_mismatch" in run.flags) is flagged
