@@ -74,6 +74,8 @@ TARGETS: dict[str, Target] = {
 _V = "llm_powertrace_ds.validate."
 _NAN_MIN = ("differs only on an all-NaN power series: NaN (with a RuntimeWarning) instead of "
             "±inf, and both compare False with the threshold")
+_C = "generation.sampler.convert."
+_INT64 = "spool ticks are int64 already, and numpy reads Python ints as int64"
 EQUIVALENT: dict[str, str] = {
     # mutant name (as ``mutmut results`` prints it) -> why no test can tell it apart.
     _V + "x__longest_constant_run_ms__mutmut_3": "1 ms instead of 0 ms for < 2 readings never "
@@ -91,6 +93,16 @@ EQUIVALENT: dict[str, str] = {
     "readings, where every check runs on empty intervals and flags nothing",
     _V + "x_validate_run__mutmut_165": "one valid counter reading gives counter_j = 0, which the "
     "`counter_j > 0` guard already skips",
+    _C + "x_t_ms_of__mutmut_7": _INT64,
+    _C + "x_t_ms_of__mutmut_9": _INT64,
+    _C + "x_spool_to_run__mutmut_38": "the spool's signal fields are float64 already",
+    _C + "x_spool_to_run__mutmut_40": "the spool's signal fields are float64 already",
+    _C + "x_spool_to_run__mutmut_111": "`meta.pop(key, None) or []` equals `meta.pop(key, []) "
+    "or []`",
+    _C + "x_spool_to_run__mutmut_119": "a second `incomplete` is dropped by Run.add_flags, "
+    "which keeps each flag once",
+    _C + "x_spool_to_run__mutmut_120": "a second `incomplete` is dropped by Run.add_flags, "
+    "which keeps each flag once",
 }
 """Surviving mutants judged equivalent, each with a one-line reason (see README, Development)."""
 

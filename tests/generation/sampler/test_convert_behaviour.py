@@ -182,6 +182,7 @@ def test_energy_mismatch_pct_is_signed_percent_of_the_counter():
 
     # 100 W for 1 s = 100 J against a counter that moved 80 J: +25 %
     assert energy_mismatch_pct(_dev([0, 1000], [100, 100], [0, 80_000])) == pytest.approx(25.0)
+    assert energy_mismatch_pct(_dev([0, 1000], [1, 1], [0, 800])) == pytest.approx(25.0)  # < 1 J
     # the counter's first and last finite readings; the power's finite readings only
     dev = _dev([0, 500, 1000, 1500], [100, np.nan, 100, np.nan],
                [np.nan, 10_000, 135_000, np.nan])
@@ -213,3 +214,12 @@ def test_spool_to_run_flags_an_energy_mismatch_above_five_percent(tmp_path, scal
     drive_loop(Skewed(["NVIDIA L40S"]), tmp_path, ticks=20, clock=FakeClock())
     run = spool_to_run(tmp_path, META)
     assert ("energy_mismatch" in run.flags) is flagged
+
+
+def test_bad_run_metadata_names_the_spool_folder(tmp_path):
+    from llm_powertrace_ds.errors import InputError
+
+    gpu_spool(tmp_path, ["NVIDIA L40S"])
+    with pytest.raises(InputError) as info:
+        spool_to_run(tmp_path, {**META, "bogus": 1})
+    assert str(tmp_path) in str(info.value) and "unknown keys 'bogus'" in str(info.value)
