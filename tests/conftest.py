@@ -105,13 +105,20 @@ def hermetic_home(home: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Matplotlib's config and font cache go to a folder of this session, never the home one."""
+    """Send matplotlib's and Hypothesis's own files to a folder of this session.
+
+    Matplotlib's config and font cache, and Hypothesis's storage (its constants cache, written
+    even without an example database), never land in the home or the working folder.
+    """
     import os
     import shutil
     import tempfile
 
-    folder = tempfile.mkdtemp(prefix="llm-powertrace-mpl-")
-    os.environ["MPLCONFIGDIR"] = folder
+    from hypothesis.configuration import set_hypothesis_home_dir
+
+    folder = Path(tempfile.mkdtemp(prefix="llm-powertrace-session-"))
+    os.environ["MPLCONFIGDIR"] = str(folder / "mpl")
+    set_hypothesis_home_dir(folder / "hypothesis")
     config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
 
 
