@@ -10,7 +10,7 @@ TORCH_CPU ?= torch==2.13.0
 # even with -q. It is information only; this filter hides that one message, nothing else.
 EDITABLE_QUIET := PYTHONWARNINGS="ignore:Editable installation"
 
-.PHONY: demo test lint venv install-base install-dev clean
+.PHONY: demo test lint mutation venv install-base install-dev clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,11 @@ test: $(VENV)/.dev-installed
 	else \
 		$(PY) -m pytest -q ; \
 	fi
+
+# Mutation testing of the core modules (mutmut, in scratch copies; minutes to an hour per
+# module, so not part of `make test`). MODULES="validate scaling" limits it; see bench/mutation.py.
+mutation: $(VENV)/.dev-installed
+	$(PY) bench/mutation.py $(MODULES)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

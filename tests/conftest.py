@@ -9,12 +9,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 REPO = Path(__file__).resolve().parents[1]
 # LLM_POWERTRACE_EXTERNAL points elsewhere (e.g. from a git worktree, whose parent has no shared/)
 EXTERNAL = Path(os.environ.get("LLM_POWERTRACE_EXTERNAL") or REPO.parent / "shared" / "data" / "external")
 if str(REPO) not in sys.path:  # upload.py lives at the repo root
     sys.path.insert(0, str(REPO))
+
+# Hypothesis keeps no example database between runs (by default it writes .hypothesis/ into the
+# working folder, and a replayed example from an earlier run would change what a run tests).
+hypothesis_settings.register_profile("hermetic", database=None)
+hypothesis_settings.load_profile("hermetic")
 
 
 def synthetic_run(run_id: str = "run-a", *, workload: str = "finetune", platform: str = "l40s",
@@ -53,6 +59,80 @@ def synthetic_run(run_id: str = "run-a", *, workload: str = "finetune", platform
                      "prompt_tokens": 32, "requested_output_tokens": 16, "output_tokens": 16,
                      "status": "ok"} for i in range(5)]
     return Run(base, devs, events, requests)
+
+
+def hermetic_home(home: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    """Point every cache a test could share through the home folder at ``home``.
+
+    ``datasets`` keys a local folder's cache on its path and a hash that does not change when
+    the files do, so a test reading through the shared home cache can get rows an earlier run
+    (or another test at a recycled ``tmp_path``) left there. The environment variables reach
+    subprocesses; the module attributes reach ``datasets`` and ``huggingface_hub`` already
+    imported in this process (they read the variables once, at import). Matplotlib reads
+    ``MPLCONFIGDIR`` at import; subprocesses get ``home``'s, this process keeps the one it
+    imported with (set by ``pytest_configure`` below to a folder under the session's temp dir).
+
+    Returns:
+        The folders used, by role (``datasets``, ``hub``, ``home``).
+    """
+    import datasets.config
+    import huggingface_hub.constants as hub_constants
+
+    hf_home = home / "hf"
+    folders = {"home": home, "datasets": hf_home / "datasets", "hub": hf_home / "hub",
+               "modules": hf_home / "modules", "assets": hf_home / "assets",
+               "xet": hf_home / "xet", "mpl": home / "mpl", "xdg": home / "xdg-cache"}
+    env = {"HF_HOME": hf_home, "HF_DATASETS_CACHE": folders["datasets"],
+           "HF_HUB_CACHE": folders["hub"], "HUGGINGFACE_HUB_CACHE": folders["hub"],
+           "HF_MODULES_CACHE": folders["modules"], "HF_ASSETS_CACHE": folders["assets"],
+           "HF_XET_CACHE": folders["xet"], "MPLCONFIGDIR": folders["mpl"],
+           "XDG_CACHE_HOME": folders["xdg"]}
+    for name, value in env.items():
+        monkeypatch.setenv(name, str(value))
+    downloads = folders["datasets"] / datasets.config.DOWNLOADED_DATASETS_DIR
+    for name, value in {"HF_CACHE_HOME": str(hf_home),
+                        "HF_DATASETS_CACHE": folders["datasets"],
+                        "HF_MODULES_CACHE": folders["modules"],
+                        "DOWNLOADED_DATASETS_PATH": downloads,
+                        "EXTRACTED_DATASETS_PATH":
+                            downloads / datasets.config.EXTRACTED_DATASETS_DIR}.items():
+        monkeypatch.setattr(datasets.config, name, value)
+    for name, value in {"HF_HOME": hf_home, "HF_HUB_CACHE": folders["hub"],
+                        "HUGGINGFACE_HUB_CACHE": folders["hub"],
+                        "HF_ASSETS_CACHE": folders["assets"],
+                        "HF_XET_CACHE": folders["xet"]}.items():
+        if hasattr(hub_constants, name):
+            monkeypatch.setattr(hub_constants, name, str(value))
+    return folders
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Send matplotlib's and Hypothesis's own files to a folder of this session.
+
+    Matplotlib's config and font cache, and Hypothesis's storage (its constants cache, written
+    even without an example database), never land in the home or the working folder.
+    """
+    import os
+    import shutil
+    import tempfile
+
+    from hypothesis.configuration import set_hypothesis_home_dir
+
+    folder = Path(tempfile.mkdtemp(prefix="llm-powertrace-session-"))
+    os.environ["MPLCONFIGDIR"] = str(folder / "mpl")
+    set_hypothesis_home_dir(folder / "hypothesis")
+    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+
+
+@pytest.fixture(autouse=True)
+def _hermetic_home(tmp_path_factory: pytest.TempPathFactory,
+                   monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    """Every test gets its own empty ``datasets`` / Hub / matplotlib caches (see ``hermetic_home``).
+
+    The folder is a sibling of ``tmp_path`` (from the same factory), so tests that list their
+    ``tmp_path`` see only what they wrote.
+    """
+    return hermetic_home(tmp_path_factory.mktemp("home"), monkeypatch)
 
 
 @pytest.fixture(autouse=True)

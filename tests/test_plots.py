@@ -15,6 +15,28 @@ from llm_powertrace_ds.run import DeviceSeries, Event, Run
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.fixture
+def drawn(monkeypatch) -> list:
+    """Every figure the plot functions save, kept for inspection (the real savefig runs)."""
+    from matplotlib.figure import Figure
+
+    figures: list = []
+    real_savefig = Figure.savefig
+
+    def keeping_savefig(self, *args, **kwargs):
+        figures.append(self)
+        return real_savefig(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keeping_savefig)
+    return figures
+
+
+def labelled(ax) -> dict:
+    """Lines of an axes by their legend label (unlabelled lines left out)."""
+    return {line.get_label(): line for line in ax.get_lines()
+            if not line.get_label().startswith("_")}
+
+
 def _run(n: int = 1200, devices: int = 2) -> Run:
     t = np.arange(n) * 100
     devs = [DeviceSeries(g, t + 3 * g, {"power_w": 200 + 100 * ((t // 900) % 2) + g},
@@ -25,34 +47,70 @@ def _run(n: int = 1200, devices: int = 2) -> Run:
     return Run({"run_id": "plot-run", "workload": "finetune", "platform": "l40s"}, devs, events)
 
 
-def test_plot_run_writes_png(tmp_path):
+def test_plot_run_writes_png(tmp_path, drawn):
     out = plots.plot_run(_run(), tmp_path / "sub" / "run.png")
     assert out.read_bytes()[:8] == PNG
+    (fig,) = drawn
+    ax_t, ax_z, ax_h, ax_s = fig.axes
+    assert [ax.get_title() for ax in fig.axes] == [
+        "power per device and node total", "10 s zoom around the largest 1 s ramp",
+        "ramp-rate histogram (node total)", "Welch spectrum of the detrended node total"]
+    lines = labelled(ax_t)
+    assert list(lines) == ["gpu 0:0", "gpu 0:1", "node total"]
+    assert (ax_t.get_xlabel(), ax_t.get_ylabel()) == ("time since t0 (s)", "power (W)")
+    total = np.asarray(lines["node total"].get_ydata(), float)
+    assert total.max() == pytest.approx(601.0) and total.min() == pytest.approx(401.0)
+    assert len(lines["gpu 0:0"].get_xdata()) == 1200
+    for g in (0, 1):  # each device's own square wave, 200/300 W plus its index
+        assert set(np.asarray(lines[f"gpu 0:{g}"].get_ydata(), float)) == {200.0 + g, 300.0 + g}
+    # the square wave has a 1.8 s period: the spectrum's marked peak is at 1 / 1.8 Hz
+    (peak,) = [k for k in labelled(ax_s) if k.startswith("dominant ")]
+    assert float(peak.split()[1]) == pytest.approx(1 / 1.8, abs=0.01)
+    assert ax_z.get_xlim()[1] - ax_z.get_xlim()[0] <= 12.0
+    assert ax_h.patches  # one step histogram per ramp horizon
 
 
-def test_plot_run_degenerate_runs(tmp_path):
+def test_plot_run_degenerate_runs(tmp_path, drawn):
     empty = Run({"run_id": "e", "workload": "finetune", "platform": "l40s"}, [])
     assert plots.plot_run(empty, tmp_path / "empty.png").read_bytes()[:8] == PNG
+    texts = [[t.get_text() for t in ax.texts] for ax in drawn[0].axes]
+    assert texts == [["no devices"], ["no gap-free node total"], ["no gap-free node total"],
+                     ["no gap-free stretch of 20 s"]]
+    assert not any(ax.get_lines() for ax in drawn[0].axes)
     short = _run(n=5, devices=1)
     assert plots.plot_run(short, tmp_path / "short.png").read_bytes()[:8] == PNG
 
 
-def test_plot_sweep(tmp_path):
+def test_plot_sweep(tmp_path, drawn):
     rows = [{"platform": p, "model_params": n, "energy_per_token_j": n ** 0.5 * k, "run_id": i}
             for i, (p, k) in enumerate([("l40s", 1.0), ("h100_sxm_80gb", 0.6)])
             for n in (1e8, 1e9, 7e9)]
     out = plots.plot_sweep(rows, "energy_per_token_j", "model_params", tmp_path / "sweep.png")
     assert out.read_bytes()[:8] == PNG
+    (ax,) = drawn[0].axes
+    assert ax.get_title() == "energy_per_token_j vs model_params"
+    lines = labelled(ax)
+    assert sorted(lines) == ["h100_sxm_80gb", "l40s"]
+    for name, k in (("l40s", 1.0), ("h100_sxm_80gb", 0.6)):
+        np.testing.assert_allclose(lines[name].get_xdata(), [1e8, 1e9, 7e9])
+        np.testing.assert_allclose(lines[name].get_ydata(),
+                                   [n ** 0.5 * k for n in (1e8, 1e9, 7e9)])
     with pytest.raises(InputError):
         plots.plot_sweep(rows, "nope", "model_params", tmp_path / "x.png")
 
 
-def test_plot_fit_with_holdout(tmp_path):
+def test_plot_fit_with_holdout(tmp_path, drawn):
     res = scaling.fit(loglinear_rows(120), holdout="N=top", n_boot=50)
     path = tmp_path / "fit.json"
     res.save(path)
     out = plots.plot_fit(path, tmp_path / "fit.png")
     assert out.read_bytes()[:8] == PNG
+    ax_l, ax_p = drawn[0].axes
+    assert ax_l.get_title().startswith("log-linear law (fitted without the held-out runs): a · N^0.")
+    held = {k for k in labelled(ax_l) if k.startswith("held out")}
+    assert held == {"held out (h100_sxm_80gb)", "held out (l40s)"}
+    assert ax_p.get_title() == "held out: N=top"
+    assert ax_p.get_xlabel() == "measured energy_per_token_j"
     no_holdout = scaling.fit(loglinear_rows(120), n_boot=20).to_json()
     assert plots.plot_fit(no_holdout, tmp_path / "fit2.png").read_bytes()[:8] == PNG
 

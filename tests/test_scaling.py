@@ -163,11 +163,14 @@ def test_holdout_family_and_errors():
 
 def test_other_targets_and_parse_value():
     rows = physics_rows(80)
-    for target in ("mean_power_w", "energy_j"):
+    # P = p_static · G + ε · FLOPs / T with T ∝ 1 / G: mean power grows ∝ G; energy ∝ FLOPs ∝ N.
+    for target, axis in (("mean_power_w", "num_gpus"), ("energy_j", "model_params")):
         res = scaling.fit(rows, target, n_boot=20)
         assert res.loglinear.target == target
         # mean power needs the measured throughput: the pre-run physics law does not predict it
         assert (res.physics is None) == (target == "mean_power_w")
+        got = {e["axis"]: e["exponent"] for e in res.loglinear.exponents()}
+        assert got[axis] == pytest.approx(1.0, abs=0.1), (target, got)
     assert scaling.parse_value("7B") == 7e9
     assert scaling.parse_value("512") == 512.0
     assert scaling.parse_value("true") is True

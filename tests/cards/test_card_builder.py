@@ -297,12 +297,13 @@ def test_no_proxy_warning_without_proxy_rows(tmp_path):
 
 def test_metric_definitions_come_from_metrics_docstrings(card):
     text = section(card, "Metric definitions")
-    formulas = metrics.metric_formulas() if hasattr(metrics, "metric_formulas") else {}
+    formulas = metrics.metric_formulas()
     rows = {r[0].split(" ")[0]: r for r in table_rows(text)}
     trace_cols = {c.name for wl in schema.WORKLOADS for c in schema.COLUMNS[wl]}
     runs_metric_cols = {c.name for cfg in schema.RUNS_CONFIGS for c in schema.COLUMNS[cfg]
                         if c.name not in trace_cols and c.name != "metric_notes"}
     assert {k.strip("`") for k in rows} == runs_metric_cols
+    assert set(formulas) == runs_metric_cols  # every runs metric has its docstring formula
     for name, formula in formulas.items():
         if name in runs_metric_cols:
             shown = rows[f"`{name}`"][2].replace("\\|", "|")

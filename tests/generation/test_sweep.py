@@ -191,7 +191,10 @@ def test_yaml_syntax_error_has_a_line(tmp_path):
     path = write(tmp_path, "name: t\nworkload: finetune\nbase: {model: [\n")
     with pytest.raises(SweepError) as err:
         load_sweep(path)
-    assert err.value.problems[0].line is not None
+    (problem,) = err.value.problems
+    assert problem.line == 4 and problem.field == "<yaml>"  # the end of the unclosed list
+    assert problem.message.startswith("not valid YAML: ")
+    assert str(path) in str(err.value) and "line 4, field '<yaml>'" in str(err.value)
 
 
 def test_duplicate_keys_and_zip_lengths(tmp_path):

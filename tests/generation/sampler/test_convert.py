@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 
 import numpy as np
 import pytest
@@ -120,4 +119,17 @@ def test_converted_run_publishes_and_reads_back(tmp_path):
     trace = [f for f in result.files if f.startswith("data/finetune/")]
     assert trace == ["data/finetune/cpu_proxy/gpt2/conv.arrow"]
     assert "cpu_proxy" in result.flags
-    assert json.dumps(result.metrics, default=str)
+    # 30 ticks of 100 W, 100 ms apart; the counter adds 10 J a tick.
+    m = result.metrics
+    assert m["duration_s"] == pytest.approx(2.9)
+    assert m["energy_j"] == pytest.approx(290.0)
+    assert m["mean_power_w"] == pytest.approx(100.0)
+    assert m["energy_counter_j"] == pytest.approx(290.0)
+    assert m["energy_mismatch_pct"] == pytest.approx(0.0, abs=1e-9)
+    (row,) = shards.list_runs(tmp_path)
+    assert row["run_id"] == "conv" and row["sampler"] == "cpu_proxy"
+    assert row["platform"] == "cpu_proxy" and "cpu_proxy" in row["quality_flags"]
+    assert row["energy_j"] == pytest.approx(290.0) and row["duration_s"] == pytest.approx(2.9)
+    back = shards.read_run(tmp_path, "conv")
+    np.testing.assert_array_equal(back.devices[0].t_ms, run.devices[0].t_ms)
+    np.testing.assert_allclose(back.devices[0].power_w, 100.0)

@@ -553,11 +553,24 @@ def test_closed_loop_bounded_by_duration(tiny):
     assert last - t < 2e9  # no request released long after the deadline
 
 
-def test_quantised_kv_cache_run(tiny):
-    served = serve_tiny(tiny, batching="static", concurrency=2, n=4,
-                        generate_kw=inf.generate_kwargs(resolved(batching="static",
-                                                                 kv_cache_quant="int4")))
+def test_quantised_kv_cache_run(tiny, monkeypatch):
+    from transformers import cache_utils
+
+    kw = inf.generate_kwargs(resolved(batching="static", kv_cache_quant="int4"))
+    assert kw["cache_implementation"] == "quantized" and kw["cache_config"]["nbits"] == 4
+    built = []  # every quantised cache transformers builds, observed (the real one runs)
+    real_init = cache_utils.QuantizedCache.__init__
+
+    def observed_init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        built.append(self)
+
+    monkeypatch.setattr(cache_utils.QuantizedCache, "__init__", observed_init)
+    served = serve_tiny(tiny, batching="static", concurrency=2, n=4, generate_kw=kw)
     check_log(served, 2)
+    assert built, "generate ran without a quantised KV cache: the settings were dropped"
+    layers = [layer for cache in built for layer in cache.layers]
+    assert layers and all(layer.nbits == 4 for layer in layers)
 
 
 def test_quantised_weights_run():
