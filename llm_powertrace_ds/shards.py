@@ -248,8 +248,16 @@ def write_tables_all_or_nothing(tables: dict[Path, pa.Table | Path]) -> None:
             if ours:
                 tmp.unlink(missing_ok=True)
         raise
-    for tmp, path, _ in written:
-        os.replace(tmp, path)
+    for i, (tmp, path, _) in enumerate(written):
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            # a rename failed (the trace comes last, so the run is not done): no litter left;
+            # `validate --repair` removes a runs row whose trace never arrived
+            for rest, _, ours in written[i:]:
+                if ours:
+                    rest.unlink(missing_ok=True)
+            raise
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -458,9 +466,6 @@ def commit_run(root: str | Path, prepared: PreparedRun, *,
     root = Path(root)
     run_id = prepared.run_id
     tables = prepared.files
-    # The configs block depends only on which folders hold shards: rewrite it when this publish
-    # fills a new folder or empties one (or there is no card yet), never per run otherwise.
-    new_folder = any(not layout.has_shards(p.parent) for p in tables)
     try:
         with _lock(root, run_id):
             set_status(root, run_id, "complete")
@@ -472,8 +477,10 @@ def commit_run(root: str | Path, prepared: PreparedRun, *,
             _remove_staging(root, run_id)
     except Timeout as exc:
         raise LockTimeout(f"run {run_id} is locked by another process") from exc
-    emptied = any(not layout.has_shards(p.parent) for p in stale)
-    if refresh_card and (new_folder or emptied or not (root / "README.md").exists()):
+    if refresh_card:
+        # The block carries a fingerprint of the files (datasets' cache key, issue 12), so it
+        # changes with every publish; writing it stats the shards (no shard is read). Batch
+        # publishers (import) pass refresh_card=False and rebuild once per command.
         write_configs_block(root)
     return PublishResult(
         run_id=run_id,
