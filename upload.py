@@ -186,6 +186,20 @@ def validate_folder(root: Path) -> FolderCheck:
     return check
 
 
+def publishable_folder(root: Path, *, allow_proxy: bool) -> FolderCheck:
+    """The checks before anything is prepared: a dataset folder, valid runs, the proxy gate."""
+    if not (root / "data").is_dir():
+        raise UploadError(f"'{root}' is not a dataset folder (it has no data/ folder)")
+    check = validate_folder(root)
+    if check.runs == 0:
+        raise UploadError(f"'{root}' holds no published run")
+    if check.proxy_runs and not allow_proxy:
+        raise UploadError(
+            f"'{root}' holds {len(check.proxy_runs)} cpu_proxy run(s) (modelled from CPU "
+            "activity, not GPU measurements); pass --allow-proxy to publish them anyway")
+    return check
+
+
 def _staging_status(sdir: Path) -> str | None:
     try:
         return json.loads((sdir / "status.json").read_text(encoding="utf-8")).get("status")
@@ -478,15 +492,7 @@ def _prepare(args: argparse.Namespace, work: Path) -> tuple[Plan, Path]:
     from llm_powertrace_ds import shards
 
     root = args.dir
-    if not (root / "data").is_dir():
-        raise UploadError(f"'{root}' is not a dataset folder (it has no data/ folder)")
-    check = validate_folder(root)
-    if check.runs == 0:
-        raise UploadError(f"'{root}' holds no published run")
-    if check.proxy_runs and not args.allow_proxy:
-        raise UploadError(
-            f"'{root}' holds {len(check.proxy_runs)} cpu_proxy run(s) (modelled from CPU "
-            "activity, not GPU measurements); pass --allow-proxy to publish them anyway")
+    check = publishable_folder(root, allow_proxy=args.allow_proxy)
     readme = root / "README.md"
     old_card = readme.read_text(encoding="utf-8") if readme.exists() else ""
     packed = work / "arrow"
@@ -775,15 +781,7 @@ def _prepare_space(args: argparse.Namespace, work: Path) -> tuple[SpacePlan, Pat
     from llm_powertrace_ds.explore import build_site
 
     root = args.dir
-    if not (root / "data").is_dir():
-        raise UploadError(f"'{root}' is not a dataset folder (it has no data/ folder)")
-    check = validate_folder(root)
-    if check.runs == 0:
-        raise UploadError(f"'{root}' holds no published run")
-    if check.proxy_runs and not args.allow_proxy:
-        raise UploadError(
-            f"'{root}' holds {len(check.proxy_runs)} cpu_proxy run(s) (modelled from CPU "
-            "activity, not GPU measurements); pass --allow-proxy to publish them anyway")
+    publishable_folder(root, allow_proxy=args.allow_proxy)
     name = args.repo_id or root.resolve().name
     site = work / "space"
     report = build_site(root, site, name=name)

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from llm_powertrace_ds.errors import PowerTraceError
+from llm_powertrace_ds.procs import pid_alive as _pid_alive
 
 LAUNCH_DIR = "launch"
 POLL_S = 0.02
@@ -62,14 +63,6 @@ def _touch(path: Path) -> None:
     _write_json(path, {"t_ns": time.monotonic_ns(), "pid": os.getpid()})
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def torchrun_command(nproc: int, staging_dir: Path) -> list[str]:

@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 
 from . import layout, schema
 from .errors import ShardError
+from .procs import pid_alive as _pid_alive
 
 _RUN_FILE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+-]{0,199}$")
 _TMP_RE = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.tmp$")
@@ -92,14 +93,6 @@ def _expected(rel: tuple[str, ...]) -> str | None:
     return None
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def tree_problems(root: str | Path) -> tuple[list[str], list[Path]]:

@@ -31,6 +31,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from llm_powertrace_ds.procs import pid_alive as _pid_alive
+
 from .errors import SamplerError, SourceError
 
 log = logging.getLogger(__name__)
@@ -139,16 +141,6 @@ def clear(uuids: list[str], path: Path | None = None) -> None:
         _write(path, entries)
 
 
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def restore_orphans(*, include_own: bool = False, path: Path | None = None

@@ -1,0 +1,21 @@
+"""Process facts shared by the lock, journal and launcher code (standard library only)."""
+
+from __future__ import annotations
+
+import os
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists on this machine (signal 0; no signal is sent).
+
+    A pid we may not signal (``PermissionError``) belongs to a live process of another user.
+    """
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
