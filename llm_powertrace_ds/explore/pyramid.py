@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-FACTOR = 4
+FACTOR = 8
 """Ratio of the bucket widths of two adjacent levels."""
 OVERVIEW_BUCKETS = 400
 """The coarsest level has at most this many buckets over the whole run. The run page draws

@@ -34,7 +34,7 @@ from ..errors import InputError
 from ..metrics import metric_formulas
 from ..run import Run
 from .catalog import catalog, run_folder
-from .rundata import RunData
+from .rundata import RunData, encode_chunk
 
 MANIFEST = "site.json"
 PAGES = ("index.html", "run.html", "compare.html", "sweep.html")
@@ -168,7 +168,7 @@ def _write_site(root: Path, tmp: Path, name: str) -> tuple[int, int]:
         (run_dir / "meta.js").write_text(_js(f"{folder}/meta", rd.meta(set(formulas))),
                                          encoding="utf-8")
         for chunk, payload in rd.chunks():
-            (run_dir / f"{chunk}.js").write_text(_js(f"{folder}/{chunk}", payload),
+            (run_dir / f"{chunk}.js").write_text(_js(f"{folder}/{chunk}", encode_chunk(payload)),
                                                  encoding="utf-8")
     missing = sorted(set(by_id) - written)
     if missing:
