@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import math
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -47,9 +48,78 @@ WORK_START_KINDS = ("warmup_begin", "step_begin", "prefill_begin", "steady_begin
                     "request_arrival")
 
 
-def b64(arr: np.ndarray, dtype: str) -> str:
-    """Little-endian bytes of ``arr`` as ``dtype``, base64-encoded (decoded by a typed array)."""
-    return base64.b64encode(np.ascontiguousarray(arr, dtype=dtype).tobytes()).decode("ascii")
+ZLIB_LEVEL = 9
+"""Deflate level of the chunk files (``DecompressionStream("deflate")`` in the browser)."""
+
+
+def _shuffle(raw: bytes) -> bytes:
+    """Byte planes of 4-byte words: all first bytes, then all second bytes, ... (lossless).
+
+    A float's sign/exponent and top mantissa bytes change slowly along a trace, its low bytes do
+    not; grouped, deflate finds the slow planes' repeats (the idea of HDF5's shuffle filter and
+    Parquet's BYTE_STREAM_SPLIT).
+    """
+    return np.frombuffer(raw, dtype=np.uint8).reshape(-1, 4).T.tobytes()
+
+
+def _unshuffle(raw: bytes, n: int) -> bytes:
+    return np.frombuffer(raw, dtype=np.uint8).reshape(4, n).T.tobytes()
+
+
+def encode_chunk(payload: dict[str, Any]) -> dict[str, Any]:
+    """The chunk file's form of a chunk: every array in one deflated, base64 binary blob.
+
+    Times (``t``, int32 ms) are stored as differences from the previous sample (the first from
+    0), values as float32 bit patterns; each array is byte-shuffled (:func:`_shuffle`), then all
+    are concatenated and deflated (zlib). Nothing is rounded: :func:`decode_chunk` (and the
+    browser's ``unpack`` in ``explorer.js``) give back the same int32 and float32 bits, NaN
+    included.
+
+    Returns:
+        ``payload`` without ``series``, plus ``layout`` (``[key, signal, slot, n]`` per array, in
+        blob order; ``slot`` is ``-1`` for a raw array, ``0``/``1`` for a bucket's first/second
+        extremum) and ``z`` (the base64 blob).
+    """
+    layout: list[list[Any]] = []
+    parts: list[bytes] = []
+    for key, sig in payload["series"].items():
+        for name, value in sig.items():
+            arrays = list(enumerate(value)) if isinstance(value, tuple) else [(-1, value)]
+            for slot, arr in arrays:
+                if name == "t":
+                    t = np.asarray(arr, dtype=np.int64)
+                    words = np.diff(t, prepend=0).astype("<i4").tobytes()
+                else:
+                    words = np.ascontiguousarray(arr, dtype="<f4").tobytes()
+                layout.append([key, name, slot, len(arr)])
+                parts.append(_shuffle(words))
+    out = {k: v for k, v in payload.items() if k != "series"}
+    out["layout"] = layout
+    out["z"] = base64.b64encode(zlib.compress(b"".join(parts), ZLIB_LEVEL)).decode("ascii")
+    return out
+
+
+def decode_chunk(encoded: dict[str, Any]) -> dict[str, Any]:
+    """Inverse of :func:`encode_chunk` (the Python twin of ``explorer.js``'s ``unpack``)."""
+    blob = zlib.decompress(base64.b64decode(encoded["z"]))
+    series: dict[str, dict[str, Any]] = {}
+    offset = 0
+    pairs: dict[tuple[str, str], list[np.ndarray]] = {}
+    for key, name, slot, n in encoded["layout"]:
+        words = _unshuffle(blob[offset:offset + 4 * n], n)
+        offset += 4 * n
+        if name == "t":
+            arr: np.ndarray = np.cumsum(np.frombuffer(words, "<i4"), dtype=np.int64).astype(np.int32)
+        else:
+            arr = np.frombuffer(words, "<f4")
+        if slot < 0:
+            series.setdefault(key, {})[name] = arr
+        else:
+            pairs.setdefault((key, name), []).append(arr)
+            series.setdefault(key, {})[name] = tuple(pairs[(key, name)])
+    out = {k: v for k, v in encoded.items() if k not in ("layout", "z")}
+    out["series"] = series
+    return out
 
 
 def _num(value: Any) -> Any:
@@ -233,7 +303,13 @@ class RunData:
     # -- chunks ----------------------------------------------------------------------------
 
     def chunks(self) -> Iterator[tuple[str, dict[str, Any]]]:
-        """``(name, payload)`` for every chunk file: ``L<level>-<chunk>``."""
+        """``(name, payload)`` for every chunk file: ``L<level>-<chunk>``.
+
+        ``payload["series"]`` maps a series key to its arrays: at level 0 ``t`` (int32 ms, with
+        a mid-gap time where a line breaks) and one float32 array per signal (NaN at the
+        breaks); at level k >= 1 a ``(first, second)`` float32 pair per signal. The files hold
+        :func:`encode_chunk` of it.
+        """
         lv = self.levels
         gap_ms = metrics_mod.GAP_PERIODS * self.period_ms
         for c in range(lv.n_chunks(0, self.end_ms)):
@@ -247,9 +323,9 @@ class RunData:
                     continue
                 tt = t[a:b]
                 pos, mid = pyramid.gap_breaks(tt, gap_ms)
-                entry = {"t": b64(np.insert(tt, pos, mid), "<i4")}
+                entry: dict[str, Any] = {"t": np.insert(tt, pos, mid).astype(np.int32)}
                 for s, values in sig.items():
-                    entry[s] = b64(np.insert(values[a:b], pos, np.nan), "<f4")
+                    entry[s] = np.insert(values[a:b], pos, np.nan).astype(np.float32)
                 out[key] = entry
             yield f"L0-{c}", {"level": 0, "chunk": c, "series": out}
         for k in range(1, len(lv.bucket_ms)):
@@ -262,7 +338,7 @@ class RunData:
             for c in range(lv.n_chunks(k, self.end_ms)):
                 i0 = c * pyramid.CHUNK_POINTS
                 i1 = min(n_buckets, i0 + pyramid.CHUNK_POINTS)
-                out = {key: {s: [b64(f[i0:i1], "<f4"), b64(g[i0:i1], "<f4")]
+                out = {key: {s: (f[i0:i1].astype(np.float32), g[i0:i1].astype(np.float32))
                              for s, (f, g) in sig_pairs.items()}
                        for key, sig_pairs in pairs.items()}
                 yield f"L{k}-{c}", {"level": k, "chunk": c, "i0": i0, "series": out}

@@ -12,7 +12,10 @@ Layout of ``SITE/``::
 
 Data files are JavaScript (``LPT.got(key, payload)``) loaded through ``<script>`` tags, because
 browsers refuse ``fetch`` on ``file://``; so the same folder works opened from disk and as a
-static Hugging Face Space. The site is built in a temporary sibling folder and renamed into place,
+static Hugging Face Space. A chunk's arrays travel as one deflated, byte-shuffled binary blob in
+base64 (``rundata.encode_chunk``), inflated in the browser by the standard ``DecompressionStream``
+into typed arrays — lossless, so the site stays within ``SIZE_BOUND`` of the dataset's
+zstd-compressed shards without rounding a sample. Devices' all-null signals are not written. The site is built in a temporary sibling folder and renamed into place,
 so an interrupted build never leaves a half-written site, and a folder that is not an explorer
 site is never overwritten.
 """
@@ -34,13 +37,14 @@ from ..errors import InputError
 from ..metrics import metric_formulas
 from ..run import Run
 from .catalog import catalog, run_folder
-from .rundata import RunData
+from .rundata import RunData, encode_chunk
 
 MANIFEST = "site.json"
 PAGES = ("index.html", "run.html", "compare.html", "sweep.html")
 ASSETS = ("explorer.js", "style.css")
 SIZE_BOUND = 1.5
-"""The site's data files are at most this many times the dataset's trace bytes (checked)."""
+"""The site's data files are at most this many times the dataset's trace bytes (checked by
+``tests/explore/test_site.py`` on 4 devices x 20 min with every signal: 1.26x)."""
 
 
 class MissingExtra(InputError, ImportError):
@@ -168,7 +172,7 @@ def _write_site(root: Path, tmp: Path, name: str) -> tuple[int, int]:
         (run_dir / "meta.js").write_text(_js(f"{folder}/meta", rd.meta(set(formulas))),
                                          encoding="utf-8")
         for chunk, payload in rd.chunks():
-            (run_dir / f"{chunk}.js").write_text(_js(f"{folder}/{chunk}", payload),
+            (run_dir / f"{chunk}.js").write_text(_js(f"{folder}/{chunk}", encode_chunk(payload)),
                                                  encoding="utf-8")
     missing = sorted(set(by_id) - written)
     if missing:

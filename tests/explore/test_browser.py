@@ -88,6 +88,17 @@ def test_zoom_changes_range_and_reaches_the_raw_samples(demo_site, page, shots, 
         shown = np.array([x for x in trace["xs"] if 100 <= x <= 110])
         raw = dev.t_ms[(dev.t_ms >= 100_000) & (dev.t_ms <= 110_000)] / 1000.0
         np.testing.assert_allclose(shown, raw)  # every raw sample, nothing else
+    pairs = page.evaluate("""() => document.querySelector('[data-run-plot]').data
+        .filter(t => t.meta && t.meta.role === 'device')
+        .map(t => Array.from(t.x).map((x, i) => [x, t.y[i]])
+                  .filter(([x, y]) => x >= 100 && x <= 110 && !Number.isNaN(y)))""")
+    for dev, shown_xy in zip(run.devices, pairs, strict=True):
+        sel = (dev.t_ms >= 100_000) & (dev.t_ms <= 110_000)
+        got = np.array(shown_xy)
+        np.testing.assert_allclose(got[:, 0] * 1000.0, dev.t_ms[sel].astype(float))
+        # the values drawn are the dataset's float32 samples, bit for bit (compressed, not rounded)
+        np.testing.assert_array_equal(got[:, 1].astype(np.float32),
+                                      dev.power_w[sel].astype(np.float32))
     page.screenshot(path=str(shots / "run-zoom.png"))
     page.evaluate("Plotly.relayout(document.querySelector('[data-run-plot]'), "
                   "{'xaxis.autorange': true})")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import json
+import zlib
 
 import numpy as np
 from conftest import synthetic_run
@@ -11,20 +13,18 @@ from llm_powertrace_ds import metrics
 from llm_powertrace_ds.explore import rundata
 
 
-def _f32(text: str) -> np.ndarray:
-    return np.frombuffer(base64.b64decode(text), dtype="<f4")
-
-
-def _i32(text: str) -> np.ndarray:
-    return np.frombuffer(base64.b64decode(text), dtype="<i4")
+def _chunk(rd: rundata.RunData, name: str) -> dict:
+    """A chunk as the browser gets it: encoded, through JSON, decoded."""
+    payload = dict(rd.chunks())[name]
+    return rundata.decode_chunk(json.loads(json.dumps(rundata.encode_chunk(payload))))
 
 
 def test_node_total_is_the_metrics_grid_total_not_equal_timestamp_sums():
     run = synthetic_run(devices=3, n=400)  # devices' ticks are 2 ms apart: no shared stamps
     rd = rundata.RunData(run, "f", None)
     al = metrics.node_total(run)
-    raw = dict(rd.chunks())["L0-0"]["series"]["total"]
-    t, p = _i32(raw["t"]), _f32(raw["p"])
+    raw = _chunk(rd, "L0-0")["series"]["total"]
+    t, p = raw["t"], raw["p"]
     np.testing.assert_array_equal(t, al.grid_ms)
     np.testing.assert_allclose(p, al.total.astype(np.float32))
     # summing only identical timestamps would find none here and draw nothing or dips
@@ -39,12 +39,35 @@ def test_raw_level_holds_every_sample_and_breaks_lines_at_gaps():
     dev.t_ms = dev.t_ms[keep]
     dev.signals = {k: v[keep] for k, v in dev.signals.items()}
     rd = rundata.RunData(run, "f", None)
-    raw = dict(rd.chunks())["L0-0"]["series"]["d0"]
-    t, p = _i32(raw["t"]), _f32(raw["p"])
+    raw = _chunk(rd, "L0-0")["series"]["d0"]
+    t, p = raw["t"], raw["p"]
     assert len(t) == 260 + 1 and np.isnan(p).sum() == 1
     np.testing.assert_array_equal(t[~np.isnan(p)], dev.t_ms)
     np.testing.assert_allclose(p[~np.isnan(p)], dev.power_w.astype(np.float32))
     assert "T" not in raw  # temp_c is all null in the synthetic run: not drawn
+
+
+def test_chunk_encoding_is_bit_exact_and_compact():
+    rng = np.random.default_rng(7)
+    t = np.cumsum(rng.integers(90, 111, 5000)).astype(np.int32) + 2_000_000_000 - 600_000
+    t[100] = t[99] - 5  # a step back in time survives too (wrap-around differences)
+    p = (200 + rng.normal(0, 3, 5000)).astype(np.float32)
+    p[[3, 4000]] = np.nan
+    p[5] = -0.0
+    first, second = p[:700].copy(), p[700:1400].copy()
+    payload = {"level": 1, "chunk": 0, "i0": 0,
+               "series": {"d0": {"t": t, "p": p}, "total": {"p": (first, second)}}}
+    enc = rundata.encode_chunk(payload)
+    assert set(enc) == {"level", "chunk", "i0", "layout", "z"}
+    back = rundata.decode_chunk(json.loads(json.dumps(enc)))
+    assert back["series"]["d0"]["t"].tobytes() == t.tobytes()
+    assert back["series"]["d0"]["p"].tobytes() == p.tobytes()  # every bit: NaN, -0.0
+    assert [a.tobytes() for a in back["series"]["total"]["p"]] == [first.tobytes(),
+                                                                    second.tobytes()]
+    blob = zlib.decompress(base64.b64decode(enc["z"]))
+    assert len(blob) == 4 * (5000 + 5000 + 700 + 700)  # nothing added, nothing dropped
+    # differences of a regular clock and shuffled float bytes deflate well below the raw size
+    assert len(enc["z"]) < 0.75 * len(blob)
 
 
 def test_requests_in_flight_and_arrivals():

@@ -1,6 +1,7 @@
 /* LLM-PowerTrace explorer: page glue around plotly.js (no charting code of its own).
  *
- * Data files are scripts calling LPT.got(key, payload) (browsers refuse fetch() on file://).
+ * Data files are scripts calling LPT.got(key, payload) (browsers refuse fetch() on file://); a
+ * pyramid chunk's arrays come as one deflated base64 blob, inflated with DecompressionStream.
  * A run's traces are a pyramid (llm_powertrace_ds/explore/pyramid.py): level 0 holds the raw
  * samples, level k >= 1 the first/second extrema of buckets of bucket_ms[k]; the run page draws the
  * coarsest level whose visible buckets fit MAX_BUCKETS (MAX_SIGNAL_BUCKETS for the small panels of
@@ -18,6 +19,13 @@ const LPT = (() => {
 
   // ---- data loading ---------------------------------------------------------------------------
   function got(key, payload) {
+    if (payload && payload.z !== undefined) {  // a pyramid chunk: inflate it first
+      unpack(payload).then((chunk) => settle(key, chunk),
+        (err) => { const p = pending[key]; if (p) { delete pending[key]; p.reject(err); } });
+    } else settle(key, payload);
+  }
+
+  function settle(key, payload) {
     cache[key] = payload;
     const p = pending[key];
     if (p) { delete pending[key]; p.resolve(payload); }
@@ -41,10 +49,37 @@ const LPT = (() => {
     const bin = atob(b64);
     const u = new Uint8Array(bin.length);
     for (let i = 0; i < bin.length; i++) u[i] = bin.charCodeAt(i);
-    return u.buffer;
+    return u;
   }
-  const f32 = (b64) => new Float32Array(bytes(b64));
-  const i32 = (b64) => new Int32Array(bytes(b64));
+
+  // A chunk file's blob (rundata.encode_chunk): deflated, then per array its 4-byte words split
+  // into byte planes; times are differences. Inflated by the browser's DecompressionStream, the
+  // words are put back together exactly (int32 and float32 bits, NaN included).
+  async function unpack(payload) {
+    const stream = new Blob([bytes(payload.z)]).stream().pipeThrough(new DecompressionStream("deflate"));
+    const blob = new Uint8Array(await new Response(stream).arrayBuffer());
+    const series = {};
+    let off = 0;
+    for (const [key, name, slot, n] of payload.layout) {
+      const words = new Uint8Array(4 * n);
+      for (let j = 0; j < 4; j++) {
+        const plane = off + j * n;
+        for (let i = 0; i < n; i++) words[4 * i + j] = blob[plane + i];
+      }
+      off += 4 * n;
+      let arr;
+      if (name === "t") {
+        arr = new Int32Array(words.buffer);
+        for (let i = 1; i < n; i++) arr[i] = (arr[i - 1] + arr[i]) | 0;
+      } else arr = new Float32Array(words.buffer);
+      const sig = (series[key] = series[key] || {});
+      if (slot < 0) sig[name] = arr;
+      else (sig[name] = sig[name] || [])[slot] = arr;
+    }
+    const chunk = Object.assign({}, payload, { series });
+    delete chunk.z; delete chunk.layout;
+    return chunk;
+  }
 
   // ---- helpers ----------------------------------------------------------------------------------
   const $ = (tag, attrs, ...kids) => {
@@ -101,17 +136,17 @@ const LPT = (() => {
       for (const [key, sig] of Object.entries(ch.series)) {
         out[key] = out[key] || {};
         if (ch.level === 0) {
-          const t = i32(sig.t);
+          const t = sig.t;
           const x = new Float64Array(t.length);
           for (let i = 0; i < t.length; i++) x[i] = (t[i] - offsetMs) / 1000;
           for (const [s, v] of Object.entries(sig)) {
             if (s === "t") continue;
-            (out[key][s] = out[key][s] || []).push({ x, y: f32(v) });
+            (out[key][s] = out[key][s] || []).push({ x, y: v });
           }
         } else {
           const w = lv.bucket_ms[ch.level];
           for (const [s, pair] of Object.entries(sig)) {
-            const a = f32(pair[0]), b = f32(pair[1]);
+            const a = pair[0], b = pair[1];
             const n = a.length;
             const x = new Float64Array(2 * n), y = new Float32Array(2 * n);
             for (let i = 0; i < n; i++) {
