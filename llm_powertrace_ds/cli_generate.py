@@ -117,11 +117,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise UsageError(f"--task-index {args.task_index} must be in [0, --num-tasks "
                          f"{args.num_tasks})")
     quiet = getattr(args, "quiet", False)
-    if not getattr(args, "debug", False):
-        import logging
+    import logging
 
+    sampler_log = logging.getLogger("generation.sampler")
+    level = sampler_log.level
+    if not getattr(args, "debug", False):
         # one line per sampler start is noise over a sweep; warnings still show
-        logging.getLogger("generation.sampler").setLevel(logging.WARNING)
+        sampler_log.setLevel(logging.WARNING)
     out_dir(args.out)
     try:
         report = runner.generate(args.sweep, args.out, task_index=args.task_index,
@@ -136,6 +138,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print("interrupted: the run in progress is marked interrupted; run the same command "
               "to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
+    finally:
+        sampler_log.setLevel(level)  # the caller's logging as it was (main() may run in-process)
     if not args.dry_run and args.out.is_dir():
         from .hooks import rebuild_card
 

@@ -11,6 +11,7 @@ import subprocess
 
 import pytest
 
+from cards.builder import refresh_card
 from llm_powertrace_ds import shards
 
 CHECK_JS = """
@@ -65,6 +66,7 @@ def test_card_renders_with_images_in_chromium(tmp_path, make_run, monkeypatch):
     root = tmp_path / "ds"
     shards.publish_run(root, make_run("ft-a"))
     shards.publish_run(root, make_run("inf-a", workload="inference", with_requests=True))
+    refresh_card(root)  # the full card (with figures) is the command layer's job, once
     page = _render(root)
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",

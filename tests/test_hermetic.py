@@ -17,10 +17,25 @@ from conftest import REPO, hermetic_home, synthetic_run
 from llm_powertrace_ds.shards import publish_run
 
 
-def _publish_only(root: Path, run_id: str, seed: int) -> None:
-    """``root`` holds exactly one run, ``run_id`` (replacing whatever was there)."""
+def _publish_only(root: Path, run_id: str, seed: int, *, fingerprint: bool = True) -> None:
+    """``root`` holds exactly one run, ``run_id`` (replacing whatever was there).
+
+    ``fingerprint=False`` drops the files fingerprint from the card's configs (the project's
+    guard against stale ``datasets`` caches, issue 12): a folder as plain YAML globs leave it,
+    which is the hazard the hermetic fixture exists for.
+    """
     shutil.rmtree(root, ignore_errors=True)
     publish_run(root, synthetic_run(run_id, seed=seed), refresh_card=True)
+    if not fingerprint:
+        _drop_fingerprint(root)
+
+
+def _drop_fingerprint(root: Path) -> None:
+    text = (root / "README.md").read_text(encoding="utf-8")
+    (root / "README.md").write_text(
+        "\n".join(line for line in text.splitlines()
+                  if not line.lstrip().startswith("description: files ")) + "\n",
+        encoding="utf-8")
 
 
 def _run_ids(root: Path) -> list[str]:
@@ -50,11 +65,14 @@ def test_a_fresh_home_never_serves_rows_cached_from_an_earlier_folder_content(tm
                                                                              monkeypatch):
     root = tmp_path / "same-path"  # a recycled tmp_path: same folder name, new files
     hermetic_home(tmp_path / "home-1", monkeypatch)
-    _publish_only(root, "run-a", 0)
+    _publish_only(root, "run-a", 0, fingerprint=False)
     assert _run_ids(root) == ["run-a"]
-    _publish_only(root, "run-b", 1)
+    _publish_only(root, "run-b", 1, fingerprint=False)
     # The hazard the fixture exists for: one shared cache keeps serving the first content.
     assert _run_ids(root) == ["run-a"], "premise: datasets reuses a local folder's cache"
+    _publish_only(root, "run-c", 2)  # the project's own card: its fingerprint changes the key
+    assert _run_ids(root) == ["run-c"]
+    _publish_only(root, "run-b", 1, fingerprint=False)
     hermetic_home(tmp_path / "home-2", monkeypatch)  # what the fixture gives the next test
     assert _run_ids(root) == ["run-b"]
 
@@ -77,6 +95,9 @@ def test_reads_what_it_wrote():
     root = Path(os.environ["I20_DATA"])  # the same folder in both sessions
     run_id = os.environ["I20_RUN_ID"]
     publish_run(root, project.synthetic_run(run_id), refresh_card=True)
+    text = (root / "README.md").read_text(encoding="utf-8")  # plain globs: no files fingerprint
+    (root / "README.md").write_text("\\n".join(
+        line for line in text.splitlines() if not line.lstrip().startswith("description: files ")))
     ds = datasets.load_dataset(str(root), "finetune_runs", split="l40s")
     assert list(ds["run_id"]) == [run_id]
 '''

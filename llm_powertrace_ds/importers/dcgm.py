@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import checks
 from ..errors import InputError
 from ..run import Run
 from .common import (
@@ -163,7 +164,9 @@ def import_dcgm(path: str | Path, *, workload: str, meta_path: str | Path | None
                          file=meta_path or path, field="sample_period_ms")
     start = meta_in.pop("start_time", None)
     tags, rows = _parse(path)
-    start_ms = 0
+    # Without a start_time the samples still need an anchor on the epoch for the importers'
+    # date checks; it is internal only: the run's start_time is null (set below).
+    start_ms = checks.TIME_RANGE_MS[0]
     if start is not None:
         from ..run import coerce_value
 
