@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 
+import numpy as np
 import pytest
 from test_scaling import loglinear_rows
 
@@ -33,20 +34,37 @@ def test_held_out_rows_never_reach_the_training_fit():
     res = scaling.fit(rows, "energy_per_token_j", holdout="N=top", n_boot=30)
     ho = res.holdout
     n_test = sum(r["model_params"] == 7e9 for r in rows)
+    assert 0 < n_test < len(rows)
     assert (ho["n_train"], ho["n_test"]) == (len(rows) - n_test, n_test)
-    # Poison the held-out targets: the training fit must not move, only the errors.
+    assert ho["n_train"] + ho["n_test"] == len(rows)
+    assert [pt["run_id"] for pt in ho["points"]] == [r["run_id"] for r in rows
+                                                     if r["model_params"] == 7e9]
+    # Poison the held-out targets: the training fit and every prediction must not move (laws and
+    # baselines alike); only the actual values and the errors do.
     poisoned = copy.deepcopy(rows)
     for r in poisoned:
         if r["model_params"] == 7e9:
             r["energy_per_token_j"] *= 100.0
     bad = scaling.fit(poisoned, "energy_per_token_j", holdout="N=top", n_boot=30).holdout
-    assert bad["train_exponents"] == ho["train_exponents"]
     assert bad["loglinear_train"] == ho["loglinear_train"]
+    predicted = ("loglinear", "physics", "baseline_constant", "baseline_proportional")
+    for got, ref in zip(bad["points"], ho["points"], strict=True):
+        assert {k: got[k] for k in predicted} == {k: ref[k] for k in predicted}
+        assert got["actual"] == pytest.approx(100.0 * ref["actual"])
+    assert ho["points"][0]["loglinear"]["value"] > 0  # the comparison compares real predictions
     assert bad["mdape_pct"]["loglinear"] > 90 > ho["mdape_pct"]["loglinear"]
-    # ... and the training fit is the fit of exactly the training rows.
+    # ... and the training fit is the fit of exactly the training rows, its 90 % interval the
+    # conformal half-width over the training rows alone.
     train, _ = scaling.split_holdout(rows, "N=top")
-    alone = scaling.fit_loglinear(train, "energy_per_token_j", n_boot=30, seed=0)
-    assert alone.to_json() == ho["loglinear_train"]
+    alone = scaling.fit_loglinear(train, "energy_per_token_j", n_boot=30, seed=0).to_json()
+    assert alone["n_runs"] == ho["n_train"]
+    assert alone["_state"] == ho["loglinear_train"]["_state"]
+    assert alone["exponents"] == ho["loglinear_train"]["exponents"]
+    q, _, _ = scaling.conformal_half_width(
+        train, "energy_per_token_j",
+        lambda r: scaling.fit_loglinear(r, "energy_per_token_j", n_boot=0))
+    assert q is not None
+    assert ho["loglinear_train"]["interval_90_half_width_log"] == pytest.approx(q)
 
 
 def test_both_laws_round_trip_through_json_unchanged():
@@ -82,29 +100,38 @@ def test_parse_value(text, value):
 
 
 def inference_rows(n: int = 40) -> list[dict]:
-    """Inference runs: energy = 0.5 J per generated token (``tokens_out``), 100 W per GPU."""
+    """Inference runs: energy = 1e-10 J per parameter per generated token (``tokens_out``).
+
+    ``tokens`` is a decoy (1): a baseline that counted it instead of ``tokens_out`` would be off.
+    """
     rows = []
     for i in range(n):
         npar = [1e8, 1e9, 7e9][i % 3]
         tokens_out = 1000 * (1 + i % 5)
         g = 1 + i % 2
-        energy = 0.5 * tokens_out
+        energy = 1e-10 * npar * tokens_out
         rows.append({"run_id": f"inf-{i}", "workload": "inference", "platform": "l40s",
                      "model_family": "llama", "model_params": npar, "num_gpus": g,
                      "concurrency": 4, "tokens_out": tokens_out, "tokens": 1,
-                     "energy_j": energy, "energy_per_token_j": 0.5,
+                     "energy_j": energy, "energy_per_token_j": energy / tokens_out,
                      "duration_s": energy / (100.0 * g)})
     return rows
 
 
 def test_baselines_count_generated_tokens_for_inference_runs():
-    res = scaling.fit(inference_rows(), "energy_per_token_j", holdout="N=top", n_boot=10)
+    rows = inference_rows()
+    res = scaling.fit(rows, "energy_j", holdout="N=top", n_boot=10)
     points = res.holdout["points"]
-    assert points
-    for pt in points:  # 0.5 J/token pooled over training runs, times tokens_out, per token
-        assert pt["constant_j_per_token"] == pytest.approx(0.5)
-        assert pt["mean_power_x_time"] == pytest.approx(0.5)
-    assert res.holdout["mdape_pct"]["baseline_constant_j_per_token"] == pytest.approx(0.0)
+    assert len(points) == sum(r["model_params"] == 7e9 for r in rows) > 0
+    # proportional: median energy / (N x tokens_out) over training runs (1e-10), times N x tokens_out
+    for pt, row in zip(points, [r for r in rows if r["model_params"] == 7e9], strict=True):
+        assert pt["baseline_proportional"] == pytest.approx(1e-10 * 7e9 * row["tokens_out"])
+        assert pt["baseline_proportional"] == pytest.approx(pt["actual"])
+    assert res.holdout["mdape_pct"]["baseline_proportional"] == pytest.approx(0.0)
+    assert res.holdout["baselines"]["proportional"]["n_unpredictable"] == 0
+    # constant: the training runs' median energy on the platform, whatever the token count
+    train_median = float(np.median([r["energy_j"] for r in rows if r["model_params"] != 7e9]))
+    assert [pt["baseline_constant"] for pt in points] == pytest.approx([train_median] * len(points))
 
 
 def test_tokens_out_counts_when_a_row_has_no_tokens_column():
@@ -112,8 +139,18 @@ def test_tokens_out_counts_when_a_row_has_no_tokens_column():
     for r in rows:
         del r["tokens"]
         r["workload"] = "finetune"  # not marked inference: tokens_out is still the count
-    res = scaling.fit(rows, "energy_per_token_j", holdout="N=top", n_boot=10)
-    assert all(pt["constant_j_per_token"] == pytest.approx(0.5) for pt in res.holdout["points"])
+    res = scaling.fit(rows, "energy_j", holdout="N=top", n_boot=10)
+    assert all(pt["baseline_proportional"] == pytest.approx(pt["actual"])
+               for pt in res.holdout["points"])
+    assert res.holdout["mdape_pct"]["baseline_proportional"] == pytest.approx(0.0)
+    # With a tokens column and no inference marker, tokens (1 here) is the count: the baseline
+    # then predicts one energy for every held-out run whatever its tokens_out, and misses.
+    for r in rows:
+        r["tokens"] = 1
+    res = scaling.fit(rows, "energy_j", holdout="N=top", n_boot=10)
+    values = [pt["baseline_proportional"] for pt in res.holdout["points"]]
+    assert values == pytest.approx([values[0]] * len(values))
+    assert res.holdout["mdape_pct"]["baseline_proportional"] > 20
 
 
 def test_a_saved_fit_loads_and_predicts_with_the_preferred_law(tmp_path):
@@ -130,7 +167,7 @@ def test_a_saved_fit_loads_and_predicts_with_the_preferred_law(tmp_path):
     out = scaling.predict(path, row)
     assert out["model"] == res.preferred and out["target"] == "energy_per_token_j"
     law = res.physics if res.preferred == "physics" else res.loglinear
-    assert (out["value"], out["lo95"], out["hi95"]) == pytest.approx(law.predict_rows([row])[0])
+    assert (out["value"], out["lo90"], out["hi90"]) == pytest.approx(law.predict_rows([row])[0])
     assert out["settings"] == row
     loglinear = scaling.predict(path, {**row, "N": row["model_params"]}, model="loglinear")
     assert loglinear["value"] == pytest.approx(res.loglinear.predict_rows([row])[0][0])
@@ -147,9 +184,10 @@ def test_load_fit_and_predict_errors_are_one_line_and_exact(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(InputError, match="cannot read the fit: Expecting property name"):
         scaling.load_fit(bad)
-    with pytest.raises(InputError, match=r"not a fit file \(format 'x', expected "
-                       + repr(scaling.FORMAT) + r"\)"):
+    with pytest.raises(InputError) as info:
         scaling.load_fit({"format": "x"})
+    assert str(info.value) == ("field 'format': not a fit file of this version (format 'x', "
+                               f"expected {scaling.FORMAT!r}); fit again")
     data = scaling.fit(loglinear_rows(60), n_boot=10).to_json()
     with pytest.raises(InputError, match="model 'cubic' is not loglinear or physics"):
         scaling.predict(data, {}, model="cubic")

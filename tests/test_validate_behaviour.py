@@ -125,8 +125,16 @@ def test_no_devices_is_empty():
 
 
 def test_fewer_series_than_num_gpus_is_missing_gpu():
+    # Fewer series: missing_gpu, and the seed vocabulary's gpu_count_mismatch (either direction).
     assert report_of(device(0, REGULAR), num_gpus=2) == [
-        ("missing_gpu", "1 device series for num_gpus=2")]
+        ("missing_gpu", "1 device series for num_gpus=2"),
+        ("gpu_count_mismatch", "1 device series, num_gpus=2")]
+
+
+def test_more_series_than_num_gpus_is_a_count_mismatch_but_no_missing_gpu():
+    assert report_of(device(0, REGULAR), device(1, REGULAR), num_gpus=1) == [
+        ("gpu_count_mismatch", "2 device series, num_gpus=1")]
+    assert report_of(device(0, REGULAR), device(1, REGULAR), num_gpus=2) == []
 
 
 def test_a_bad_device_does_not_stop_the_checks_of_the_next():
@@ -136,13 +144,25 @@ def test_a_bad_device_does_not_stop_the_checks_of_the_next():
     assert report_of(short, device(1, WITH_GAP)) == [
         ("unequal_lengths", "gpu 0:0: gpu_util_pct, temp_c length differs from t_ms"), GAP_MSG]
     back = np.array([0, 100, 200, 200, 300, 250, 400])  # first a repeat, then a step back
+    # The repeat is counted (the step back is not a repeat); the first non-increase is named.
     assert report_of(device(0, back), device(1, WITH_GAP)) == [
+        ("duplicate_samples", "gpu 0:0: 1 repeated timestamps"),
         ("nonmonotonic_time", "gpu 0:0: t_ms goes from 200 to 200 at sample 3"), GAP_MSG]
 
 
 def test_a_repeated_timestamp_alone_is_nonmonotonic_and_named_after_a_one_ms_step():
+    # A repeat is a duplicate sample (warning) and, time not increasing strictly, an error too.
     assert report_of(device(0, [0, 1, 100, 100, 200])) == [
+        ("duplicate_samples", "gpu 0:0: 1 repeated timestamps"),
         ("nonmonotonic_time", "gpu 0:0: t_ms goes from 100 to 100 at sample 3")]
+    assert report_of(device(0, [0, 100, 100, 100, 200, 200])) == [
+        ("duplicate_samples", "gpu 0:0: 3 repeated timestamps"),
+        ("nonmonotonic_time", "gpu 0:0: t_ms goes from 100 to 100 at sample 2")]
+
+
+def test_a_step_back_without_a_repeat_is_no_duplicate():
+    assert report_of(device(0, [0, 100, 200, 150, 300])) == [
+        ("nonmonotonic_time", "gpu 0:0: t_ms goes from 200 to 150 at sample 3")]
 
 
 def test_a_one_ms_step_is_still_increasing_time():
@@ -151,12 +171,47 @@ def test_a_one_ms_step_is_still_increasing_time():
 
 
 @pytest.mark.parametrize(("low", "expected"),
-                         [(-5.0, [("negative_power", "gpu 0:0: power -5.0 W < 0")]),
-                          (0.0, []), (0.5, [])])
+                         [(-5.0, [("negative_power", "gpu 0:0: power -5.0 W < 0"),
+                                  ("implausible_value",
+                                   "gpu 0: 1 power_w sample(s) outside 0..5000")]),
+                          (-0.01, [("negative_power", "gpu 0:0: power -0.0 W < 0"),
+                                   ("implausible_value",
+                                    "gpu 0: 1 power_w sample(s) outside 0..5000")]),
+                          (0.0, [("zero_power_samples", "gpu 0:0: 1 readings of 0 W")]),
+                          (0.5, [])])
 def test_negative_power_below_zero_only(low, expected):
     p = 200 + 20 * np.sin(np.arange(100) / 7.0)
     p[10] = low
     assert report_of(device(0, REGULAR, p)) == expected
+
+
+def test_zero_power_samples_are_counted_at_exactly_zero_watts():
+    p = 200 + 20 * np.sin(np.arange(100) / 7.0)
+    p[[3, 40, 41]] = 0.0
+    p[50] = np.nan  # missing is no 0 W reading
+    p[60] = 1e-3
+    assert report_of(device(0, REGULAR, p)) == [
+        ("zero_power_samples", "gpu 0:0: 3 readings of 0 W")]
+
+
+@pytest.mark.parametrize(("peak", "expected"),
+                         [(5000.0, []),
+                          (5000.5, [("implausible_value",
+                                     "gpu 0: 1 power_w sample(s) outside 0..5000")]),
+                          (np.inf, [("implausible_value",
+                                     "gpu 0: 1 power_w sample(s) outside 0..5000")])])
+def test_implausible_value_outside_the_physical_range(peak, expected):
+    # No power limit: only the physical range (0..5000 W per device) can flag the peak.
+    p = 200 + 20 * np.sin(np.arange(100) / 7.0)
+    p[5] = peak
+    assert report_of(DeviceSeries(0, REGULAR, {"power_w": p})) == expected
+
+
+def test_implausible_value_names_the_signal_and_counts_its_samples():
+    temp = np.full(100, 50.0) + np.arange(100) * 0.01
+    temp[[1, 2]] = [-41.0, 151.0]
+    assert report_of(device(0, REGULAR, temp_c=temp)) == [
+        ("implausible_value", "gpu 0: 2 temp_c sample(s) outside -40..150")]
 
 
 def test_gap_and_stall_messages_count_and_measure():
