@@ -125,21 +125,32 @@ def _read_runs_file(path: Path) -> tuple[str | None, pa.Table]:
         raise ShardError(f"Failed to read '{path}': {type(exc).__name__}: {exc}") from None
 
 
-def _table_rows(tables: list[pa.Table]) -> list[dict[str, Any]]:
-    """Rows of many small tables as dicts, in order.
+class _Rows:
+    """Rows of many small tables as dicts, in order, converted a group of tables at a time.
 
-    Consecutive tables with one schema are concatenated first: ``to_pylist`` has a fixed cost
-    per column and batch, which on 1,000 one-row runs files is most of the time.
+    Consecutive tables with one schema are concatenated before ``to_pylist`` (which has a fixed
+    cost per column and batch: most of the time on 1,000 one-row runs files), in groups of
+    ``GROUP`` so that only a bounded number of decoded tables is alive at once.
     """
-    rows: list[dict[str, Any]] = []
-    group: list[pa.Table] = []
-    for table in [*tables, None]:
-        if group and (table is None or not table.schema.equals(group[0].schema)):
-            rows.extend(pa.concat_tables(group).combine_chunks().to_pylist())
-            group = []
-        if table is not None:
-            group.append(table)
-    return rows
+
+    GROUP = 64
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+        self._pending: list[pa.Table] = []
+
+    def add(self, table: pa.Table) -> None:
+        if self._pending and not table.schema.equals(self._pending[0].schema):
+            self.flush()
+        self._pending.append(table)
+        if len(self._pending) >= self.GROUP:
+            self.flush()
+
+    def flush(self) -> list[dict[str, Any]]:
+        if self._pending:
+            self.rows.extend(pa.concat_tables(self._pending).combine_chunks().to_pylist())
+            self._pending = []
+        return self.rows
 
 
 def _read_trace_cached(root: Path, workload: str, split: str, path: Path,
@@ -190,7 +201,7 @@ def summarize(root: str | Path) -> FolderSummary:
     folders = layout.shard_folders(root)  # one walk of data/ for the whole summary
     globs = layout.config_globs(root)
     cache: dict[Path, tuple[int, list[dict[str, Any]]]] = {}
-    runs_tables: dict[str, list[pa.Table]] = {}
+    runs_rows: dict[str, _Rows] = {}
     runs_sha256: dict[Path, str | None] = {}
     for workload in schema.WORKLOADS:  # each runs file read once: hash, row count and rows
         config = f"{workload}_runs"
@@ -198,7 +209,7 @@ def summarize(root: str | Path) -> FolderSummary:
             continue
         for path in layout.shard_files(root, config, None, folders):
             runs_sha256[path], table = _read_runs_file(path)
-            runs_tables.setdefault(workload, []).append(table)
+            runs_rows.setdefault(workload, _Rows()).add(table)
             cache[path] = (table.num_rows, [])
     rows: dict[str, dict[str, int]] = {}
     for config, splits in globs.items():
@@ -218,6 +229,5 @@ def summarize(root: str | Path) -> FolderSummary:
             devices.setdefault(dev["run_id"], []).append(dev)
     for devs in devices.values():
         devs.sort(key=lambda d: (d.get("node_index") or 0, d.get("gpu_index") or 0))
-    runs = {wl: sorted(_table_rows(tables), key=lambda r: r["run_id"])
-            for wl, tables in runs_tables.items()}
+    runs = {wl: sorted(rows.flush(), key=lambda r: r["run_id"]) for wl, rows in runs_rows.items()}
     return FolderSummary(root=root, globs=globs, rows=rows, runs=runs, devices=devices)
