@@ -147,6 +147,7 @@ class Aligned:
     _pairs: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
     _diffs: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
     _values: np.ndarray | None = field(default=None, repr=False)
+    _segs: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
 
     def values(self) -> np.ndarray:
         """The node total at the gap-free points, in no particular order.
@@ -166,9 +167,13 @@ class Aligned:
         return self._segid
 
     def segments(self) -> tuple[np.ndarray, np.ndarray]:
-        """(starts, stops) index arrays of the gap-free segments."""
-        edges = np.diff(np.concatenate(([0], self.valid.astype(np.int8), [0])))
-        return np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+        """(starts, stops) index arrays of the gap-free segments (cached, read-only)."""
+        if self._segs is None:
+            edges = np.diff(np.concatenate(([0], self.valid.astype(np.int8), [0])))
+            starts, stops = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+            starts.flags.writeable = stops.flags.writeable = False
+            self._segs = (starts, stops)
+        return self._segs
 
     def lag_pairs(self, k: int) -> np.ndarray:
         """Bool mask over j in [0, n-k): points j and j+k lie in one gap-free segment (cached)."""
