@@ -662,6 +662,10 @@ def _group_ramps(al: Aligned | None, cap: float | None, out: _Out) -> None:
                 out.set(n, 100.0 * v / cap)
 
 
+_UNION_BLOCK = 1 << 16
+"""Union points summed per block in :func:`_seed_union_total` (fits a core's cache)."""
+
+
 def _seed_union_total(devs: list[_Dev]) -> tuple[np.ndarray, np.ndarray] | None:
     """The seed authors' aggregate: Σ_d (last reading of d at or before t).
 
@@ -684,13 +688,18 @@ def _seed_union_total(devs: list[_Dev]) -> tuple[np.ndarray, np.ndarray] | None:
         return None
     where = np.empty(len(merged), dtype=np.int64)
     where[order] = np.cumsum(new)  # union index of every reading (index 0 is the start)
-    total = np.zeros(len(times))
-    lo = 0
-    for d, i0, tail in zip(devs, first, tails, strict=True):
-        pos = where[lo:lo + len(tail)]
-        lo += len(tail)
-        counts = np.diff(pos, prepend=0, append=len(times))
-        total += np.repeat(d.p[i0:], counts)
+    n = len(times)
+    bounds = np.cumsum([0, *(len(tail) for tail in tails)])
+    held = [(d.p[i0:], where[lo:hi]) for d, i0, lo, hi
+            in zip(devs, first, bounds[:-1], bounds[1:], strict=True)]
+    total = np.zeros(n)
+    for b0 in range(0, n, _UNION_BLOCK):  # cache-sized blocks: the same sums, in device order
+        b1 = min(n, b0 + _UNION_BLOCK)
+        block = total[b0:b1]
+        for values, pos in held:
+            k0, k1 = np.searchsorted(pos, (b0, b1), side="right")  # readings held at b0, b1 - 1
+            cuts = np.concatenate(([b0], pos[k0:k1], [b1]))
+            block += np.repeat(values[k0:k1 + 1], np.diff(cuts))
     return times / 1000.0, total
 
 
