@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.ipc as ipc
 
 from llm_powertrace_ds import layout, schema
 from llm_powertrace_ds.errors import ShardError
-from llm_powertrace_ds.shards import iter_file_batches, iter_rows, write_text_atomic
+from llm_powertrace_ds.shards import iter_file_batches, write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -108,8 +109,53 @@ def summary_cache_path(runs_file: Path) -> Path:
     return runs_file.with_name(f".{runs_file.stem}.summary.json")
 
 
-def _read_trace_cached(root: Path, workload: str, split: str,
-                       path: Path) -> tuple[int, list[dict[str, Any]]]:
+def _read_runs_file(path: Path) -> tuple[str | None, pa.Table]:
+    """One runs-config shard, read once: its content hash (``None`` for Parquet) and its table.
+
+    The bytes read for the hash are the bytes parsed (``pyarrow.ipc`` on the in-memory buffer),
+    so a rebuild reads each runs file exactly once.
+    """
+    try:
+        if path.suffix == ".parquet":
+            return None, pa.Table.from_batches(list(iter_file_batches(path)))
+        data = path.read_bytes()
+        table = ipc.open_stream(pa.py_buffer(data)).read_all()
+        return hashlib.sha256(data).hexdigest(), table
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise ShardError(f"Failed to read '{path}': {type(exc).__name__}: {exc}") from None
+
+
+class _Rows:
+    """Rows of many small tables as dicts, in order, converted a group of tables at a time.
+
+    Consecutive tables with one schema are concatenated before ``to_pylist`` (which has a fixed
+    cost per column and batch: most of the time on 1,000 one-row runs files), in groups of
+    ``GROUP`` so that only a bounded number of decoded tables is alive at once.
+    """
+
+    GROUP = 64
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+        self._pending: list[pa.Table] = []
+
+    def add(self, table: pa.Table) -> None:
+        if self._pending and not table.schema.equals(self._pending[0].schema):
+            self.flush()
+        self._pending.append(table)
+        if len(self._pending) >= self.GROUP:
+            self.flush()
+
+    def flush(self) -> list[dict[str, Any]]:
+        if self._pending:
+            self.rows.extend(pa.concat_tables(self._pending).combine_chunks().to_pylist())
+            self._pending = []
+        return self.rows
+
+
+def _read_trace_cached(root: Path, workload: str, split: str, path: Path,
+                       runs_sha256: dict[Path, str | None] | None = None
+                       ) -> tuple[int, list[dict[str, Any]]]:
     """A per-run trace file's row count and device rows, cached by its run's content hash.
 
     The key is the SHA-256 of the run's runs-config file (rewritten, with new metrics, whenever
@@ -120,8 +166,9 @@ def _read_trace_cached(root: Path, workload: str, split: str,
     if not runs_file.is_file():
         return _read_file(path, DEVICE_COLUMNS)
     stat = path.stat()
+    known = (runs_sha256 or {}).get(runs_file)
     key = {"version": CACHE_VERSION,
-           "runs_sha256": hashlib.sha256(runs_file.read_bytes()).hexdigest(),
+           "runs_sha256": known or hashlib.sha256(runs_file.read_bytes()).hexdigest(),
            "trace_bytes": stat.st_size, "trace_mtime_ns": stat.st_mtime_ns}
     cache = summary_cache_path(runs_file)
     try:
@@ -154,6 +201,16 @@ def summarize(root: str | Path) -> FolderSummary:
     folders = layout.shard_folders(root)  # one walk of data/ for the whole summary
     globs = layout.config_globs(root)
     cache: dict[Path, tuple[int, list[dict[str, Any]]]] = {}
+    runs_rows: dict[str, _Rows] = {}
+    runs_sha256: dict[Path, str | None] = {}
+    for workload in schema.WORKLOADS:  # each runs file read once: hash, row count and rows
+        config = f"{workload}_runs"
+        if config not in globs:
+            continue
+        for path in layout.shard_files(root, config, None, folders):
+            runs_sha256[path], table = _read_runs_file(path)
+            runs_rows.setdefault(workload, _Rows()).add(table)
+            cache[path] = (table.num_rows, [])
     rows: dict[str, dict[str, int]] = {}
     for config, splits in globs.items():
         trace = schema.base_config(config) in schema.TRACE_CONFIGS
@@ -162,7 +219,8 @@ def summarize(root: str | Path) -> FolderSummary:
             for path in layout.shard_files(root, config, split, folders):
                 if path not in cache:
                     cache[path] = (_read_trace_cached(root, schema.base_config(config), split,
-                                                      path) if trace else _read_file(path, ()))
+                                                      path, runs_sha256)
+                                   if trace else _read_file(path, ()))
                 total += cache[path][0]
             rows.setdefault(config, {})[split] = total
     devices: dict[str, list[dict[str, Any]]] = {}
@@ -171,9 +229,5 @@ def summarize(root: str | Path) -> FolderSummary:
             devices.setdefault(dev["run_id"], []).append(dev)
     for devs in devices.values():
         devs.sort(key=lambda d: (d.get("node_index") or 0, d.get("gpu_index") or 0))
-    runs = {}
-    for workload in schema.WORKLOADS:
-        config = f"{workload}_runs"
-        if config in globs:
-            runs[workload] = sorted(iter_rows(root, config), key=lambda r: r["run_id"])
+    runs = {wl: sorted(rows.flush(), key=lambda r: r["run_id"]) for wl, rows in runs_rows.items()}
     return FolderSummary(root=root, globs=globs, rows=rows, runs=runs, devices=devices)

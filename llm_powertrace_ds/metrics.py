@@ -147,6 +147,7 @@ class Aligned:
     _pairs: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
     _diffs: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
     _values: np.ndarray | None = field(default=None, repr=False)
+    _segs: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
 
     def values(self) -> np.ndarray:
         """The node total at the gap-free points, in no particular order.
@@ -166,9 +167,13 @@ class Aligned:
         return self._segid
 
     def segments(self) -> tuple[np.ndarray, np.ndarray]:
-        """(starts, stops) index arrays of the gap-free segments."""
-        edges = np.diff(np.concatenate(([0], self.valid.astype(np.int8), [0])))
-        return np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+        """(starts, stops) index arrays of the gap-free segments (cached, read-only)."""
+        if self._segs is None:
+            edges = np.diff(np.concatenate(([0], self.valid.astype(np.int8), [0])))
+            starts, stops = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+            starts.flags.writeable = stops.flags.writeable = False
+            self._segs = (starts, stops)
+        return self._segs
 
     def lag_pairs(self, k: int) -> np.ndarray:
         """Bool mask over j in [0, n-k): points j and j+k lie in one gap-free segment (cached)."""
@@ -657,31 +662,53 @@ def _group_ramps(al: Aligned | None, cap: float | None, out: _Out) -> None:
                 out.set(n, 100.0 * v / cap)
 
 
+_UNION_BLOCK = 1 << 16
+"""Union points summed per block in :func:`_seed_union_total` (fits a core's cache)."""
+
+
 def _seed_union_total(devs: list[_Dev]) -> tuple[np.ndarray, np.ndarray] | None:
     """The seed authors' aggregate: Σ_d (last reading of d at or before t).
 
     At every timestamp t of any device, from the moment every device has read once (t in s).
-    Linear time per device: each device's readings are located in the sorted union once and its
-    last-reading index is a cumulative count (no search per union point).
+    Linear time: the readings after the common start are merged once (one stable argsort of
+    the concatenated, already sorted per-device times), each reading's place in the union comes
+    from the inverse permutation, and each device's carried-forward values are one
+    ``numpy.repeat`` of its readings by the union points they hold for (no search per point).
     """
     start = max(int(d.t_ms[0]) for d in devs)
-    times = np.concatenate([d.t_ms[d.t_ms >= start] for d in devs])
-    times.sort(kind="stable")
-    if len(times) > 1:
-        times = times[np.concatenate(([True], times[1:] != times[:-1]))]
+    first = [int(np.searchsorted(d.t_ms, start, side="right")) - 1 for d in devs]
+    tails = [d.t_ms[i0 + 1:] for d, i0 in zip(devs, first, strict=True)]  # all > start
+    merged = np.concatenate(tails)
+    order = np.argsort(merged, kind="stable")
+    ordered = merged[order]
+    new = np.ones(len(ordered), dtype=bool)
+    new[1:] = ordered[1:] != ordered[:-1]
+    times = np.concatenate(([start], ordered[new]))
     if len(times) < 2:
         return None
-    total = np.zeros(len(times))
-    for d in devs:
-        i0 = int(np.searchsorted(d.t_ms, start, side="right")) - 1  # last reading at start
-        marks = np.zeros(len(times), dtype=np.int64)
-        marks[np.searchsorted(times, d.t_ms[i0 + 1:])] = 1
-        total += d.p[i0 + np.cumsum(marks)]
+    where = np.empty(len(merged), dtype=np.int64)
+    where[order] = np.cumsum(new)  # union index of every reading (index 0 is the start)
+    n = len(times)
+    bounds = np.cumsum([0, *(len(tail) for tail in tails)])
+    held = [(d.p[i0:], where[lo:hi]) for d, i0, lo, hi
+            in zip(devs, first, bounds[:-1], bounds[1:], strict=True)]
+    total = np.zeros(n)
+    for b0 in range(0, n, _UNION_BLOCK):  # cache-sized blocks: the same sums, in device order
+        b1 = min(n, b0 + _UNION_BLOCK)
+        block = total[b0:b1]
+        for values, pos in held:
+            k0, k1 = np.searchsorted(pos, (b0, b1), side="right")  # readings held at b0, b1 - 1
+            cuts = np.concatenate(([b0], pos[k0:k1], [b1]))
+            block += np.repeat(values[k0:k1 + 1], np.diff(cuts))
     return times / 1000.0, total
 
 
 def _seed_tick_total(devs: list[_Dev], grid_ms: int = GRID_MS) -> tuple[np.ndarray, np.ndarray] | None:
-    """Per-tick aggregate: Σ_d (last reading of d at or before t) on a 0.1 s grid (t in s)."""
+    """Per-tick aggregate: Σ_d (last reading of d at or before t) on a 0.1 s grid (t in s).
+
+    Linear time: reading j of a device holds from grid index ⌈(t_j − t_start) / grid⌉ until the
+    next reading's, so the carried-forward values are one ``numpy.repeat`` per device.
+    """
     start = max(int(d.t_ms[0]) for d in devs)
     end = max(int(d.t_ms[-1]) for d in devs)
     if end - start < grid_ms:
@@ -689,7 +716,11 @@ def _seed_tick_total(devs: list[_Dev], grid_ms: int = GRID_MS) -> tuple[np.ndarr
     grid = np.arange(start, end + 1, grid_ms, dtype=np.int64)
     total = np.zeros(len(grid))
     for d in devs:
-        total += d.p[np.searchsorted(d.t_ms, grid, side="right") - 1]
+        i0 = int(np.searchsorted(d.t_ms, start, side="right")) - 1  # last reading at start
+        held = (d.t_ms[i0:] - start + (grid_ms - 1)) // grid_ms  # first grid index at/after t_j
+        held[0] = 0
+        np.minimum(held, len(grid), out=held)
+        total += np.repeat(d.p[i0:], np.diff(held, append=len(grid)))
     return grid / 1000.0, total
 
 
@@ -747,7 +778,8 @@ def _group_seed_ramps(devs: list[_Dev | None], out: _Out) -> None:
         r = _tick_ramps(tick, delta) if tick is not None else np.zeros(0)
         up = r[r > 0]
         if up.size:
-            for name, value in zip(up_names, np.percentile(up, [95, 99]), strict=True):
+            for name, value in zip(up_names, np.percentile(up, [95, 99], overwrite_input=True),
+                                    strict=True):
                 out.set(name, value)
         else:
             out.null(up_names, f"no up-ramps{over}")
@@ -755,7 +787,7 @@ def _group_seed_ramps(devs: list[_Dev | None], out: _Out) -> None:
             r = seed_ramps(*union, delta) if union is not None else np.zeros(0)
         down = -r[r < 0]
         if down.size:
-            out.set(f"ramp_down_p99_{tag}_w_per_s", np.percentile(down, 99))
+            out.set(f"ramp_down_p99_{tag}_w_per_s", np.percentile(down, 99, overwrite_input=True))
         else:
             out.null(f"ramp_down_p99_{tag}_w_per_s", f"no down-ramps{over}")
         if tag == "1s":
@@ -763,7 +795,7 @@ def _group_seed_ramps(devs: list[_Dev | None], out: _Out) -> None:
             if not upward.size or union is None:
                 out.null("ramp_event_frequency_1s", "no ramps")
                 continue
-            theta = np.percentile(upward, 95)
+            theta = np.percentile(upward, 95, overwrite_input=True)  # a copy: order is free
             minutes = (union[0][-1] - union[0][0]) / 60.0
             out.set("ramp_event_frequency_1s", np.count_nonzero(upward >= theta) / minutes)
 
