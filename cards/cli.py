@@ -1,6 +1,6 @@
 """The ``card`` subcommand, and the card writer every folder-changing command calls once.
 
-Registered through ``llm_powertrace_ds.cli.COMMAND_MODULES``: registering also hands
+Registered through the ``llm_powertrace.commands`` entry-point group (pyproject.toml): registering also hands
 :func:`cards.builder.refresh_card` to ``llm_powertrace_ds.hooks``, so ``import``, ``pack``,
 ``merge``, ``generate`` and ``demo`` rebuild the full card once per command without the library
 importing this package.

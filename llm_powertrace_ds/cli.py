@@ -15,23 +15,33 @@ import importlib
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from .errors import PowerTraceError
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
-# One module per group of subcommands; each has ``register(subparsers)``.
+# One module per group of the library's subcommands; each has ``register(subparsers)``.
 COMMAND_MODULES = [
     "llm_powertrace_ds.cli_core",
     "llm_powertrace_ds.cli_analysis",
-    "llm_powertrace_ds.cli_generate",
     "llm_powertrace_ds.cli_facility",
     "llm_powertrace_ds.cli_explore",
-    "generation.cli_gpu",
-    "llm_powertrace_ds.cli_record",
-    "llm_powertrace_ds.demo",
-    "cards.cli",
 ]
+PLUGIN_GROUP = "llm_powertrace.commands"
+"""Entry-point group through which the layers above the library (``generation``: ``generate``,
+``merge``, ``salvage``, ``demo``, ``record``, ``restore-gpu-settings``; ``cards``: ``card``) add their commands, so the library
+never imports them (pyproject.toml ``[project.entry-points."llm_powertrace.commands"]``)."""
+
+
+def command_modules() -> list[Any]:
+    """The library's command modules, then the installed plug-ins' (by entry-point name)."""
+    from importlib.metadata import entry_points
+
+    modules = [importlib.import_module(name) for name in COMMAND_MODULES]
+    for ep in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
+        modules.append(ep.load())
+    return modules
 
 EPILOG = """exit codes: 0 ok, 1 failure, 2 bad usage.
 examples:
@@ -58,8 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quiet", "-q", action="store_true",
                         help="print only results and errors (default: off)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(sub)
+    for module in command_modules():
+        module.register(sub)
     return parser
 
 

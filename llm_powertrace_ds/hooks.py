@@ -2,7 +2,7 @@
 
 The library never imports ``cards`` (DESIGN.md: it is the ground floor). A package above it
 registers its card writer here when its CLI module registers (``cards/cli.py`` does, through
-``cli.COMMAND_MODULES``); a command that changed a dataset folder then calls
+the ``llm_powertrace.commands`` entry points); a command that changed a dataset folder then calls
 :func:`rebuild_card` **once**, at its end. Without a registered writer the folder still gets its
 YAML ``configs:`` block (:func:`llm_powertrace_ds.shards.write_configs_block`), so it loads.
 

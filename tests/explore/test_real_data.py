@@ -31,7 +31,7 @@ def _check_every_page(page, open_page, site: Path, root: Path) -> None:
 def test_demo_sweeps_explorer_in_chromium(tmp_path, page, open_page, shots):
     """A slice of both demo sweeps, generated for real, then the demo's explorer line."""
     pytest.importorskip("generation")
-    from llm_powertrace_ds.demo import explorer_line, sweep_paths
+    from generation.demo import explorer_line, sweep_paths
 
     root = tmp_path / "llm-powertrace"
     for sweep, tasks in zip(sweep_paths(), (9, 8), strict=True):

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import shards
-from .cli_core import emit
+from llm_powertrace_ds import shards
+from llm_powertrace_ds.cli_core import emit
 
 DEMO_SWEEPS = ("demo-finetune.yaml", "demo-inference.yaml")
 QUICK_TASKS = 3
@@ -55,9 +55,7 @@ def _say(quiet: bool, text: str = "") -> None:
 
 def sweep_paths() -> list[Path]:
     """The packaged demo sweep files."""
-    import generation
-
-    base = Path(generation.__file__).resolve().parent / "sweeps"
+    base = Path(__file__).resolve().parent / "sweeps"
     return [base / name for name in DEMO_SWEEPS]
 
 
@@ -67,8 +65,8 @@ def warmup_shares(root: Path) -> dict[str, tuple[float, float]]:
     Warm-up = Σ (warmup_end − warmup_begin) over the run-level and rank-0 warm-up events;
     the window = last − first tick of the run's first device row.
     """
-    from .metrics import event_windows
-    from .run import Event, Run
+    from llm_powertrace_ds.metrics import event_windows
+    from llm_powertrace_ds.run import Event, Run
 
     out: dict[str, tuple[float, float]] = {}
     for workload in ("finetune", "inference"):
@@ -119,15 +117,13 @@ def run_demo(out: Path, *, quick: bool = False, quiet: bool = False) -> int:
     Raises:
         MissingExtra: the ``generate`` extra is not installed.
     """
-    from .cli_generate import _import_generation
-    from .errors import InputError
-    from .hooks import rebuild_card
+    from llm_powertrace_ds.errors import InputError
+    from llm_powertrace_ds.hooks import rebuild_card
 
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise InputError(f"'{out}' is a file; --out takes a folder", field="--out")
-    runner = _import_generation("runner")
-    sampler = _import_generation("sampler")
+    from generation import runner, sampler  # torch and the workloads load here, not at --help
     logging.getLogger("generation.sampler").setLevel(logging.WARNING)
     source = sampler.resolve_source(sampler.SamplerConfig(source="auto"))
     _say(quiet, f"LLM-PowerTrace demo -> {out}/")
@@ -190,7 +186,7 @@ def run_demo(out: Path, *, quick: bool = False, quiet: bool = False) -> int:
 
 def explorer_line(out: Path) -> str:
     """Write the explorer beside the dataset (``<out>-explorer/``); the line naming its page."""
-    from .explore.site import MissingExtra, build_site
+    from llm_powertrace_ds.explore.site import MissingExtra, build_site
 
     site = out.parent / f"{out.name}-explorer"
     try:
@@ -203,7 +199,7 @@ def explorer_line(out: Path) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# The command (registered through cli.COMMAND_MODULES)
+# The command (registered through the llm_powertrace.commands entry point)
 # ---------------------------------------------------------------------------------------------
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import doctest
 
-from llm_powertrace_ds import demo, shards
+from generation import demo
+from llm_powertrace_ds import shards
 from llm_powertrace_ds.run import Event
 
 

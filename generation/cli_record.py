@@ -1,7 +1,8 @@
 """``llm-powertrace record``: run any command under the power sampler as one run.
 
-Needs the ``generate`` extra's sampler (nvidia-ml-py, psutil; not torch); ``generation`` is
-imported inside the command, as in :mod:`llm_powertrace_ds.cli_generate`.
+Needs the ``generate`` extra's sampler (nvidia-ml-py, psutil; not torch). Registered with the
+CLI through the ``llm_powertrace.commands`` entry-point group (pyproject.toml), so the library
+never imports ``generation``; the recorder is imported inside the command.
 """
 
 from __future__ import annotations
@@ -11,10 +12,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import schema
-from .cli_core import add_format, emit, out_dir
-from .cli_generate import _import_generation
-from .errors import InputError
+from llm_powertrace_ds import schema
+from llm_powertrace_ds.cli_core import add_format, emit, out_dir
+from llm_powertrace_ds.errors import InputError
 
 REQUEST_FORMATS = ("vllm", "sglang", "csv")
 
@@ -102,15 +102,15 @@ def parse_requests(text: str | None) -> tuple[str, Path] | None:
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    from .cli import UsageError
-    from .importers.common import load_meta_file
+    from llm_powertrace_ds.cli import UsageError
+    from llm_powertrace_ds.importers.common import load_meta_file
 
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
     if not command:
         raise UsageError("no command to record: llm-powertrace record [options] -- CMD [ARGS...]")
-    record = _import_generation("record")
+    from generation import record
     axes: dict[str, Any] = dict(load_meta_file(args.meta)) if args.meta else {}
     axes.update(parse_axes(args.axes))
     requests = parse_requests(args.requests)
@@ -120,7 +120,9 @@ def cmd_record(args: argparse.Namespace) -> int:
                                  idle_after_s=args.idle_after_s, keep_failed=args.keep_failed)
     loader = None
     if requests is not None:
-        loader = _import_generation("record.requests").loader(*requests)
+        from generation.record import requests as request_logs
+
+        loader = request_logs.loader(*requests)
     outcome = record.record_command(command, config, requests_from=loader)
     res = outcome.published
     row = {"run_id": outcome.run_id, "status": outcome.status, "exit_code": outcome.exit_code,

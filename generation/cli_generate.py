@@ -2,7 +2,8 @@
 
 ``generate`` and ``salvage`` need the ``generate`` extra; they import ``generation`` inside the
 command (never at import time) and print one line naming the extra when it is missing. ``merge``
-needs only the dataset library.
+needs only the dataset library. Registered with the CLI through the ``llm_powertrace.commands``
+entry-point group (pyproject.toml), so the library never imports ``generation``.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import layout
-from .cli_core import add_format, emit, out_dir
-from .errors import InputError, PowerTraceError, ShardError
+from llm_powertrace_ds import layout
+from llm_powertrace_ds.cli_core import add_format, emit, out_dir
+from llm_powertrace_ds.errors import InputError, PowerTraceError, ShardError
 
 EXTRA_HINT = "pip install 'llm-powertrace[generate]'"
 EXIT_INTERRUPTED = 130
@@ -112,7 +113,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if not args.sweep.exists():
         raise InputError(f"sweep file '{args.sweep}' does not exist")
     if args.num_tasks < 1 or not 0 <= args.task_index < args.num_tasks:
-        from .cli import UsageError
+        from llm_powertrace_ds.cli import UsageError
 
         raise UsageError(f"--task-index {args.task_index} must be in [0, --num-tasks "
                          f"{args.num_tasks})")
@@ -141,7 +142,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     finally:
         sampler_log.setLevel(level)  # the caller's logging as it was (main() may run in-process)
     if not args.dry_run and args.out.is_dir():
-        from .hooks import rebuild_card
+        from llm_powertrace_ds.hooks import rebuild_card
 
         rebuild_card(args.out)  # once per command (publishing keeps only the configs block)
     rows = [o.row() for o in report.outcomes]
@@ -180,7 +181,7 @@ def dry_run_summary(report: Any) -> str:
 def cmd_salvage(args: argparse.Namespace) -> int:
     runner = _import_generation("runner")
     res = runner.salvage(args.dir, args.run_id)
-    from .hooks import rebuild_card
+    from llm_powertrace_ds.hooks import rebuild_card
 
     rebuild_card(args.dir)
     emit([{"run_id": res.run_id, "flags": res.flags, "files": res.files}], args.format,
@@ -220,7 +221,7 @@ def _run_files(root: Path) -> dict[str, dict[str, Path]]:
 def _same_content(a: Path, b: Path) -> bool:
     if filecmp.cmp(a, b, shallow=False):
         return True
-    from .shards import read_table
+    from llm_powertrace_ds.shards import read_table
 
     return read_table(a).equals(read_table(b))
 
@@ -268,7 +269,7 @@ def merge(sources: list[Path], into: Path) -> tuple[list[str], set[str]]:
     Returns:
         ``(run ids copied, run ids already present with identical files)``.
     """
-    from .hooks import rebuild_card
+    from llm_powertrace_ds.hooks import rebuild_card
 
     plan = plan_merge(sources, into)
     copied: set[str] = set()
