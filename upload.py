@@ -695,24 +695,34 @@ def _run(args: argparse.Namespace, api: Any, printer: _Printer) -> int:
     return _run_space(args, api, printer, token)
 
 
+def _show_plan(plan: Any, args: argparse.Namespace, printer: _Printer, dry_note: str) -> bool:
+    """Print a plan (its JSON only for a dry run with ``--format json``); True on a dry run."""
+    as_json = args.format == "json"
+    if as_json and args.dry_run:
+        printer.out(json.dumps(plan.as_json(), indent=2))
+    elif not as_json:
+        for line in plan.lines():
+            printer.out(line)
+    if args.dry_run and not as_json:
+        printer.out(dry_note)
+    return bool(args.dry_run)
+
+
+def _hf_api(token: str | None) -> Any:
+    from huggingface_hub import HfApi
+
+    return HfApi(token=token)
+
+
 def _run_dataset(args: argparse.Namespace, api: Any, printer: _Printer,
                  token: str | None) -> int:
     with tempfile.TemporaryDirectory(prefix="llm-powertrace-upload-") as tmp:
         plan, upload_root = _prepare(args, Path(tmp))
-        as_json = args.format == "json"
-        if as_json and args.dry_run:
-            printer.out(json.dumps(plan.as_json(), indent=2))
-        elif not as_json:
-            for line in plan.lines():
-                printer.out(line)
-        if args.dry_run:
-            if not as_json:
-                printer.out("dry run: nothing was uploaded and no network call was made")
+        if _show_plan(plan, args, printer,
+                      "dry run: nothing was uploaded and no network call was made"):
             return EXIT_OK
-        if api is None:
-            from huggingface_hub import HfApi
-
-            api = HfApi(token=token)
+        api = api if api is not None else _hf_api(token)
+        as_json = args.format == "json"
         result = _publish(api, plan, upload_root, None if as_json else printer)
     if as_json:
         printer.out(json.dumps({**plan.as_json(), "result": result}, indent=2))
@@ -797,19 +807,10 @@ def _run_space(args: argparse.Namespace, api: Any, printer: _Printer,
     as_json = args.format == "json"
     with tempfile.TemporaryDirectory(prefix="llm-powertrace-space-") as tmp:
         plan, site = _prepare_space(args, Path(tmp))
-        if as_json and args.dry_run:
-            printer.out(json.dumps(plan.as_json(), indent=2))
-        elif not as_json:
-            for line in plan.lines():
-                printer.out(line)
-        if args.dry_run:
-            if not as_json:
-                printer.out("dry run: the Space was not uploaded and no network call was made")
+        if _show_plan(plan, args, printer,
+                      "dry run: the Space was not uploaded and no network call was made"):
             return EXIT_OK
-        if api is None:
-            from huggingface_hub import HfApi
-
-            api = HfApi(token=token)
+        api = api if api is not None else _hf_api(token)
         api.create_repo(plan.space_id, repo_type="space", space_sdk="static",
                         private=args.private, exist_ok=True)
         info = api.upload_folder(

@@ -39,10 +39,11 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from ..trainer_events import StepEventMarks
 from .session import Attached, RecordError, Recording, active
 
 
-class PowerTraceCallback(TrainerCallback):
+class PowerTraceCallback(StepEventMarks, TrainerCallback):
     """Marks training events on the sampler's clock and reports the run's results.
 
     Args:
@@ -84,21 +85,7 @@ class PowerTraceCallback(TrainerCallback):
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.last_end_ns = time.monotonic_ns()
-        self.mark("step_end", step=state.global_step)
-        if control.should_evaluate:
-            self.mark("eval_begin", step=state.global_step)
-            self._pending_save = bool(control.should_save)
-        elif control.should_save:
-            self.mark("checkpoint_begin", step=state.global_step)
-
-    def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.mark("eval_end", step=state.global_step)
-        if self._pending_save and control.should_save:
-            self.mark("checkpoint_begin", step=state.global_step)
-        self._pending_save = False
-
-    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.mark("checkpoint_end", step=state.global_step)
+        self.mark_step_end(state, control)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if not state.is_world_process_zero:

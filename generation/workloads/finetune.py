@@ -248,7 +248,9 @@ def prepare() -> None:
 def _callback_class() -> type:
     from transformers import TrainerCallback
 
-    class PowerTraceCallback(TrainerCallback):
+    from ..trainer_events import StepEventMarks
+
+    class PowerTraceCallback(StepEventMarks, TrainerCallback):
         """Records step, eval and checkpoint events on the run clock and stops at a deadline.
 
         Trainer order per optimiser step: ``on_step_begin``, forward/backward/optimizer,
@@ -281,23 +283,9 @@ def _callback_class() -> type:
             if self.sync is not None:
                 self.sync()
             self.last_end_ns = time.monotonic_ns()
-            self.mark("step_end", step=state.global_step)
+            self.mark_step_end(state, control)
             if self.deadline_ns is not None and self._past_deadline():
                 control.should_training_stop = True
-            if control.should_evaluate:
-                self.mark("eval_begin", step=state.global_step)
-                self._pending_save = bool(control.should_save)
-            elif control.should_save:
-                self.mark("checkpoint_begin", step=state.global_step)
-
-        def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self.mark("eval_end", step=state.global_step)
-            if self._pending_save and control.should_save:
-                self.mark("checkpoint_begin", step=state.global_step)
-            self._pending_save = False
-
-        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self.mark("checkpoint_end", step=state.global_step)
 
         def _past_deadline(self) -> bool:
             past = time.monotonic_ns() >= self.deadline_ns
