@@ -120,11 +120,16 @@ def shard_files(root: str | Path, config: str, split: str | None = None,
     return files
 
 
-def config_globs(root: str | Path) -> dict[str, dict[str, list[str]]]:
-    """``{config: {split: [glob relative to root]}}`` for every (config, split) present."""
+def config_globs(root: str | Path, folders_by_config: dict[str, dict[str, list[Path]]] | None = None
+                 ) -> dict[str, dict[str, list[str]]]:
+    """``{config: {split: [glob relative to root]}}`` for every (config, split) present.
+
+    ``folders_by_config``: a ``shard_folders(root)`` already computed (one walk of ``data/``).
+    """
     out: dict[str, dict[str, list[str]]] = {}
     data = data_root(root)
-    for config, splits in shard_folders(root).items():
+    folders = folders_by_config if folders_by_config is not None else shard_folders(root)
+    for config, splits in folders.items():
         for split, dirs in splits.items():
             if config in schema.TRACE_CONFIGS:
                 globs = [f"{DATA_DIR}/{config}/{split}/*/*{SHARD_SUFFIX}"]
@@ -168,8 +173,8 @@ def configs_metadata(root: str | Path) -> list[dict]:
 
     ``finetune`` is marked ``default: true`` when present (else the first config).
     """
-    globs = config_globs(root)
-    folders = shard_folders(root)
+    folders = shard_folders(root)  # one walk of data/ for the globs and the fingerprints
+    globs = config_globs(root, folders)
     entries = []
     for config, splits in globs.items():
         entry: dict = {"config_name": config,
