@@ -156,6 +156,7 @@ def validate_folder(root: Path) -> FolderCheck:
     from llm_powertrace_ds import schema
     from llm_powertrace_ds.audit import audit_folder
     from llm_powertrace_ds.shards import iter_runs
+    from llm_powertrace_ds.staging import unpublished_runs
     from llm_powertrace_ds.validate import validate_run
 
     check = FolderCheck()
@@ -178,11 +179,8 @@ def validate_folder(root: Path) -> FolderCheck:
     if failed:
         raise UploadError(f"{len(failed)} run(s) fail validation: {'; '.join(failed)}; fix or "
                           "remove them (llm-powertrace validate DIR shows why)")
-    staging = root / ".staging"
-    if staging.is_dir():
-        # runs not published yet (a published or salvaged run may keep its killed attempts)
-        check.unpublished = sum(1 for p in staging.iterdir() if p.is_dir() and p.name != "locks"
-                                and _staging_status(p) not in ("published", "salvaged"))
+    # runs not published yet (a published or salvaged run may keep its killed attempts)
+    check.unpublished = len(unpublished_runs(root))
     return check
 
 
@@ -198,13 +196,6 @@ def publishable_folder(root: Path, *, allow_proxy: bool) -> FolderCheck:
             f"'{root}' holds {len(check.proxy_runs)} cpu_proxy run(s) (modelled from CPU "
             "activity, not GPU measurements); pass --allow-proxy to publish them anyway")
     return check
-
-
-def _staging_status(sdir: Path) -> str | None:
-    try:
-        return json.loads((sdir / "status.json").read_text(encoding="utf-8")).get("status")
-    except (OSError, ValueError, AttributeError):
-        return None
 
 
 def check_loads(root: Path, cache_dir: Path) -> list[tuple[str, str]]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import filecmp
-import os
 import shutil
 import sys
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from llm_powertrace_ds import layout
+from llm_powertrace_ds.atomic import atomic_path
 from llm_powertrace_ds.cli_core import add_format, emit, out_dir
 from llm_powertrace_ds.errors import InputError, PowerTraceError, ShardError
 
@@ -179,8 +179,8 @@ def dry_run_summary(report: Any) -> str:
 # ---------------------------------------------------------------------------------------------
 
 def cmd_salvage(args: argparse.Namespace) -> int:
-    runner = _import_generation("runner")
-    res = runner.salvage(args.dir, args.run_id)
+    attempts = _import_generation("attempts")
+    res = attempts.salvage(args.dir, args.run_id)
     from llm_powertrace_ds.hooks import rebuild_card
 
     rebuild_card(args.dir)
@@ -274,11 +274,8 @@ def merge(sources: list[Path], into: Path) -> tuple[list[str], set[str]]:
     plan = plan_merge(sources, into)
     copied: set[str] = set()
     for src, rel in plan.copies:
-        dest = into / rel
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, dest)
+        with atomic_path(into / rel) as tmp:
+            shutil.copyfile(src, tmp)
         copied.add(Path(rel).stem)
     into.mkdir(parents=True, exist_ok=True)
     rebuild_card(into)

@@ -1,6 +1,6 @@
 """The runner: a sweep file in, published runs out — with resume, task splitting and locks.
 
-Per run (DESIGN.md's run lifecycle)::
+Per run (the run lifecycle of docs/design.md and :mod:`llm_powertrace_ds.staging`)::
 
     lock .staging/locks/measure-<run_id>.lock (another generate process has it -> "busy")
     archive a killed or failed attempt's spool as .staging/<run_id>/attempt-N/
@@ -27,9 +27,7 @@ request rows) becomes ``Run.requests`` for the inference workload.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import importlib.metadata
-import json
 import logging
 import os
 import shutil
@@ -41,29 +39,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llm_powertrace_ds import layout, schema
-from llm_powertrace_ds.errors import PowerTraceError
+from llm_powertrace_ds import schema
+from llm_powertrace_ds.errors import LockTimeout, PowerTraceError
+from llm_powertrace_ds.staging import RunStatus, Staging, is_done, published_run_ids, utc_now
 
+from .attempts import RunFailed, archive_attempt, request_redo
 from .sweep import PlannedRun, Sweep, detect_machine, load_sweep, plan, task_subset
 from .workloads import MachineInfo
 
 log = logging.getLogger(__name__)
 
-STATUS_DONE = ("published", "salvaged")
-"""Staging statuses of a done run. The lifecycle (issue 12, item 14)::
-
-    running --(Ctrl-C)--> interrupted --(generate)--> running ...
-    running --(SIGKILL: owner dead, its lock free)--> killed (spool archived as attempt-N)
-    killed/interrupted/failed --(salvage)--> salvaged    (done; attempts kept)
-    salvaged --(generate --redo-salvaged)--> redo --> running --> published (attempts kept)
-
-Attempts (``attempt-N/``) are never deleted by the tools; the user prunes them.
-"""
 LAUNCH_READY_TIMEOUT_S = 900.0
-
-
-class RunFailed(PowerTraceError, RuntimeError):
-    """A run failed (``fail_fast``); the message names the run and its error."""
 
 
 @dataclass
@@ -145,36 +131,6 @@ def _installed_version(dist: str) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Done-ness
-# ---------------------------------------------------------------------------------------------
-
-def published_run_ids(root: str | Path, workload: str) -> set[str]:
-    """Run ids with a trace file in ``data/<workload>/`` (one directory walk)."""
-    base = layout.data_root(root) / workload
-    if not base.is_dir():
-        return set()
-    return {p.stem for p in base.rglob(f"*{layout.SHARD_SUFFIX}")
-            if not p.name.startswith(".") and "-of-" not in p.stem}
-
-
-def staging_status(root: str | Path, run_id: str) -> str | None:
-    """The run's staging status, or ``None`` when it has no readable one."""
-    path = layout.staging_dir(root, run_id) / "status.json"
-    try:
-        return json.loads(path.read_text(encoding="utf-8")).get("status")
-    except (OSError, ValueError):
-        return None
-
-
-def is_done(root: str | Path, run_id: str, published: set[str]) -> bool:
-    """Done = trace file in ``data/`` and no staging folder saying otherwise."""
-    if run_id not in published:
-        return False
-    sdir = layout.staging_dir(root, run_id)
-    return not sdir.exists() or staging_status(root, run_id) in STATUS_DONE
-
-
-# ---------------------------------------------------------------------------------------------
 # generate
 # ---------------------------------------------------------------------------------------------
 
@@ -230,7 +186,8 @@ def generate(sweep_path: str | Path, out: str | Path, *, task_index: int = 0, nu
         if redo_salvaged and not dry_run:
             request_redo(out, run.run_id)
         if is_done(out, run.run_id, published) and not (
-                dry_run and redo_salvaged and staging_status(out, run.run_id) == "salvaged"):
+                dry_run and redo_salvaged
+                and Staging(out, run.run_id).status() == RunStatus.SALVAGED):
             emit(Outcome(run.index, run.run_id, "done" if dry_run else "skipped",
                          info=_info(run)))
         elif dry_run:
@@ -347,75 +304,59 @@ def execute_run(sweep: Sweep, machine: MachineInfo, run: PlannedRun, out: Path, 
     Raises:
         RunError: the run failed; its staging status says ``failed`` with the error.
     """
-    from filelock import FileLock, Timeout
+    from llm_powertrace_ds.shards import publish_run
 
-    from llm_powertrace_ds.shards import publish_run, set_status
-
-    lock = FileLock(str(layout.lock_path(out, f"measure-{run.run_id}")), timeout=0)
+    staging = Staging(out, run.run_id)
     try:
-        lock.acquire()
-    except Timeout:
+        with staging.measure_lock():
+            if is_done(out, run.run_id, published_run_ids(out, sweep.workload)):
+                return "skipped", {}
+            return _execute_locked(sweep, machine, run, staging, publish_run, progress=progress)
+    except LockTimeout:
         log.info("run %s is being measured by another process; skipped", run.run_id)
         return "busy", {}
+
+
+def _execute_locked(sweep: Sweep, machine: MachineInfo, run: PlannedRun, staging: Staging,
+                    publish: Callable[..., Any], *, progress: bool) -> tuple[str, dict[str, Any]]:
+    """:func:`execute_run` once the run's measure lock is held."""
+    _prepare_staging(staging)
+    meta = _planned_meta(sweep, run)
+    staging.write_meta({"columns": meta, "settings": run.settings, "sampler": sweep.sampler,
+                        "sweep": str(sweep.path)})
+    staging.set_status(RunStatus.RUNNING, started_utc=utc_now(), pid=os.getpid())
     try:
-        if is_done(out, run.run_id, published_run_ids(out, sweep.workload)):
-            return "skipped", {}
-        sdir = layout.staging_dir(out, run.run_id)
-        _prepare_staging(sdir)
-        meta = _planned_meta(sweep, run)
-        _write_json(sdir / "meta.json", {"columns": meta, "settings": run.settings,
-                                         "sampler": sweep.sampler, "sweep": str(sweep.path)})
-        set_status(out, run.run_id, "running",
-                   started_utc=dt.datetime.now(dt.timezone.utc).isoformat(), pid=os.getpid())
-        try:
-            result = _measure(sweep, machine, run, sdir, progress=progress)
-            record = _build_run(sdir, meta, result)
-            _gpu_state_facts(record, run, machine)
-            published = publish_run(out, record)
-        except (KeyboardInterrupt, SystemExit):  # Ctrl-C, or SIGTERM/SIGHUP (signals.Terminated)
-            mark_interrupted(out, run.run_id)
-            raise
-        except Exception as exc:  # noqa: BLE001 - any failure of a run is recorded, not fatal
-            message = f"{type(exc).__name__}: {exc}"
-            set_status(out, run.run_id, "failed", error=message,
-                       traceback=traceback.format_exc(limit=20))
-            raise RunError(message) from exc
-        finally:
-            _remove_checkpoints(sweep, run)
-        m = published.metrics
-        return "published", {"steps": result.get("steps"),
-                             "tokens_per_s": result.get("tokens_per_s"),
-                             "energy_j": m.get("energy_j"), "mean_power_w": m.get("mean_power_w"),
-                             "flags": published.flags}
+        result = _measure(sweep, machine, run, staging.dir, progress=progress)
+        record = _build_run(staging.dir, meta, result)
+        _gpu_state_facts(record, run, machine)
+        published = publish(staging.root, record)
+    except (KeyboardInterrupt, SystemExit):  # Ctrl-C, or SIGTERM/SIGHUP (signals.Terminated)
+        mark_interrupted(staging.root, run.run_id)
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure of a run is recorded, not fatal
+        message = f"{type(exc).__name__}: {exc}"
+        staging.set_status(RunStatus.FAILED, error=message,
+                           traceback=traceback.format_exc(limit=20))
+        raise RunError(message) from exc
     finally:
-        lock.release()
+        _remove_checkpoints(sweep, run)
+    m = published.metrics
+    return "published", {"steps": result.get("steps"), "tokens_per_s": result.get("tokens_per_s"),
+                         "energy_j": m.get("energy_j"), "mean_power_w": m.get("mean_power_w"),
+                         "flags": published.flags}
 
 
-def _write_json(path: Path, obj: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, default=str, indent=1), encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def _prepare_staging(sdir: Path) -> None:
+def _prepare_staging(staging: Staging) -> None:
     """Keep what an earlier attempt left as ``attempt-N/``; start from a clean folder."""
-    from .sampler import archive_attempt
-
-    if not sdir.exists():
-        return
-    leftovers = [p for p in sdir.iterdir() if p.name not in ("status.json", "meta.json")
-                 and not p.name.startswith(("attempt-", "."))]
-    if leftovers:
-        reason = "failed" if _status_of(sdir) == "failed" else "killed"
-        archive_attempt(sdir, reason=reason)
+    if staging.attempt_leftovers():
+        reason = "failed" if staging.status() == RunStatus.FAILED else "killed"
+        archive_attempt(staging.dir, reason=reason)
 
 
-def _status_of(sdir: Path) -> str | None:
-    try:
-        return json.loads((sdir / "status.json").read_text()).get("status")
-    except (OSError, ValueError):
-        return None
+def mark_interrupted(root: str | Path, run_id: str) -> None:
+    """Record a run stopped by Ctrl-C as ``interrupted`` (its spool stays for resume/salvage)."""
+    with contextlib.suppress(OSError):
+        Staging(root, run_id).set_status(RunStatus.INTERRUPTED, stopped_utc=utc_now())
 
 
 def _planned_meta(sweep: Sweep, run: PlannedRun) -> dict[str, Any]:
@@ -714,132 +655,3 @@ def _build_run(sdir: Path, meta: dict[str, Any], result: dict[str, Any]) -> Any:
     if "_requests" in result:
         record.requests = result["_requests"]
     return record
-
-
-# ---------------------------------------------------------------------------------------------
-# salvage
-# ---------------------------------------------------------------------------------------------
-
-def salvage(root: str | Path, run_id: str) -> Any:
-    """Publish the last killed attempt of a run, flagged ``incomplete``.
-
-    The attempt's results are reconstructed from its events where possible (``steps`` = rank
-    0's completed steps; ``tokens`` from the planned batch and sequence length).
-
-    Returns:
-        The ``PublishResult``.
-
-    Raises:
-        RunNotFound: the run has no staging folder or no archived attempt.
-        RunFailed: a generate process is measuring the run right now.
-    """
-    from filelock import FileLock, Timeout
-
-    from llm_powertrace_ds.errors import RunNotFound
-
-
-    root = Path(root)
-    sdir = layout.staging_dir(root, run_id)
-    if not sdir.is_dir():
-        raise RunNotFound(f"run {run_id!r} has no staging folder in {root}")
-    # Never while a generate process measures this run: publishing removes its staging folder.
-    lock = FileLock(str(layout.lock_path(root, f"measure-{run_id}")), timeout=0)
-    try:
-        lock.acquire()
-    except Timeout:
-        raise RunFailed(f"run {run_id!r} is being measured by another process; salvage it "
-                        "after that process ends") from None
-    try:
-        return _salvage_locked(root, sdir, run_id)
-    finally:
-        lock.release()
-
-
-def mark_interrupted(root: str | Path, run_id: str) -> None:
-    """Record a run stopped by Ctrl-C as ``interrupted`` (its spool stays for resume/salvage)."""
-    from llm_powertrace_ds.shards import set_status
-
-    with contextlib.suppress(OSError):
-        set_status(root, run_id, "interrupted",
-                   stopped_utc=dt.datetime.now(dt.timezone.utc).isoformat())
-
-
-def request_redo(root: str | Path, run_id: str) -> bool:
-    """Mark a ``salvaged`` run ``redo`` so that the next measurement replaces it.
-
-    Returns:
-        Whether the run was salvaged (and is now marked).
-    """
-    from llm_powertrace_ds.shards import read_status, set_status
-
-    status = read_status(Path(root), run_id) or {}
-    if status.get("status") != "salvaged":
-        return False
-    set_status(root, run_id, "redo", salvaged=status.get("attempt"))
-    return True
-
-
-def _attempt_samples(attempt: Path, meta: dict[str, Any]) -> int:
-    from .sampler import spool_to_run
-
-    try:
-        record = spool_to_run(attempt, dict(meta), incomplete=True)
-    except (PowerTraceError, OSError, ValueError):
-        return -1
-    return sum(len(d.t_ms) for d in record.devices)
-
-
-def _salvage_locked(root: Path, sdir: Path, run_id: str) -> Any:
-    from llm_powertrace_ds.errors import RunNotFound
-    from llm_powertrace_ds.shards import publish_run, set_status
-
-    from .sampler import archive_attempt, spool_to_run
-
-    if _status_of(sdir) == "running" and (sdir / "spool").is_dir():
-        # We hold the run's measure lock, so the process that wrote "running" is gone
-        # (SIGKILL, power loss): its spool is a killed attempt.
-        archive_attempt(sdir, reason="killed", wait_s=2.0)
-        set_status(root, run_id, "killed")
-    attempts = sorted((p for p in sdir.glob("attempt-*") if p.name.split("-", 1)[1].isdigit()),
-                      key=lambda p: int(p.name.split("-", 1)[1]))
-    if not attempts and (sdir / "spool").is_dir():
-        attempts = [archive_attempt(sdir, reason=_status_of(sdir) or "killed", wait_s=2.0)]
-    if not attempts:
-        raise RunNotFound(f"run {run_id!r} has no killed attempt to salvage in {sdir}")
-    meta_path = sdir / "meta.json"
-    if not meta_path.exists():
-        raise RunNotFound(f"run {run_id!r} has no meta.json in {sdir}")
-    saved = json.loads(meta_path.read_text())
-    columns = dict(saved["columns"])
-    # The attempt with the most samples wins (ties: the newest); no attempt is ever deleted.
-    best = max(attempts, key=lambda a: (_attempt_samples(a, columns),
-                                        int(a.name.split("-", 1)[1])))
-    record = spool_to_run(best, dict(columns), incomplete=True)
-    record.meta.update(results_in_window(record, saved.get("settings", {})))
-    result = publish_run(root, record)
-    set_status(root, run_id, "salvaged", attempt=best.name)
-    return result
-
-
-def results_in_window(record: Any, settings: dict[str, Any]) -> dict[str, Any]:
-    """``steps`` and ``tokens`` of a salvaged attempt, counted inside its sampled window only.
-
-    A step counts when its rank-0 (or run-level) ``step_end`` falls no later than one sample
-    period after the last sample of every device: work the sampler did not see has no measured energy, so counting it
-    would make ``energy_per_token_j`` too low (issue 12, item 13). ``tokens`` =
-    ``steps x batch_size x grad_accum x dp_size x seq_len``.
-    """
-    ends = [len(d.t_ms) and int(d.t_ms[-1]) for d in record.devices]
-    period_ms = float(record.meta.get("sample_period_ms") or 0.0)
-    last_ms = (min(ends) if ends else 0) + period_ms  # the next tick would have covered it
-    steps = sum(1 for e in record.events if e.kind == "step_end" and e.rank in (0, None)
-                and e.t_ms <= last_ms)
-    if steps == 0:
-        return {}
-    out: dict[str, Any] = {"steps": steps}
-    try:
-        out["tokens"] = (steps * int(settings["batch_size"]) * int(settings["grad_accum"])
-                         * int(settings.get("dp_size") or 1) * int(settings["seq_len"]))
-    except (KeyError, TypeError, ValueError):
-        pass
-    return out

@@ -54,15 +54,10 @@ def _start_time(spool: Spool, t0_ns: int) -> dt.datetime | None:
 
 
 def _is_incomplete(spool: Spool) -> bool:
-    status = spool.directory / "status.json"
-    if status.exists():
-        import json
+    from llm_powertrace_ds.staging import RunStatus, status_at
 
-        try:
-            if json.loads(status.read_text()).get("status") == "incomplete":
-                return True
-        except ValueError:
-            pass
+    if status_at(spool.directory) == RunStatus.INCOMPLETE:  # an archived attempt
+        return True
     return not spool.summary.complete
 
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import math
 import time
 from collections.abc import Iterator
@@ -593,9 +592,3 @@ def release_memory(cuda: bool) -> None:
 
         torch.cuda.empty_cache()
 
-
-def write_result(path: Path, result: dict[str, Any]) -> None:
-    """Write a rank's result as JSON (the torchrun worker's way back to the runner)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(result), encoding="utf-8")
-    tmp.replace(path)

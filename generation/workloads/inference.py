@@ -78,6 +78,7 @@ from pathlib import Path
 from typing import Any
 
 from llm_powertrace_ds import schema
+from llm_powertrace_ds.atomic import write_text_atomic
 from llm_powertrace_ds.errors import InputError
 
 from . import MachineInfo, RunContext, Setting, WorkloadSpec, models, quant, settings_from_columns
@@ -535,10 +536,8 @@ class RequestRecord:
 
 def write_requests(path: str | os.PathLike[str], records: list[RequestRecord]) -> None:
     """Write the request log (JSON lines, monotonic ns) atomically."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(json.dumps(r.as_json()) + "\n" for r in records), encoding="utf-8")
-    tmp.replace(path)
+    text = "".join(json.dumps(r.as_json()) + "\n" for r in records)
+    write_text_atomic(path, text, fsync=False)
 
 
 def read_requests(path: str | os.PathLike[str]) -> list[RequestRecord]:

@@ -188,7 +188,7 @@ def test_second_generate_skips_without_importing_torch(tiny_real):
 
 def test_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path, fake_workload):
     from generation.runner import RunFailed, generate
-    from llm_powertrace_ds.shards import read_status
+    from llm_powertrace_ds.staging import Staging
 
     fake_workload["fail"] = {"gpt2-tiny"}
     out = tmp_path / "ds"
@@ -197,7 +197,7 @@ def test_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path, fake_workload):
     assert status == {"llama": "published", "gpt2": "failed", "qwen": "published"}
     failed = report.failed[0]
     assert "boom in gpt2-tiny" in failed.error
-    st = read_status(out, failed.run_id)
+    st = Staging(out, failed.run_id).status_record()
     assert st["status"] == "failed" and "boom" in st["error"]
     assert len(runs_ids(out)) == 2
 
@@ -263,13 +263,13 @@ def _killed_attempt(out: Path, run_id: str, meta_columns: dict, settings: dict) 
     """Leave what a killed generate leaves: status running, a spool, events, meta.json."""
     from generation.events import EventRecorder
     from generation.sampler import Sampler, SamplerConfig
-    from llm_powertrace_ds.shards import set_status
+    from llm_powertrace_ds.staging import Staging
 
     sdir = layout.staging_dir(out, run_id)
     sdir.mkdir(parents=True)
     (sdir / "meta.json").write_text(json.dumps({"columns": meta_columns, "settings": settings},
                                                default=str))
-    set_status(out, run_id, "running")
+    Staging(out, run_id).set_status("running")
     rec = EventRecorder(sdir, rank=0)
     with Sampler(SamplerConfig(source="cpu_proxy", period_ms=50), sdir):
         for step in (1, 2):
@@ -281,7 +281,8 @@ def _killed_attempt(out: Path, run_id: str, meta_columns: dict, settings: dict) 
 
 
 def test_killed_attempt_is_archived_on_resume_and_can_be_salvaged(tmp_path, fake_workload):
-    from generation.runner import _planned_meta, generate, salvage
+    from generation.attempts import salvage
+    from generation.runner import _planned_meta, generate
     from generation.sweep import detect_machine, load_sweep, plan
     from llm_powertrace_ds.shards import read_run
 

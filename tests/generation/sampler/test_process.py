@@ -19,12 +19,12 @@ import numpy as np
 import psutil
 import pytest
 
+from generation.attempts import archive_attempt
 from generation.events import EventRecorder
 from generation.sampler import (
     Sampler,
     SamplerConfig,
     SamplerError,
-    archive_attempt,
     read_spool,
     register_pid,
     spool_to_run,
