@@ -9,10 +9,14 @@ attempt to exit before its spool is moved, and turning an archived spool back in
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llm_powertrace_ds.errors import LockTimeout, PowerTraceError, RunNotFound
 from llm_powertrace_ds.staging import RunStatus, Staging, attempt_number
+
+if TYPE_CHECKING:
+    from llm_powertrace_ds.run import Run
+    from llm_powertrace_ds.shards import PublishResult
 
 
 class RunFailed(PowerTraceError, RuntimeError):
@@ -44,7 +48,7 @@ def archive_attempt(staging_dir: str | Path, *, reason: str = "killed",
     return Staging.at(staging_dir).archive_attempt(reason, sampler_state=state)
 
 
-def salvage(root: str | Path, run_id: str) -> Any:
+def salvage(root: str | Path, run_id: str) -> PublishResult:
     """Publish the best killed attempt of a run, flagged ``incomplete``.
 
     The attempt's results are reconstructed from its events where possible (``steps`` = rank
@@ -93,7 +97,7 @@ def _attempt_samples(attempt: Path, meta: dict[str, Any]) -> int:
     return sum(len(d.t_ms) for d in record.devices)
 
 
-def _salvage_locked(staging: Staging) -> Any:
+def _salvage_locked(staging: Staging) -> PublishResult:
     from llm_powertrace_ds.shards import publish_run
 
     from .sampler import spool_to_run
@@ -122,7 +126,7 @@ def _salvage_locked(staging: Staging) -> Any:
     return result
 
 
-def results_in_window(record: Any, settings: dict[str, Any]) -> dict[str, Any]:
+def results_in_window(record: Run, settings: dict[str, Any]) -> dict[str, Any]:
     """``steps`` and ``tokens`` of a salvaged attempt, counted inside its sampled window only.
 
     A step counts when its rank-0 (or run-level) ``step_end`` falls no later than one sample

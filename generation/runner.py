@@ -37,7 +37,7 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llm_powertrace_ds import schema
 from llm_powertrace_ds.errors import LockTimeout, PowerTraceError
@@ -46,6 +46,13 @@ from llm_powertrace_ds.staging import RunStatus, Staging, is_done, published_run
 from .attempts import RunFailed, archive_attempt, request_redo
 from .sweep import PlannedRun, Sweep, detect_machine, load_sweep, plan, task_subset
 from .workloads import MachineInfo
+
+if TYPE_CHECKING:
+    from llm_powertrace_ds.run import Run
+
+    from .events import EventRecorder
+    from .planning import Estimate
+    from .sampler import Sampler, SamplerConfig, SamplerSummary
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +93,7 @@ class Report:
     machine: MachineInfo
     total_runs: int
     outcomes: list[Outcome]
-    estimate: Any = None  # planning.Estimate of the runs still to do (dry runs)
+    estimate: Estimate | None = None  # of the runs still to do (dry runs)
     sampler: dict[str, Any] | None = None  # the sampler a real run would use (dry runs)
 
     @property
@@ -372,7 +379,7 @@ def _planned_meta(sweep: Sweep, run: PlannedRun) -> dict[str, Any]:
     return meta
 
 
-def _sampler_config(sweep: Sweep, machine: MachineInfo, nproc: int) -> Any:
+def _sampler_config(sweep: Sweep, machine: MachineInfo, nproc: int) -> SamplerConfig:
     from .sampler import SamplerConfig
 
     kwargs: dict[str, Any] = {"source": machine.source,
@@ -395,7 +402,7 @@ def _first_visible_gpus(n: int) -> tuple[int, ...]:
     return tuple(g.nvml_index for g in resolve_workload_gpus(n))
 
 
-def _idle(recorder: Any, seconds: float) -> None:
+def _idle(recorder: EventRecorder, seconds: float) -> None:
     if seconds <= 0:
         return
     recorder.mark("idle_begin")
@@ -440,7 +447,7 @@ def power_cap(gpu_indices: Sequence[int], watts: float | None) -> Iterator[list[
                 "requested_mw": a.requested_power_limit_mw} for a in applied]
 
 
-def _cap_indices(config: Any, nproc: int) -> list[int]:
+def _cap_indices(config: SamplerConfig, nproc: int) -> list[int]:
     if config.gpu_indices is None:  # never guess: caps on NVML 0..n-1 may hit another tenant
         raise RunError("the run's GPUs are unresolved; refusing to change GPU settings")
     return list(config.gpu_indices)
@@ -463,7 +470,7 @@ def _measure(sweep: Sweep, machine: MachineInfo, run: PlannedRun, sdir: Path, *,
         return _measure_inline(sweep, config, machine, run, sdir, progress=progress)
 
 
-def _measure_inline(sweep: Sweep, config: Any, machine: MachineInfo, run: PlannedRun,
+def _measure_inline(sweep: Sweep, config: SamplerConfig, machine: MachineInfo, run: PlannedRun,
                     sdir: Path, *, progress: bool) -> dict[str, Any]:
     from .events import EventRecorder
     from .sampler import Sampler
@@ -503,7 +510,7 @@ def _measure_inline(sweep: Sweep, config: Any, machine: MachineInfo, run: Planne
     return result
 
 
-def _measure_launched(sweep: Sweep, config: Any, machine: MachineInfo, run: PlannedRun,
+def _measure_launched(sweep: Sweep, config: SamplerConfig, machine: MachineInfo, run: PlannedRun,
                       sdir: Path, nproc: int, *, progress: bool) -> dict[str, Any]:
     from .events import EventRecorder
     from .launch import Launched, LaunchSpec
@@ -540,7 +547,7 @@ def _measure_launched(sweep: Sweep, config: Any, machine: MachineInfo, run: Plan
     return result
 
 
-def _gpu_state_facts(record: Any, run: PlannedRun, machine: MachineInfo) -> None:
+def _gpu_state_facts(record: Run, run: PlannedRun, machine: MachineInfo) -> None:
     """Persistence mode of the run's GPUs, and the ``power_limit_not_default`` flag.
 
     The flag is set when a GPU's limit at the start differed from its default although the run
@@ -575,24 +582,31 @@ def _release_device_memory(machine: MachineInfo) -> None:
         torch.cuda.empty_cache()
 
 
-def _verify_inline_gpus(config: Any, machine: MachineInfo) -> None:
+def _verify_inline_gpus(config: SamplerConfig, machine: MachineInfo) -> None:
     """Refuse an inline run whose CUDA device is not the GPU the sampler reads (by UUID)."""
     if machine.source != "nvml" or not machine.cuda:
         return
     from .gpu_devices import check_same_gpus, resolve_workload_gpus, torch_device_uuids
 
-    gpus = resolve_workload_gpus(len(config.gpu_indices))
+    gpus = resolve_workload_gpus(_nvml_gpu_count(config))
     check_same_gpus(torch_device_uuids(range(len(gpus))), gpus)
 
 
-def _verify_launched_gpus(config: Any, machine: MachineInfo, launched: Any) -> None:
+def _verify_launched_gpus(config: SamplerConfig, machine: MachineInfo, launched: Any) -> None:
     """Refuse a launched run whose ranks' CUDA devices are not the GPUs the sampler reads."""
     if machine.source != "nvml" or not machine.cuda:
         return
     from .gpu_devices import check_same_gpus, resolve_workload_gpus
 
-    gpus = resolve_workload_gpus(len(config.gpu_indices))
+    gpus = resolve_workload_gpus(_nvml_gpu_count(config))
     check_same_gpus(launched.device_uuids(), gpus)
+
+
+def _nvml_gpu_count(config: SamplerConfig) -> int:
+    """GPUs of an ``nvml`` run (:func:`_sampler_config` always lists them)."""
+    if config.gpu_indices is None:
+        raise RunError("the nvml sampler configuration lists no GPU indices")
+    return len(config.gpu_indices)
 
 
 SAMPLER_WATCH_S = 0.5
@@ -600,7 +614,7 @@ SAMPLER_WATCH_S = 0.5
 
 
 @contextlib.contextmanager
-def stop_on_sampler_death(sampler: Any, poll_s: float = SAMPLER_WATCH_S) -> Iterator[None]:
+def stop_on_sampler_death(sampler: Sampler, poll_s: float = SAMPLER_WATCH_S) -> Iterator[None]:
     """Stop the (inline) workload within ``poll_s`` + one Python bytecode when the sampler dies.
 
     A watchdog thread polls ``sampler.alive()``; on death it interrupts the main thread
@@ -638,12 +652,12 @@ def stop_on_sampler_death(sampler: Any, poll_s: float = SAMPLER_WATCH_S) -> Iter
         watcher.join()
 
 
-def _check_sampler(summary: Any) -> None:
+def _check_sampler(summary: SamplerSummary) -> None:
     if not summary.complete:
         raise RunError(f"the sampler ended {summary.state}: {summary.message}")
 
 
-def _build_run(sdir: Path, meta: dict[str, Any], result: dict[str, Any]) -> Any:
+def _build_run(sdir: Path, meta: dict[str, Any], result: dict[str, Any]) -> Run:
     """The ``Run`` of a measured attempt: spool + events + planned meta + workload results."""
     from .sampler import spool_to_run
 

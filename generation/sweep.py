@@ -169,7 +169,7 @@ class PlannedRun:
     repeat: int
     settings: dict[str, Any]
     columns: dict[str, Any]
-    lines: dict[str, int]
+    lines: dict[str, int | None]
 
     @property
     def num_processes(self) -> int:

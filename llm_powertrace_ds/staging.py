@@ -279,7 +279,7 @@ class Staging:
 
 def published_run_ids(root: str | os.PathLike[str], workload: str) -> set[str]:
     """Run ids with a per-run trace file in ``data/<workload>/`` (one directory walk)."""
-    base = layout.data_root(root) / workload
+    base = layout.data_root(Path(root)) / workload
     if not base.is_dir():
         return set()
     return {p.stem for p in base.rglob(f"*{layout.SHARD_SUFFIX}")
@@ -293,7 +293,7 @@ def is_done(root: str | os.PathLike[str], run_id: str, published: set[str]) -> b
 
 def unpublished_runs(root: str | os.PathLike[str]) -> list[str]:
     """Run ids whose staging folder does not say they are done (running, failed, killed...)."""
-    base = layout.staging_root(root)
+    base = layout.staging_root(Path(root))
     if not base.is_dir():
         return []
     return sorted(p.name for p in base.iterdir() if p.is_dir() and p.name != layout.LOCKS_DIR

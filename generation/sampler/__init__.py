@@ -79,7 +79,6 @@ belong to ``llm_powertrace_ds.staging``: the sampler never writes them.
 
 from __future__ import annotations
 
-from .base import resolve_source
 from .config import SOURCES, SamplerConfig
 from .convert import provenance_meta, spool_to_run
 from .errors import (
@@ -103,6 +102,7 @@ from .settings import (
     probe_gpus,
     settings_refusal,
 )
+from .sources import resolve_source
 from .spool import SamplerSummary, Spool, read_spool
 
 __all__ = [

@@ -92,10 +92,13 @@ def provenance_meta(path_or_spool: str | os.PathLike[str] | Spool) -> dict[str, 
     if _is_incomplete(spool):
         flags.append("incomplete")
     t0 = spool.t0_ns
+    period_ms = spool.header.get("period_ms") or prov.get("sample_period_ms")
+    if period_ms is None:
+        raise SamplerError(f"'{spool.directory / 'header.json'}': field 'period_ms' is missing")
     meta: dict[str, Any] = {
         "sampler": sampler,
         "power_field": power_field,
-        "sample_period_ms": float(spool.header.get("period_ms") or prov.get("sample_period_ms")),
+        "sample_period_ms": float(period_ms),
         "driver_version": prov.get("driver_version"),
         "nvml_version": prov.get("nvml_version"),
         "cuda_version": prov.get("cuda_version"),

@@ -43,11 +43,10 @@ from .base import (
     PIDS_DIR,
     DeviceInfo,
     Source,
-    make_source,
-    resolve_source,
 )
 from .config import SamplerConfig
 from .errors import GpuLost, SamplerConfigError, SamplerError
+from .sources import make_source, resolve_source
 from .spool import (
     PROVENANCE_FILE,
     SPOOL_DIR,

@@ -1,6 +1,6 @@
 """Workloads: what runs under the sampler (fine-tuning, inference), behind one small interface.
 
-A workload module (``finetune.py``, ``inference.py``) defines ``SPEC``, a :class:`WorkloadSpec`:
+A workload module (``finetune.py``, the ``inference/`` package) defines ``SPEC``, a :class:`WorkloadSpec`:
 the settings a sweep may give it (each typed, most of them columns of the workload's config in
 ``llm_powertrace_ds.schema``), how to resolve defaults and derived values, which combinations
 are impossible on a given machine, a readable slug for run ids, and ``run``, which does the
@@ -160,7 +160,7 @@ class RunContext:
 
     run_id: str
     staging_dir: Path
-    mark: Callable[..., None]
+    mark: Callable[..., object]
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0

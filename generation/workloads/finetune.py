@@ -287,7 +287,7 @@ def _callback_class() -> type:
                 control.should_training_stop = True
 
         def _past_deadline(self) -> bool:
-            past = time.monotonic_ns() >= self.deadline_ns
+            past = self.deadline_ns is not None and time.monotonic_ns() >= self.deadline_ns
             if self.world_size <= 1:
                 return past
             import torch
@@ -466,7 +466,7 @@ def setup(r: dict[str, Any], ctx: RunContext) -> Prepared:
             n_eval, r["seq_len"], vocab_size=spec.vocab_size, seed=int(r["seed"]) + 1))
     peft_config = None
     if r["method"] in ("lora", "qlora"):
-        peft_config = LoraConfig(r=int(r["lora_rank"]), lora_alpha=float(r["lora_alpha"]),
+        peft_config = LoraConfig(r=int(r["lora_rank"]), lora_alpha=float(r["lora_alpha"]),  # type: ignore[arg-type]  # PEFT annotates int; the scaling alpha/r takes a float
                                  target_modules=r["lora_targets"].split(","), lora_dropout=0.0,
                                  bias="none", task_type="CAUSAL_LM",
                                  fan_in_fan_out=spec.arch == "gpt2")  # GPT-2's Conv1D

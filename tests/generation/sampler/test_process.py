@@ -59,6 +59,7 @@ def test_sampler_modules_import_neither_torch_nor_datasets():
         import sys
         import generation.sampler, generation.sampler.process, generation.sampler.cpu_proxy
         import generation.sampler.nvml, generation.sampler.spool, generation.sampler.base
+        import generation.sampler.sources
         import generation.sampler.__main__
         print([m for m in {list(HEAVY_MODULES)!r} if m in sys.modules])
     """)
