@@ -28,6 +28,7 @@ from typing import Any
 
 from llm_powertrace_ds import schema
 from llm_powertrace_ds.errors import InputError
+from llm_powertrace_ds.run import coerce_scalar
 
 WORKLOAD_MODULES: dict[str, str] = {
     "finetune": "generation.workloads.finetune",
@@ -61,39 +62,45 @@ class Setting:
     def check(self, value: Any) -> tuple[Any, str | None]:
         """Coerce ``value`` to this setting's type.
 
+        A sweep file is stricter than an imported file: YAML already types its scalars, so a
+        boolean must be ``true``/``false``, a number must be a YAML number, NaN is refused and
+        a string is any scalar but a boolean. The conversion itself (integral floats, ranges,
+        finiteness) is ``llm_powertrace_ds.run.coerce_scalar``, the rule imports use too.
+
         Returns:
             ``(value, None)`` when valid, else ``(value, message)`` where the message names the
             expected type or choices and the bad value.
         """
         if value is None:
             return None, None
-        if self.dtype == "bool":
-            if not isinstance(value, bool):
-                return value, f"{value!r} is not a boolean (true/false)"
-        elif self.dtype.startswith("int"):
-            if isinstance(value, bool) or not isinstance(value, int):
-                if isinstance(value, float) and value.is_integer():
-                    value = int(value)
-                else:
-                    return value, f"{value!r} is not an integer"
-            bound = {"int16": 2**15, "int32": 2**31, "int64": 2**63}[self.dtype]
-            if abs(value) >= bound:
-                return value, f"{value!r} is out of range for {self.dtype}"
-        elif self.dtype.startswith("float"):
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                return value, f"{value!r} is not a number"
-            value = float(value)
-            if not math.isfinite(value):
-                return value, f"{value!r} is not a finite number"
-        elif self.dtype == "string":
-            if isinstance(value, (dict, list, bool)):
-                return value, f"{value!r} is not a string"
-            value = str(value)
+        problem = _yaml_type_problem(self.dtype, value)
+        if problem is not None:
+            return value, f"{value!r} {problem}"
+        try:
+            value = coerce_scalar(value, self.dtype)
+        except (TypeError, ValueError) as exc:
+            return value, f"{value!r} is {exc}"
         if self.choices is not None and value not in self.choices:
             return value, f"{value!r} is not one of {', '.join(map(str, self.choices))}"
         if self.minimum is not None and isinstance(value, (int, float)) and value < self.minimum:
             return value, f"{value!r} is below the minimum {self.minimum:g}"
         return value, None
+
+
+def _yaml_type_problem(dtype: str, value: Any) -> str | None:
+    """Why a YAML scalar cannot be given for a setting of ``dtype`` (``None``: it can)."""
+    if dtype == "bool":
+        return None if isinstance(value, bool) else "is not a boolean (true/false)"
+    if dtype.startswith("int"):
+        ok = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+        return None if ok and not isinstance(value, bool) else "is not an integer"
+    if dtype.startswith("float"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return "is not a number"
+        return "is not a finite number" if isinstance(value, float) and math.isnan(value) else None
+    if dtype == "string" and isinstance(value, (dict, list, bool)):
+        return "is not a string"
+    return None
 
 
 def settings_from_columns(columns: list[schema.Column], **overrides: dict[str, Any]) -> dict[str, Setting]:
