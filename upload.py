@@ -50,6 +50,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llm_powertrace_ds.errors import PowerTraceError
+
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 LOGIN_HINT = ("run `hf auth login` (or set the HF_TOKEN environment variable to a token with "
               "write access) and try again")
@@ -64,7 +66,7 @@ PARQUET_ROW_GROUP_BYTES = 64 * 1024**2
 DIFF_MAX_LINES = 400
 
 
-class UploadError(Exception):
+class UploadError(PowerTraceError):
     """A failure reported as one line (exit code 1)."""
 
 

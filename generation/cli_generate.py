@@ -19,7 +19,12 @@ from typing import Any
 from llm_powertrace_ds import layout
 from llm_powertrace_ds.atomic import atomic_path
 from llm_powertrace_ds.cli_core import add_format, emit, out_dir
-from llm_powertrace_ds.errors import InputError, PowerTraceError, ShardError
+from llm_powertrace_ds.errors import (
+    InputError,
+    MissingExtra,
+    ShardError,
+    UsageError,
+)
 
 EXTRA_HINT = "pip install 'llm-powertrace[generate]'"
 EXIT_INTERRUPTED = 130
@@ -31,10 +36,6 @@ SLURM_EXAMPLE = """\
   llm-powertrace generate generation/sweeps/finetune-scale.yaml --out llm-powertrace \\
       --task-index $SLURM_ARRAY_TASK_ID --num-tasks 8
 """
-
-
-class MissingExtra(PowerTraceError, ModuleNotFoundError):
-    """The ``generate`` extra is not installed."""
 
 
 def _import_generation(what: str):  # noqa: ANN202 - returns a module
@@ -113,8 +114,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if not args.sweep.exists():
         raise InputError(f"sweep file '{args.sweep}' does not exist")
     if args.num_tasks < 1 or not 0 <= args.task_index < args.num_tasks:
-        from llm_powertrace_ds.cli import UsageError
-
         raise UsageError(f"--task-index {args.task_index} must be in [0, --num-tasks "
                          f"{args.num_tasks})")
     quiet = getattr(args, "quiet", False)

@@ -14,16 +14,12 @@ from typing import Any, NoReturn
 
 from . import schema
 from .cli_core import FORMATS, add_format, emit
-from .errors import InputError, RunNotFound
+from .errors import InputError, RunNotFound, UsageError
 from .hub import resolve_dataset
 
 TABLE_METRICS = ["run_id", "num_gpus", "duration_s", "energy_j", "mean_power_w", "peak_power_w",
                  "par", "swing_w", "ramp_abs_p99_1s_w_per_s", "dominant_freq_hz",
                  "coincidence_factor", "energy_per_token_j"]
-
-
-class _Usage(InputError):
-    """Bad usage inside a command (turned into exit code 2)."""
 
 
 def _runs_configs(config: str | None) -> list[str]:
@@ -211,18 +207,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _usage(message: str) -> NoReturn:
-    from .cli import UsageError
-
     raise UsageError(message)
 
 
 def cmd_metrics(args: argparse.Namespace) -> int:
     root = resolve_dataset(args.dir)
-    try:
-        rows = run_metrics_rows(root, config=args.config, split=args.split, run_id=args.run,
-                                recompute=args.recompute)
-    except _Usage as exc:
-        _usage(exc.reason)
+    rows = run_metrics_rows(root, config=args.config, split=args.split, run_id=args.run,
+                            recompute=args.recompute)
     if args.format == "table":
         emit(rows, "table", TABLE_METRICS)
     elif args.format == "csv":
@@ -279,16 +270,13 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
     root = resolve_dataset(args.dir)
     config = args.config
-    try:
-        if config is None:
-            present = {c: list(iter_run_rows(root, c, args.split)) for c in schema.RUNS_CONFIGS}
-            have = [c for c, r in present.items() if r]
-            config = have[0] if len(have) == 1 else "finetune_runs"
-            rows = present.get(config, [])
-        else:
-            rows = list(iter_run_rows(root, config, args.split))
-    except _Usage as exc:
-        _usage(exc.reason)
+    if config is None:
+        present = {c: list(iter_run_rows(root, c, args.split)) for c in schema.RUNS_CONFIGS}
+        have = [c for c, r in present.items() if r]
+        config = have[0] if len(have) == 1 else "finetune_runs"
+        rows = present.get(config, [])
+    else:
+        rows = list(iter_run_rows(root, config, args.split))
     if not rows:
         raise InputError(f"no runs in {root} (config {config}"
                          + (f", split {args.split})" if args.split else ")"))
@@ -371,10 +359,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
             if not (args.metric and args.axis):
                 _usage("a sweep plot needs both --metric and --axis")
             check_columns({"--metric": args.metric, "--axis": args.axis}, args.config)
-            try:
-                rows = list(iter_run_rows(root, args.config, args.split))
-            except _Usage as exc:
-                _usage(exc.reason)
+            rows = list(iter_run_rows(root, args.config, args.split))
             path = plots.plot_sweep(rows, args.metric, args.axis, args.out)
         elif args.run_id:
             from .shards import read_run

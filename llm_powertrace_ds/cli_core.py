@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from . import schema
+from .errors import UsageError
 from .formatting import human_number
 from .hub import resolve_dataset
 
@@ -144,8 +145,6 @@ def cmd_import(args: argparse.Namespace) -> int:
     if args.log_format == "mlenergy-v2":
         return _import_summaries(args)
     if args.workload is None:
-        from .cli import UsageError
-
         raise UsageError(f"import {args.log_format} needs --workload (finetune or inference)")
     options = ImportOptions(fmt=args.log_format, workload=args.workload, meta_path=args.meta,
                             platform=args.platform, num_gpus=args.num_gpus, tz=args.tz)
@@ -181,8 +180,6 @@ def _import_summaries(args: argparse.Namespace) -> int:
     from .importers.mlenergy_v2 import publish_summaries
 
     if args.workload not in (None, "inference"):
-        from .cli import UsageError
-
         raise UsageError("mlenergy-v2 summaries are inference runs; drop --workload finetune")
     runs = [pair for path in args.files for pair in import_summaries(args.log_format, path)]
     try:

@@ -15,7 +15,7 @@ import numpy as np
 
 from . import metrics as metrics_mod
 from . import schema
-from .errors import InputError, PowerTraceError
+from .errors import InputError, MissingExtra
 from .run import Run
 
 MAX_POINTS = 20_000
@@ -27,10 +27,6 @@ PHASES = {  # begin kind -> (end kind, colour, label)
     "eval_begin": ("eval_end", "#9b59b6", "eval"),
     "steady_begin": ("steady_end", "#2ecc71", "steady state"),
 }
-
-
-class MissingExtra(PowerTraceError, ImportError):
-    """An optional dependency is not installed."""
 
 
 def _figure(**kwargs: Any) -> Any:

@@ -132,10 +132,6 @@ class Column:
     unit: str = ""
 
 
-def _v(dtype: str) -> Value:
-    return Value(dtype)
-
-
 def _c(name: str, dtype: str, description: str, unit: str = "") -> Column:
     return Column(name, Value(dtype), description, unit)
 
