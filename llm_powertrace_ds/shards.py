@@ -6,7 +6,7 @@ round-trip through ``datasets``). Scalar and event columns go through ``features
 the per-tick signal lists are built directly from numpy (offsets + values), which is what
 ``encode_batch`` would produce, without a Python object per sample.
 
-Publishing follows the run lifecycle of DESIGN.md: ``.staging/<run_id>/status.json`` says
+Publishing follows the run lifecycle of docs/design.md: ``.staging/<run_id>/status.json`` says
 ``complete`` then ``published``; each file is written under a hidden temporary name in its final
 folder and renamed into place; a crash in between is repaired by publishing again (idempotent).
 """
@@ -391,8 +391,8 @@ def prepare_run(root: str | Path, run: Run) -> PreparedRun:
         raise InputError(f"run {run.run_id} failed validation: {'; '.join(report.messages)}",
                          field="quality_flags")
     run_metrics = metrics_mod.compute_run_metrics(run)
-    # Written in this order: the trace file last, so that "its trace file exists" (DESIGN.md's
-    # definition of a done run) implies that its runs row and requests exist too.
+    # Written in this order: the trace file last, so that "its trace file exists" (the
+    # definition of a done run, staging.is_done) implies that its runs row and requests exist too.
     tables: dict[Path, pa.Table | Path] = {
         layout.runs_path(root, run.workload, run.platform, run.run_id):
         runs_table(run, run_metrics)}
