@@ -34,7 +34,7 @@ import shutil
 import socket
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -420,33 +420,6 @@ def _remove_checkpoints(sweep: Sweep, run: PlannedRun) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-@contextlib.contextmanager
-def power_cap(gpu_indices: Sequence[int], watts: float | None) -> Iterator[list[dict[str, Any]]]:
-    """Set an NVML power limit on ``gpu_indices`` for the duration, then restore the originals.
-
-    Needs root. Never used on ``cpu_proxy`` (sweep validation rejects it) and refused where
-    ``$LLM_POWERTRACE_NO_DEVICE_SETTINGS`` is set. The sampler, started inside, reads the enforced
-    limit (``power_limit_w``: the observed value beside the requested ``power_limit_setting_w``).
-    A thin wrapper of ``generation.sampler.device_settings``.
-
-    Yields:
-        One ``{"gpu_index", "original_mw", "requested_mw"}`` per GPU.
-
-    Raises:
-        SourceError: NVML refused (e.g. ``NoPermission``); whatever was already changed is
-            restored first.
-        SettingOutOfRange: ``watts`` outside a GPU's allowed range (nothing is changed).
-    """
-    if watts is None:
-        yield []
-        return
-    from .sampler import device_settings
-
-    with device_settings(gpu_indices, power_limit_w=watts) as applied:
-        yield [{"gpu_index": a.gpu_index, "original_mw": a.original_power_limit_mw,
-                "requested_mw": a.requested_power_limit_mw} for a in applied]
-
-
 def _cap_indices(config: SamplerConfig, nproc: int) -> list[int]:
     if config.gpu_indices is None:  # never guess: caps on NVML 0..n-1 may hit another tenant
         raise RunError("the run's GPUs are unresolved; refusing to change GPU settings")
@@ -459,11 +432,7 @@ def _measure(sweep: Sweep, machine: MachineInfo, run: PlannedRun, sdir: Path, *,
     nproc = run.num_processes
     config = _sampler_config(sweep, machine, nproc)
     indices = _cap_indices(config, nproc) if machine.source == "nvml" else []
-    settings = sweep.spec.device_settings(run.settings, indices)
-    if settings is None:
-        cap = run.settings.get("power_limit_setting_w")
-        settings = power_cap(indices if cap is not None else [], cap)
-    with settings:
+    with sweep.spec.device_settings(run.settings, indices):
         if sweep.launcher == "torchrun" or nproc > 1:
             return _measure_launched(sweep, config, machine, run, sdir, nproc,
                                      progress=progress)

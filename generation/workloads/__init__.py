@@ -24,11 +24,14 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llm_powertrace_ds import schema
 from llm_powertrace_ds.errors import InputError
 from llm_powertrace_ds.run import coerce_scalar
+
+if TYPE_CHECKING:
+    from .gpu_settings import GpuSettings
 
 WORKLOAD_MODULES: dict[str, str] = {
     "finetune": "generation.workloads.finetune",
@@ -229,15 +232,22 @@ class WorkloadSpec:
         """The run metadata columns known before running (axes, model, identity parts)."""
         return {k: v for k, v in resolved.items() if k in self.settings and self.settings[k].column}
 
-    def device_settings(self, resolved: dict[str, Any], gpu_indices: list[int]) -> Any:
-        """A context manager applying the GPU settings the run asks for, or ``None``.
+    def device_settings(self, resolved: dict[str, Any],
+                        gpu_indices: list[int] | tuple[int, ...]) -> GpuSettings:
+        """The GPU settings the run asks for, as a context manager that restores them.
 
-        The runner enters it before the sampler starts (so the sampler reads the enforced
-        values) and leaves it after the sampler stops; it must restore the original settings.
-        ``None`` (the default) lets the runner apply ``power_limit_setting_w`` itself
-        (``generation.runner.power_cap``).
+        The axes a workload declares among its settings are applied: ``gpu_clock_mhz`` (a locked
+        SM clock) and ``power_limit_setting_w`` (a power cap). The runner enters it before the
+        sampler starts (so the sampler reads the enforced values) and leaves it after the
+        sampler stops. Nothing is touched when the run asks for neither.
         """
-        return None
+        from .gpu_settings import GpuSettings
+
+        def axis(name: str) -> Any:
+            return resolved.get(name) if name in self.settings else None
+
+        return GpuSettings(gpu_indices, clock_mhz=axis("gpu_clock_mhz"),
+                           power_limit_w=axis("power_limit_setting_w"))
 
     def run(self, resolved: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
         """Do the work in this process and return result columns (rank 0's are published)."""

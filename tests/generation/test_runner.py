@@ -394,27 +394,33 @@ class FakeNvml:
 
 
 def test_power_cap_sets_then_restores(monkeypatch):
-    from generation import runner
+    """The fine-tuning workload's power cap goes through the one GPU-settings path."""
     from generation.sampler import NoPermission
     from generation.sampler import nvml as dev
+    from generation.workloads import get_workload
 
+    spec = get_workload("finetune")
     monkeypatch.delenv("LLM_POWERTRACE_NO_DEVICE_SETTINGS", raising=False)  # the double only
     fake = FakeNvml()
     monkeypatch.setattr(dev, "pynvml", fake)
-    with runner.power_cap([0, 1], 400.0) as changed:
+    with spec.device_settings({"power_limit_setting_w": 400.0}, [0, 1]) as gs:
         assert fake.limits == {0: 400_000, 1: 400_000}
-        assert [c["original_mw"] for c in changed] == [700_000, 700_000]
+        assert [a.original_power_limit_mw for a in gs.applied] == [700_000, 700_000]
+        assert gs.clock_mhz is None  # fine-tuning declares no clock axis
     assert fake.limits == {0: 700_000, 1: 700_000}
     assert fake.calls[0] == ("init",) and fake.calls[-1] == ("shutdown",)
 
     fake = FakeNvml(fail_set_on=1)
     monkeypatch.setattr(dev, "pynvml", fake)
-    with pytest.raises(NoPermission), runner.power_cap([0, 1], 400.0):
+    with pytest.raises(NoPermission), spec.device_settings({"power_limit_setting_w": 400.0},
+                                                           [0, 1]):
         pass  # pragma: no cover
     assert fake.limits == {0: 700_000, 1: 700_000}  # GPU 0 restored after GPU 1 refused
 
-    with runner.power_cap([], None) as changed:
-        assert changed == []
+    fake = FakeNvml()
+    monkeypatch.setattr(dev, "pynvml", fake)
+    with spec.device_settings({"power_limit_setting_w": None}, [0, 1]) as gs:
+        assert gs.applied == [] and fake.calls == []  # nothing asked: NVML not even opened
 
 
 # ---------------------------------------------------------------------------------------------

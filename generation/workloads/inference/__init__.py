@@ -55,9 +55,9 @@ moment it drops below the target (in-flight requests start draining).
 ``latency_p99_ms`` (finish - arrival), plus ``num_requests`` (the requests that arrived),
 ``model_params`` and the library versions.
 
-**Locked clocks and power caps**: :class:`GpuSettings` (``SPEC.device_settings``) sets and
-restores them through ``generation.sampler.device_settings``; the runner enters it around the
-sampler.
+**Locked clocks and power caps**: ``generation.workloads.gpu_settings.GpuSettings``
+(``SPEC.device_settings``, shared by every workload) sets and restores them through
+``generation.sampler.device_settings``; the runner enters it around the sampler.
 """
 
 from __future__ import annotations
@@ -72,7 +72,6 @@ from llm_powertrace_ds.errors import InputError
 
 from .. import MachineInfo, RunContext, WorkloadSpec, models, quant
 from .. import arrivals as arr
-from .gpu_settings import GpuSettings
 from .settings import CB_SETTINGS, DEFAULT_NUM_REQUESTS, SETTINGS, validate_settings
 
 
@@ -191,15 +190,6 @@ class InferenceSpec(WorkloadSpec):
         from .serve import serve
 
         return serve(r, ctx)
-
-    def device_settings(self, r: dict[str, Any], gpu_indices: list[int] | tuple[int, ...]
-                        ) -> GpuSettings:
-        """The context manager that locks clocks / caps power for a run.
-
-        Enter it before the sampler starts, leave it after the sampler stops.
-        """
-        return GpuSettings(gpu_indices, clock_mhz=r.get("gpu_clock_mhz"),
-                           power_limit_w=r.get("power_limit_setting_w"))
 
 
 SPEC = InferenceSpec()

@@ -18,7 +18,7 @@ TP_CHECKPOINT = "tp-checkpoint"
 
 
 # ---------------------------------------------------------------------------------------------
-# Running one resolved run
+# Loading (one device, or tensor-parallel ranks)
 # ---------------------------------------------------------------------------------------------
 
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}

@@ -17,8 +17,8 @@ from scipy import stats
 
 from generation.workloads import MachineInfo, RunContext, quant
 from generation.workloads import arrivals as arr
+from generation.workloads import gpu_settings as inf_gpu
 from generation.workloads import inference as inf
-from generation.workloads.inference import gpu_settings as inf_gpu
 from generation.workloads.inference import loop as inf_loop
 from generation.workloads.inference import model as inf_model
 from generation.workloads.inference import requests as inf_requests

@@ -1,4 +1,11 @@
-"""Locked clocks and power caps of an inference run (root only; ``generation.sampler.device_settings``)."""
+"""Locked clocks and power caps of a run: the one path from a sweep's GPU axes to the GPUs.
+
+A workload declares the axes it uses among its settings (``gpu_clock_mhz``,
+``power_limit_setting_w``); :meth:`generation.workloads.WorkloadSpec.device_settings` turns a
+resolved run into a :class:`GpuSettings`, which the runner enters around the sampler. Setting and
+restoring go through ``generation.sampler.device_settings`` (root only; refused where
+``$LLM_POWERTRACE_NO_DEVICE_SETTINGS`` is set).
+"""
 
 from __future__ import annotations
 
@@ -7,11 +14,6 @@ import logging
 from typing import Any
 
 log = logging.getLogger(__name__)
-
-
-# ---------------------------------------------------------------------------------------------
-# Locked clocks and power caps (root only; generation.sampler.device_settings)
-# ---------------------------------------------------------------------------------------------
 
 class GpuSettings:
     """Lock the SM clock and/or cap the power of GPUs for one run; restore them on exit.
