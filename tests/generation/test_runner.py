@@ -218,8 +218,8 @@ def test_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path, fake_workload):
 def test_dry_run_busy_lock_and_task_split_merge(tmp_path, fake_workload):
     from filelock import FileLock
 
-    from generation.cli_generate import merge
     from generation.runner import generate
+    from llm_powertrace_ds.merge import merge
 
     sweep = write_sweep(tmp_path)
     whole = generate(sweep, tmp_path / "x", dry_run=True, progress=False)
