@@ -44,7 +44,15 @@ from llm_powertrace_ds.errors import LockTimeout, PowerTraceError
 from llm_powertrace_ds.staging import RunStatus, Staging, is_done, published_run_ids, utc_now
 
 from .attempts import RunFailed, archive_attempt, request_redo
-from .sweep import PlannedRun, Sweep, detect_machine, load_sweep, plan, task_subset
+from .sweep import (
+    PlannedRun,
+    Sweep,
+    detect_machine,
+    load_sweep,
+    plan,
+    sampler_config,
+    task_subset,
+)
 from .workloads import MachineInfo
 
 if TYPE_CHECKING:
@@ -380,16 +388,11 @@ def _planned_meta(sweep: Sweep, run: PlannedRun) -> dict[str, Any]:
 
 
 def _sampler_config(sweep: Sweep, machine: MachineInfo, nproc: int) -> SamplerConfig:
-    from .sampler import SamplerConfig
-
-    kwargs: dict[str, Any] = {"source": machine.source,
-                              "period_ms": float(sweep.sampler.get("period_ms", 100.0))}
-    for key in ("idle_w", "max_w"):
-        if key in sweep.sampler:
-            kwargs[key] = sweep.sampler[key]
+    """The run's sampler: the sweep's block with the machine's source and the run's GPUs."""
     if machine.source == "nvml":
-        kwargs["gpu_indices"] = _first_visible_gpus(nproc)
-    return SamplerConfig(**kwargs)
+        return sampler_config(sweep.sampler, source="nvml",
+                              gpu_indices=_first_visible_gpus(nproc))
+    return sampler_config(sweep.sampler, source=machine.source)
 
 
 def _first_visible_gpus(n: int) -> tuple[int, ...]:
