@@ -40,6 +40,10 @@ WORKLOAD_MODULES: dict[str, str] = {
 """Workload name -> module defining ``SPEC``."""
 
 
+GPU_AXES = {"gpu_clock_mhz": "lock the GPU clock", "power_limit_setting_w": "apply a power cap"}
+"""The sweep axes that change GPU settings, and what each asks the GPU to do."""
+
+
 @dataclass(frozen=True)
 class Setting:
     """One setting a sweep may give a workload.
@@ -248,6 +252,25 @@ class WorkloadSpec:
 
         return GpuSettings(gpu_indices, clock_mhz=axis("gpu_clock_mhz"),
                            power_limit_w=axis("power_limit_setting_w"))
+
+    def gpu_axis_problems(self, resolved: dict[str, Any],
+                          machine: MachineInfo) -> list[tuple[str, str]]:
+        """Why the GPU axes a run asks for cannot be applied on ``machine`` (empty: they can).
+
+        Only the axes this workload declares are looked at. Changing GPU settings needs NVML
+        (never on ``cpu_proxy``), root and NVML permission (never on a lent device machine).
+        """
+        problems = []
+        for key, what in GPU_AXES.items():
+            if key not in self.settings or resolved.get(key) is None:
+                continue
+            if machine.source != "nvml":
+                problems.append((key, f"cannot {what}: {machine.source} has no GPU clocks or "
+                                 "power limit"))
+            elif not machine.can_set_power_limit:
+                problems.append((key, f"cannot {what}: it needs root and NVML permission on "
+                                 "this machine (and is never done on a lent device machine)"))
+        return problems
 
     def run(self, resolved: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
         """Do the work in this process and return result columns (rank 0's are published)."""

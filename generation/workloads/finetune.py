@@ -166,10 +166,7 @@ class FinetuneSpec(WorkloadSpec):
         if r["optimizer"] in BNB_OPTIMIZERS and not (machine.cuda and machine.bitsandbytes):
             problems.append(("optimizer", f"optimizer {r['optimizer']} needs CUDA and "
                              "bitsandbytes"))
-        if r["power_limit_setting_w"] is not None and not machine.can_set_power_limit:
-            why = ("cpu_proxy has no power limit" if machine.source != "nvml" else
-                   "setting a power cap needs root and NVML permission on this machine")
-            problems.append(("power_limit_setting_w", f"cannot apply a power cap: {why}"))
+        problems.extend(self.gpu_axis_problems(r, machine))
         if "_dataset_path" in r:
             if spec.vocab_size < models.BYTE_OFFSET + 256:
                 problems.append(("dataset_name", f"{spec.name}'s vocabulary is too small "

@@ -137,7 +137,7 @@ class InferenceSpec(WorkloadSpec):
         return r
 
     def check(self, r: dict[str, Any], machine: MachineInfo) -> list[tuple[str, str]]:
-        return validate_settings(r, machine)
+        return validate_settings(r, machine) + self.gpu_axis_problems(r, machine)
 
     def slug(self, r: dict[str, Any]) -> str:
         parts = ["inf", str(r["model"]), r["batching"], f"c{r['concurrency']}"]

@@ -208,17 +208,16 @@ def validate_settings(r: dict[str, Any], machine: MachineInfo) -> list[tuple[str
         problems.append(("precision", "bf16 is not supported by this GPU (needs compute "
                          "capability >= 8.0)"))
     problems.extend(quant.quant_problems(r, machine))
-    # device settings (root only; never on cpu_proxy)
-    for key, what in (("gpu_clock_mhz", "lock the GPU clock"),
-                      ("power_limit_setting_w", "apply a power cap")):
-        if r[key] is None:
-            continue
-        if machine.source != "nvml":
-            problems.append((key, f"cannot {what}: {machine.source} has no GPU clocks or "
-                             "power limit"))
-        elif not machine.can_set_power_limit:
-            problems.append((key, f"cannot {what}: it needs root and NVML permission on this "
-                             "machine (and is never done on a lent device machine)"))
+    problems.extend(_tensor_parallel_problems(r, machine, spec))
+    if r["serving_engine"] != "transformers":
+        problems.append(("serving_engine", "only the transformers serving engine is built in"))
+    return problems
+
+
+def _tensor_parallel_problems(r: dict[str, Any], machine: MachineInfo,
+                              spec: models.ModelSpec) -> list[tuple[str, str]]:
+    """Why ``tp_size`` cannot be honoured (empty when it is 1 or can)."""
+    problems: list[tuple[str, str]] = []
     tp = int(r["tp_size"])
     if tp > 1:
         if r["batching"] != "continuous":
@@ -239,6 +238,4 @@ def validate_settings(r: dict[str, Any], machine: MachineInfo) -> list[tuple[str
             unit = "GPUs" if machine.source == "nvml" else "CPU cores"
             problems.append(("tp_size", f"tp_size {tp} exceeds the {machine.num_devices} {unit} "
                              "of this machine"))
-    if r["serving_engine"] != "transformers":
-        problems.append(("serving_engine", "only the transformers serving engine is built in"))
     return problems
