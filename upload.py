@@ -154,36 +154,28 @@ class FolderCheck:
 
 
 def validate_folder(root: Path) -> FolderCheck:
-    """Re-validate every published run; raise ``UploadError`` listing runs with errors."""
-    from llm_powertrace_ds import schema
-    from llm_powertrace_ds.audit import audit_folder
-    from llm_powertrace_ds.shards import iter_runs
-    from llm_powertrace_ds.staging import unpublished_runs
-    from llm_powertrace_ds.validate import validate_run
+    """Re-validate the folder and every published run; raise ``UploadError`` on any error.
 
-    check = FolderCheck()
+    The checks are ``llm_powertrace_ds.folder_check.validate_folder`` (the same as
+    ``llm-powertrace validate DIR``).
+    """
+    from llm_powertrace_ds import folder_check
+
+    report = folder_check.validate_folder(root)
     # The folder first: no symlink or stray file, every trace paired with its runs row, and
     # cpu_proxy data found in the trace files themselves (not only in the runs rows).
-    folder = audit_folder(root)
-    if not folder.ok:
-        problems = folder.messages()
+    if report.problems:
+        problems = report.problems
         raise UploadError(f"'{root}' is not publishable: {'; '.join(problems[:5])}"
                           + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else "")
                           + "; llm-powertrace validate DIR lists them")
-    check.proxy_runs = list(folder.proxy_runs)
-    failed = []
-    for run in iter_runs(root):  # one walk of data/, one trace file in memory at a time
-        report = validate_run(run)
-        errors = sorted(set(report.errors) | {f for f in run.flags if f in schema.ERROR_FLAGS})
-        if errors:
-            failed.append(f"{run.run_id} ({', '.join(errors)})")
-        check.runs += 1
+    failed = [f"{r.run_id} ({', '.join(r.errors)})" for r in report.failed_runs]
     if failed:
         raise UploadError(f"{len(failed)} run(s) fail validation: {'; '.join(failed)}; fix or "
                           "remove them (llm-powertrace validate DIR shows why)")
     # runs not published yet (a published or salvaged run may keep its killed attempts)
-    check.unpublished = len(unpublished_runs(root))
-    return check
+    return FolderCheck(runs=len(report.runs), proxy_runs=report.proxy_runs,
+                       unpublished=len(report.unpublished))
 
 
 def publishable_folder(root: Path, *, allow_proxy: bool) -> FolderCheck:

@@ -94,7 +94,7 @@ def test_the_graph_is_read():
     assert "llm_powertrace_ds.importers.common" in edges["llm_powertrace_ds.importers.nvidia_smi"]
     assert "llm_powertrace_ds.staging" in edges["generation.runner"]
     assert "generation.workloads.inference.engines" in edges["generation.workloads.inference.serve"]
-    assert "llm_powertrace_ds.staging" in edges["upload"]
+    assert "llm_powertrace_ds.folder_check" in edges["upload"]
 
 
 def test_library_never_imports_generation_or_cards():
