@@ -113,9 +113,15 @@ def run_metrics_rows(root: Path, *, config: str | None = None, split: str | None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add the analysis subcommands."""
-    fmt = argparse.RawDescriptionHelpFormatter
+    """Add the analysis subcommands (metrics, fit, predict, plot)."""
+    _register_metrics(sub)
+    _register_fit(sub)
+    _register_predict(sub)
+    _register_plot(sub)
 
+
+def _register_metrics(sub: argparse._SubParsersAction) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
     p = sub.add_parser(
         "metrics", help="power-grid metrics of every run", formatter_class=fmt,
         description="Print the node-total metrics of every run (energy, levels, ramps, "
@@ -133,6 +139,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_format(p)
     p.set_defaults(func=cmd_metrics)
 
+
+def _register_fit(sub: argparse._SubParsersAction) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
     p = sub.add_parser(
         "fit", help="fit the energy/power scaling law", formatter_class=fmt,
         description="Fit a log-linear law with platform intercepts and a physics-informed law "
@@ -169,6 +178,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "table with --holdout, else the parameters) (default: table)")
     p.set_defaults(func=cmd_fit)
 
+
+def _register_predict(sub: argparse._SubParsersAction) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
     p = sub.add_parser(
         "predict", help="predict with a fitted law, with its 90 %% interval", formatter_class=fmt,
         epilog="examples:\n  llm-powertrace predict fit.json --set platform=h100_sxm_80gb "
@@ -185,6 +197,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_format(p)
     p.set_defaults(func=cmd_predict)
 
+
+def _register_plot(sub: argparse._SubParsersAction) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
     p = sub.add_parser(
         "plot", help="plot a run, a sweep or a fit", formatter_class=fmt,
         description="One run: per-device power and node total with events, a 10 s zoom, the "
@@ -204,7 +219,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--split", default=None, help="sweep plot: platform split (default: all)")
     p.add_argument("--fit", type=Path, default=None, metavar="FIT.json", help="plot a fit")
     p.set_defaults(func=cmd_plot)
-
 
 def _usage(message: str) -> NoReturn:
     raise UsageError(message)
