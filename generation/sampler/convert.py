@@ -27,8 +27,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ENERGY_MISMATCH_PCT = 5.0
-
 
 def t_ms_of(t_ns: np.ndarray, t0_ns: int) -> np.ndarray:
     """Monotonic ns -> ms since t0 (floor), as int64."""
@@ -181,6 +179,8 @@ def spool_to_run(path: str | os.PathLike[str], meta: dict[str, Any] | None = Non
     run.add_flags(*flags)
     if spool.summary.faults.get("stale_power"):  # NVML repeated a reading (same timestamp)
         run.add_flags("stale_power")
+    from llm_powertrace_ds.schema import ENERGY_MISMATCH_PCT
+
     mismatches = [energy_mismatch_pct(d) for d in devices]
     if any(m is not None and abs(m) > ENERGY_MISMATCH_PCT for m in mismatches):
         run.add_flags("energy_mismatch")
