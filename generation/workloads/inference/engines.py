@@ -6,6 +6,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -211,6 +212,29 @@ def continuous_batching_config(*, concurrency: int, max_prompt: int, max_output:
                                     auto_switch_to_flash=False,
                                     use_cuda_graph=bool(use_cuda_graph and device == "cuda"),
                                     use_async_batching=bool(use_async_batching))
+
+
+@dataclass(frozen=True)
+class ContinuousBatchingOptions:
+    """The ``cb_*`` settings of a continuous-batching run, typed (``settings.CB_SETTINGS``).
+
+    Attributes:
+        attn_implementation: the attention kernel (never switched automatically).
+        use_cuda_graph: capture CUDA graphs (CUDA only).
+        use_async_batching: double-buffered asynchronous batches.
+    """
+
+    attn_implementation: str = "sdpa"
+    use_cuda_graph: bool = False
+    use_async_batching: bool = False
+
+    @classmethod
+    def from_settings(cls, r: Mapping[str, Any] | None) -> ContinuousBatchingOptions:
+        """The options of resolved settings ``r`` (defaults for absent or null values)."""
+        r = r or {}
+        return cls(attn_implementation=r.get("cb_attn_implementation") or "sdpa",
+                   use_cuda_graph=bool(r.get("cb_use_cuda_graph")),
+                   use_async_batching=bool(r.get("cb_use_async_batching")))
 
 
 class ContinuousEngine:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .. import RunContext, models, quant
 from .. import arrivals as arr
-from .engines import ContinuousEngine, Job, StaticEngine
+from .engines import ContinuousBatchingOptions, ContinuousEngine, Job, StaticEngine
 from .loop import EventSink, ServingLoop
 from .model import TP_CHECKPOINT, follow_tp, generate_kwargs, load_model, load_model_tp
 from .requests import (
@@ -54,21 +54,20 @@ def make_prompts(stream: arr.RequestStream, vocab_size: int) -> Callable[[arr.Re
 
 def make_engine(batching: str, model: Any, *, concurrency: int, max_prompt: int,
                 max_output: int, generate_kw: dict[str, Any] | None = None,
-                cb_options: dict[str, Any] | None = None) -> Any:
+                cb_options: Mapping[str, Any] | None = None) -> StaticEngine | ContinuousEngine:
     """A static or continuous engine (``cb_options``: the ``cb_*`` settings)."""
     if batching == "static":
         return StaticEngine(model, generate_kwargs=generate_kw)
-    opts = cb_options or {}
+    opts = ContinuousBatchingOptions.from_settings(cb_options)
     return ContinuousEngine(model, concurrency=concurrency, max_prompt=max_prompt,
-                            max_output=max_output,
-                            attn_implementation=opts.get("cb_attn_implementation") or "sdpa",
-                            use_cuda_graph=bool(opts.get("cb_use_cuda_graph")),
-                            use_async_batching=bool(opts.get("cb_use_async_batching")))
+                            max_output=max_output, attn_implementation=opts.attn_implementation,
+                            use_cuda_graph=opts.use_cuda_graph,
+                            use_async_batching=opts.use_async_batching)
 
 
 def start_engine(model: Any, stream: arr.RequestStream, *, batching: str, concurrency: int,
                  vocab_size: int, generate_kw: dict[str, Any] | None = None,
-                 cb_options: dict[str, Any] | None = None) -> Any:
+                 cb_options: Mapping[str, Any] | None = None) -> StaticEngine | ContinuousEngine:
     """Make, start and warm up an engine (continuous batching: manager, CUDA graphs)."""
     import numpy as np
 
@@ -92,7 +91,7 @@ def serve_stream(model: Any, stream: arr.RequestStream, *, batching: str, concur
                  vocab_size: int, events: EventSink | None = None,
                  generate_kw: dict[str, Any] | None = None,
                  mark: Callable[..., Any] | None = None, engine: Any = None,
-                 cb_options: dict[str, Any] | None = None) -> Served:
+                 cb_options: Mapping[str, Any] | None = None) -> Served:
     """Warm up an engine, serve ``stream`` through the loop, stop the engine.
 
     Args:
