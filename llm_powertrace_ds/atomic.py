@@ -1,10 +1,12 @@
 """The one atomic file writer: write a hidden temporary name, then ``os.replace`` it into place.
 
-Every writer of a whole file in the project (status and meta files, the sampler's spool headers,
-request logs, pid files, the GPU-settings journal, the card, exports, figures) goes through
-:func:`atomic_path` or one of the helpers built on it, so a reader sees the old file or the new
+Writers of whole files go through :func:`atomic_path` or one of the helpers built on it (status
+and meta files, the sampler's spool headers, request logs, pid files, the GPU-settings journal,
+the card, exports, merged files, facility profiles), so a reader sees the old file or the new
 one, never half of one, and a failed write leaves no litter. Standard library only: the sampler
-process imports it without paying for ``datasets``.
+process imports it without paying for ``datasets``. (Arrow shards are written by ``shards.py``,
+which writes several files before renaming them together; ``cards/figures.py`` and
+``generation/record/session.py`` still have their own copy of the pattern.)
 
 Temporary names are ``.<name>.t<thread>.<pid>.tmp``: hidden from every dataset glob, unique per
 writing thread, and with the pid last where ``audit``'s leftover sweep reads it.
