@@ -50,6 +50,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llm_powertrace_ds.errors import PowerTraceError
+
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 LOGIN_HINT = ("run `hf auth login` (or set the HF_TOKEN environment variable to a token with "
               "write access) and try again")
@@ -64,7 +66,7 @@ PARQUET_ROW_GROUP_BYTES = 64 * 1024**2
 DIFF_MAX_LINES = 400
 
 
-class UploadError(Exception):
+class UploadError(PowerTraceError):
     """A failure reported as one line (exit code 1)."""
 
 
@@ -152,38 +154,28 @@ class FolderCheck:
 
 
 def validate_folder(root: Path) -> FolderCheck:
-    """Re-validate every published run; raise ``UploadError`` listing runs with errors."""
-    from llm_powertrace_ds import schema
-    from llm_powertrace_ds.audit import audit_folder
-    from llm_powertrace_ds.shards import iter_runs
-    from llm_powertrace_ds.validate import validate_run
+    """Re-validate the folder and every published run; raise ``UploadError`` on any error.
 
-    check = FolderCheck()
+    The checks are ``llm_powertrace_ds.folder_check.validate_folder`` (the same as
+    ``llm-powertrace validate DIR``).
+    """
+    from llm_powertrace_ds import folder_check
+
+    report = folder_check.validate_folder(root)
     # The folder first: no symlink or stray file, every trace paired with its runs row, and
     # cpu_proxy data found in the trace files themselves (not only in the runs rows).
-    folder = audit_folder(root)
-    if not folder.ok:
-        problems = folder.messages()
+    if report.problems:
+        problems = report.problems
         raise UploadError(f"'{root}' is not publishable: {'; '.join(problems[:5])}"
                           + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else "")
                           + "; llm-powertrace validate DIR lists them")
-    check.proxy_runs = list(folder.proxy_runs)
-    failed = []
-    for run in iter_runs(root):  # one walk of data/, one trace file in memory at a time
-        report = validate_run(run)
-        errors = sorted(set(report.errors) | {f for f in run.flags if f in schema.ERROR_FLAGS})
-        if errors:
-            failed.append(f"{run.run_id} ({', '.join(errors)})")
-        check.runs += 1
+    failed = [f"{r.run_id} ({', '.join(r.errors)})" for r in report.failed_runs]
     if failed:
         raise UploadError(f"{len(failed)} run(s) fail validation: {'; '.join(failed)}; fix or "
                           "remove them (llm-powertrace validate DIR shows why)")
-    staging = root / ".staging"
-    if staging.is_dir():
-        # runs not published yet (a published or salvaged run may keep its killed attempts)
-        check.unpublished = sum(1 for p in staging.iterdir() if p.is_dir() and p.name != "locks"
-                                and _staging_status(p) not in ("published", "salvaged"))
-    return check
+    # runs not published yet (a published or salvaged run may keep its killed attempts)
+    return FolderCheck(runs=len(report.runs), proxy_runs=report.proxy_runs,
+                       unpublished=len(report.unpublished))
 
 
 def publishable_folder(root: Path, *, allow_proxy: bool) -> FolderCheck:
@@ -198,13 +190,6 @@ def publishable_folder(root: Path, *, allow_proxy: bool) -> FolderCheck:
             f"'{root}' holds {len(check.proxy_runs)} cpu_proxy run(s) (modelled from CPU "
             "activity, not GPU measurements); pass --allow-proxy to publish them anyway")
     return check
-
-
-def _staging_status(sdir: Path) -> str | None:
-    try:
-        return json.loads((sdir / "status.json").read_text(encoding="utf-8")).get("status")
-    except (OSError, ValueError, AttributeError):
-        return None
 
 
 def check_loads(root: Path, cache_dir: Path) -> list[tuple[str, str]]:

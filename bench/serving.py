@@ -7,7 +7,7 @@ One fixed model at saturation: a closed loop whose concurrency equals the batch 
 prompt and output lengths, the same synthetic prompts everywhere. For each batching mode, in one
 process, alternating ``--repeats`` times:
 
-* ``loop``: ``generation.workloads.inference.serve_stream`` (arrival bookkeeping, admission,
+* ``loop``: ``generation.workloads.inference.serve.serve_stream`` (arrival bookkeeping, admission,
   the engine's worker thread, completions back through the loop's inbox);
 * ``direct`` for ``static``: ``model.generate`` on exactly the batches the loop formed (same
   prompts, same forced length), back to back;
@@ -49,29 +49,30 @@ def _stream(args: argparse.Namespace):
 def _loop(model, args, batching: str, vocab: int) -> tuple[float, list[list[str]]]:
     import torch
 
-    from generation.workloads import inference as inf
+    from generation.workloads.inference import requests as inf_requests
+    from generation.workloads.inference import serve as inf_serve
 
     with torch.inference_mode():
-        served = inf.serve_stream(model, _stream(args), batching=batching,
+        served = inf_serve.serve_stream(model, _stream(args), batching=batching,
                                   concurrency=args.concurrency, vocab_size=vocab)
     bad = [r for r in served.records if r.status != "ok"]
     if bad:
         raise SystemExit(f"the loop failed {len(bad)} requests: {bad[0].error}")
     batches = served.engine.batches if batching == "static" else []
-    return inf.summarise(served.records)["tokens_per_s"], batches
+    return inf_requests.summarise(served.records)["tokens_per_s"], batches
 
 
 def _direct_static(model, args, batches: list[list[str]], vocab: int) -> float:
     import torch
 
-    from generation.workloads import inference as inf
+    from generation.workloads.inference import engines as inf_engines
 
     stream = _stream(args)
     by_id = {r.request_id: r for r in stream}
-    engine = inf.StaticEngine(model)
+    engine = inf_engines.StaticEngine(model)
     tensors = []
     for ids in batches:
-        jobs = [inf.Job(i, stream.prompt_ids(by_id[i], vocab, 3), by_id[i].output_tokens)
+        jobs = [inf_engines.Job(i, stream.prompt_ids(by_id[i], vocab, 3), by_id[i].output_tokens)
                 for i in ids]
         tensors.append(engine.tensors(jobs))
     n = args.output_len
@@ -92,13 +93,13 @@ def _direct_continuous(model, args, vocab: int) -> float:
     import torch
     from transformers import GenerationConfig
 
-    from generation.workloads import inference as inf
+    from generation.workloads.inference import engines as inf_engines
 
     stream = _stream(args)
     prompts = [stream.prompt_ids(r, vocab, 3) for r in stream]
     gen = GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=0,
                            max_new_tokens=args.output_len)
-    cfg = inf.continuous_batching_config(concurrency=args.concurrency,
+    cfg = inf_engines.continuous_batching_config(concurrency=args.concurrency,
                                          max_prompt=args.prompt_len, max_output=args.output_len,
                                          device=model.device.type)
     with torch.inference_mode():
@@ -137,13 +138,14 @@ def main(argv: list[str] | None = None) -> int:
     hf_logging.set_verbosity_error()
     from generation.workloads import inference as inf
     from generation.workloads import models
+    from generation.workloads.inference import model as inf_model
 
     spec = models.get_spec(args.model)
     settings = inf.SPEC.resolve({"model": args.model, "precision": "fp32"},
                                 inf.MachineInfo("cpu_proxy", "cpu_proxy", 1, False, True))
     if args.device == "cuda":
         settings["precision"] = "bf16"
-    model = inf.load_model(settings, args.device)
+    model = inf_model.load_model(settings, args.device)
     vocab = spec.vocab_size
     out: dict[str, dict[str, float]] = {}
     for batching in ("static", "continuous"):

@@ -169,10 +169,8 @@ def metric_groups(module: ModuleType | None = None) -> tuple[list[tuple[str, str
         from llm_powertrace_ds import metrics
 
         module = metrics
-    formulas_fn = getattr(module, "metric_formulas", None)
-    formulas: dict[str, str] = dict(formulas_fn()) if callable(formulas_fn) else {}
-    # The module's group functions: whatever it exports (untyped, hence Any).
-    raw_groups: Any = getattr(module, "METRIC_GROUPS", None) or getattr(module, "_GROUPS", ())
+    formulas: dict[str, str] = dict(module.metric_formulas())
+    raw_groups: tuple[Any, ...] = tuple(module.METRIC_GROUPS)
     parsed: list[tuple[str, list[str], str]] = []
     for fn in raw_groups:
         doc = inspect.getdoc(fn) or ""

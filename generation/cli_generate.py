@@ -9,17 +9,16 @@ entry-point group (pyproject.toml), so the library never imports ``generation``.
 from __future__ import annotations
 
 import argparse
-import filecmp
-import os
-import shutil
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llm_powertrace_ds import layout
 from llm_powertrace_ds.cli_core import add_format, emit, out_dir
-from llm_powertrace_ds.errors import InputError, PowerTraceError, ShardError
+from llm_powertrace_ds.errors import (
+    InputError,
+    MissingExtra,
+    UsageError,
+)
 
 EXTRA_HINT = "pip install 'llm-powertrace[generate]'"
 EXIT_INTERRUPTED = 130
@@ -31,10 +30,6 @@ SLURM_EXAMPLE = """\
   llm-powertrace generate generation/sweeps/finetune-scale.yaml --out llm-powertrace \\
       --task-index $SLURM_ARRAY_TASK_ID --num-tasks 8
 """
-
-
-class MissingExtra(PowerTraceError, ModuleNotFoundError):
-    """The ``generate`` extra is not installed."""
 
 
 def _import_generation(what: str):  # noqa: ANN202 - returns a module
@@ -113,8 +108,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if not args.sweep.exists():
         raise InputError(f"sweep file '{args.sweep}' does not exist")
     if args.num_tasks < 1 or not 0 <= args.task_index < args.num_tasks:
-        from llm_powertrace_ds.cli import UsageError
-
         raise UsageError(f"--task-index {args.task_index} must be in [0, --num-tasks "
                          f"{args.num_tasks})")
     quiet = getattr(args, "quiet", False)
@@ -179,8 +172,8 @@ def dry_run_summary(report: Any) -> str:
 # ---------------------------------------------------------------------------------------------
 
 def cmd_salvage(args: argparse.Namespace) -> int:
-    runner = _import_generation("runner")
-    res = runner.salvage(args.dir, args.run_id)
+    attempts = _import_generation("attempts")
+    res = attempts.salvage(args.dir, args.run_id)
     from llm_powertrace_ds.hooks import rebuild_card
 
     rebuild_card(args.dir)
@@ -193,99 +186,9 @@ def cmd_salvage(args: argparse.Namespace) -> int:
 # merge
 # ---------------------------------------------------------------------------------------------
 
-@dataclass
-class MergePlan:
-    """What ``merge`` will copy: ``(src file, relative path)`` pairs, and what it skips."""
-
-    copies: list[tuple[Path, str]]
-    identical: set[str]
-    runs: dict[str, str]
-
-
-def _run_files(root: Path) -> dict[str, dict[str, Path]]:
-    """``{run_id: {relative path: file}}`` of a folder's per-run files under ``data/``."""
-    data = layout.data_root(root)
-    out: dict[str, dict[str, Path]] = {}
-    if not data.is_dir():
-        return out
-    for path in sorted(data.rglob(f"*{layout.SHARD_SUFFIX}")):
-        if path.name.startswith(".") or not path.is_file():
-            continue
-        if "-of-" in path.stem:
-            raise ShardError(f"'{root}' is packed ({path.name}); merge works on unpacked "
-                             "folders (the output of generate/import)")
-        out.setdefault(path.stem, {})[path.relative_to(root).as_posix()] = path
-    return out
-
-
-def _same_content(a: Path, b: Path) -> bool:
-    if filecmp.cmp(a, b, shallow=False):
-        return True
-    from llm_powertrace_ds.shards import read_table
-
-    return read_table(a).equals(read_table(b))
-
-
-def plan_merge(sources: list[Path], into: Path) -> MergePlan:
-    """Check every source against ``into`` and each other; list the files to copy.
-
-    Raises:
-        InputError: a run id whose files differ between folders (every conflict listed), a
-            missing source folder.
-    """
-    problems: list[str] = []
-    target = _run_files(into) if into.exists() else {}
-    chosen: dict[str, dict[str, Path]] = {}
-    origin: dict[str, str] = {run_id: str(into) for run_id in target}
-    identical: set[str] = set()
-    for src in sources:
-        if not src.is_dir():
-            problems.append(f"'{src}' is not a dataset folder")
-            continue
-        if src.resolve() == into.resolve():
-            problems.append(f"'{src}' is the destination itself")
-            continue
-        for run_id, files in _run_files(src).items():
-            have = target.get(run_id) or chosen.get(run_id)
-            if have is None:
-                chosen[run_id] = files
-                origin[run_id] = str(src)
-                continue
-            if set(have) != set(files) or not all(_same_content(have[k], files[k]) for k in files):
-                problems.append(f"run {run_id}: '{src}' and '{origin[run_id]}' hold different "
-                                "data for this run id")
-            else:
-                identical.add(run_id)
-    if problems:
-        raise InputError("merge found conflicts; nothing was copied:\n  "
-                         + "\n  ".join(problems))
-    copies = [(path, rel) for files in chosen.values() for rel, path in files.items()]
-    return MergePlan(copies=copies, identical=identical, runs=origin)
-
-
-def merge(sources: list[Path], into: Path) -> tuple[list[str], set[str]]:
-    """Merge dataset folders into ``into`` (created if missing) and refresh its card.
-
-    Returns:
-        ``(run ids copied, run ids already present with identical files)``.
-    """
-    from llm_powertrace_ds.hooks import rebuild_card
-
-    plan = plan_merge(sources, into)
-    copied: set[str] = set()
-    for src, rel in plan.copies:
-        dest = into / rel
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, dest)
-        copied.add(Path(rel).stem)
-    into.mkdir(parents=True, exist_ok=True)
-    rebuild_card(into)
-    return sorted(copied), plan.identical
-
-
 def cmd_merge(args: argparse.Namespace) -> int:
+    from llm_powertrace_ds.merge import merge
+
     copied, identical = merge(list(args.src), out_dir(args.into, "--into"))
     rows = [{"run_id": r, "action": "copied"} for r in copied]
     rows += [{"run_id": r, "action": "identical"} for r in sorted(identical)]

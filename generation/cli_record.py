@@ -14,7 +14,7 @@ from typing import Any
 
 from llm_powertrace_ds import schema
 from llm_powertrace_ds.cli_core import add_format, emit, out_dir
-from llm_powertrace_ds.errors import InputError
+from llm_powertrace_ds.errors import InputError, UsageError
 
 REQUEST_FORMATS = ("vllm", "sglang", "csv")
 
@@ -102,7 +102,6 @@ def parse_requests(text: str | None) -> tuple[str, Path] | None:
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    from llm_powertrace_ds.cli import UsageError
     from llm_powertrace_ds.importers.common import load_meta_file
 
     command = list(args.command)

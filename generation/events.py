@@ -1,6 +1,6 @@
 """Workload events on the sampler's clock (CLOCK_MONOTONIC), recorded cheaply per process.
 
-A workload process marks events from DESIGN.md's vocabulary (``schema.EVENT_KINDS``)::
+A workload process marks events from the schema's vocabulary (``schema.EVENT_KINDS``)::
 
     from generation.events import EventRecorder
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from llm_powertrace_ds.atomic import write_json_atomic
 from llm_powertrace_ds.errors import PowerTraceError
 from llm_powertrace_ds.procs import pid_alive as _pid_alive
 
@@ -54,9 +55,7 @@ def launch_dir(staging_dir: Path) -> Path:
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, default=str), encoding="utf-8")
-    os.replace(tmp, path)
+    write_json_atomic(path, obj, fsync=False, indent=None, sort_keys=False)
 
 
 def _touch(path: Path) -> None:

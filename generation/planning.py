@@ -9,6 +9,7 @@ own dry run gives the final ones.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,8 +19,8 @@ from llm_powertrace_ds.errors import InputError
 from .sweep import PlannedRun, Sweep, detect_machine
 from .workloads import MachineInfo
 
-ASSUMED = {"num_devices": 8, "cuda": True, "bf16": True, "bitsandbytes": True,
-           "can_set_power_limit": True}
+ASSUMED = MachineInfo(source="nvml", platform="unknown", num_devices=8, cuda=True, bf16=True,
+                      bitsandbytes=True, can_set_power_limit=True)
 """The GPU machine a dry run assumes when it has none: one node of 8 GPUs with bf16, CUDA and
 bitsandbytes, where power caps may be set (root). Power caps are checked again on the real
 machine."""
@@ -40,8 +41,8 @@ def planning_machine(sampler: dict[str, Any], *, platform: str | None = None) ->
     except InputError as exc:
         if sampler.get("source") != "nvml":
             raise
-        return MachineInfo(source="nvml", platform=platform or "unknown",
-                           extra={"assumed": True, "reason": exc.reason}, **ASSUMED)
+        return dataclasses.replace(ASSUMED, platform=platform or "unknown",
+                                   extra={"assumed": True, "reason": exc.reason})
 
 
 @dataclass(frozen=True)

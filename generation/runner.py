@@ -1,6 +1,6 @@
 """The runner: a sweep file in, published runs out — with resume, task splitting and locks.
 
-Per run (DESIGN.md's run lifecycle)::
+Per run (the run lifecycle of docs/design.md and :mod:`llm_powertrace_ds.staging`)::
 
     lock .staging/locks/measure-<run_id>.lock (another generate process has it -> "busy")
     archive a killed or failed attempt's spool as .staging/<run_id>/attempt-N/
@@ -27,43 +27,44 @@ request rows) becomes ``Run.requests`` for the inference workload.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import importlib.metadata
-import json
 import logging
 import os
 import shutil
 import socket
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from llm_powertrace_ds import layout, schema
-from llm_powertrace_ds.errors import PowerTraceError
+from llm_powertrace_ds import schema
+from llm_powertrace_ds.errors import LockTimeout, PowerTraceError
+from llm_powertrace_ds.staging import RunStatus, Staging, is_done, published_run_ids, utc_now
 
-from .sweep import PlannedRun, Sweep, detect_machine, load_sweep, plan, task_subset
+from .attempts import RunFailed, archive_attempt, request_redo
+from .sweep import (
+    PlannedRun,
+    Sweep,
+    detect_machine,
+    load_sweep,
+    plan,
+    sampler_config,
+    task_subset,
+)
 from .workloads import MachineInfo
+
+if TYPE_CHECKING:
+    from llm_powertrace_ds.run import Run
+
+    from .events import EventRecorder
+    from .planning import Estimate
+    from .sampler import Sampler, SamplerConfig, SamplerSummary
 
 log = logging.getLogger(__name__)
 
-STATUS_DONE = ("published", "salvaged")
-"""Staging statuses of a done run. The lifecycle (issue 12, item 14)::
-
-    running --(Ctrl-C)--> interrupted --(generate)--> running ...
-    running --(SIGKILL: owner dead, its lock free)--> killed (spool archived as attempt-N)
-    killed/interrupted/failed --(salvage)--> salvaged    (done; attempts kept)
-    salvaged --(generate --redo-salvaged)--> redo --> running --> published (attempts kept)
-
-Attempts (``attempt-N/``) are never deleted by the tools; the user prunes them.
-"""
 LAUNCH_READY_TIMEOUT_S = 900.0
-
-
-class RunFailed(PowerTraceError, RuntimeError):
-    """A run failed (``fail_fast``); the message names the run and its error."""
 
 
 @dataclass
@@ -100,7 +101,7 @@ class Report:
     machine: MachineInfo
     total_runs: int
     outcomes: list[Outcome]
-    estimate: Any = None  # planning.Estimate of the runs still to do (dry runs)
+    estimate: Estimate | None = None  # of the runs still to do (dry runs)
     sampler: dict[str, Any] | None = None  # the sampler a real run would use (dry runs)
 
     @property
@@ -142,36 +143,6 @@ def _installed_version(dist: str) -> str | None:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         return None
-
-
-# ---------------------------------------------------------------------------------------------
-# Done-ness
-# ---------------------------------------------------------------------------------------------
-
-def published_run_ids(root: str | Path, workload: str) -> set[str]:
-    """Run ids with a trace file in ``data/<workload>/`` (one directory walk)."""
-    base = layout.data_root(root) / workload
-    if not base.is_dir():
-        return set()
-    return {p.stem for p in base.rglob(f"*{layout.SHARD_SUFFIX}")
-            if not p.name.startswith(".") and "-of-" not in p.stem}
-
-
-def staging_status(root: str | Path, run_id: str) -> str | None:
-    """The run's staging status, or ``None`` when it has no readable one."""
-    path = layout.staging_dir(root, run_id) / "status.json"
-    try:
-        return json.loads(path.read_text(encoding="utf-8")).get("status")
-    except (OSError, ValueError):
-        return None
-
-
-def is_done(root: str | Path, run_id: str, published: set[str]) -> bool:
-    """Done = trace file in ``data/`` and no staging folder saying otherwise."""
-    if run_id not in published:
-        return False
-    sdir = layout.staging_dir(root, run_id)
-    return not sdir.exists() or staging_status(root, run_id) in STATUS_DONE
 
 
 # ---------------------------------------------------------------------------------------------
@@ -230,7 +201,8 @@ def generate(sweep_path: str | Path, out: str | Path, *, task_index: int = 0, nu
         if redo_salvaged and not dry_run:
             request_redo(out, run.run_id)
         if is_done(out, run.run_id, published) and not (
-                dry_run and redo_salvaged and staging_status(out, run.run_id) == "salvaged"):
+                dry_run and redo_salvaged
+                and Staging(out, run.run_id).status() == RunStatus.SALVAGED):
             emit(Outcome(run.index, run.run_id, "done" if dry_run else "skipped",
                          info=_info(run)))
         elif dry_run:
@@ -347,75 +319,59 @@ def execute_run(sweep: Sweep, machine: MachineInfo, run: PlannedRun, out: Path, 
     Raises:
         RunError: the run failed; its staging status says ``failed`` with the error.
     """
-    from filelock import FileLock, Timeout
+    from llm_powertrace_ds.shards import publish_run
 
-    from llm_powertrace_ds.shards import publish_run, set_status
-
-    lock = FileLock(str(layout.lock_path(out, f"measure-{run.run_id}")), timeout=0)
+    staging = Staging(out, run.run_id)
     try:
-        lock.acquire()
-    except Timeout:
+        with staging.measure_lock():
+            if is_done(out, run.run_id, published_run_ids(out, sweep.workload)):
+                return "skipped", {}
+            return _execute_locked(sweep, machine, run, staging, publish_run, progress=progress)
+    except LockTimeout:
         log.info("run %s is being measured by another process; skipped", run.run_id)
         return "busy", {}
+
+
+def _execute_locked(sweep: Sweep, machine: MachineInfo, run: PlannedRun, staging: Staging,
+                    publish: Callable[..., Any], *, progress: bool) -> tuple[str, dict[str, Any]]:
+    """:func:`execute_run` once the run's measure lock is held."""
+    _prepare_staging(staging)
+    meta = _planned_meta(sweep, run)
+    staging.write_meta({"columns": meta, "settings": run.settings, "sampler": sweep.sampler,
+                        "sweep": str(sweep.path)})
+    staging.set_status(RunStatus.RUNNING, started_utc=utc_now(), pid=os.getpid())
     try:
-        if is_done(out, run.run_id, published_run_ids(out, sweep.workload)):
-            return "skipped", {}
-        sdir = layout.staging_dir(out, run.run_id)
-        _prepare_staging(sdir)
-        meta = _planned_meta(sweep, run)
-        _write_json(sdir / "meta.json", {"columns": meta, "settings": run.settings,
-                                         "sampler": sweep.sampler, "sweep": str(sweep.path)})
-        set_status(out, run.run_id, "running",
-                   started_utc=dt.datetime.now(dt.timezone.utc).isoformat(), pid=os.getpid())
-        try:
-            result = _measure(sweep, machine, run, sdir, progress=progress)
-            record = _build_run(sdir, meta, result)
-            _gpu_state_facts(record, run, machine)
-            published = publish_run(out, record)
-        except (KeyboardInterrupt, SystemExit):  # Ctrl-C, or SIGTERM/SIGHUP (signals.Terminated)
-            mark_interrupted(out, run.run_id)
-            raise
-        except Exception as exc:  # noqa: BLE001 - any failure of a run is recorded, not fatal
-            message = f"{type(exc).__name__}: {exc}"
-            set_status(out, run.run_id, "failed", error=message,
-                       traceback=traceback.format_exc(limit=20))
-            raise RunError(message) from exc
-        finally:
-            _remove_checkpoints(sweep, run)
-        m = published.metrics
-        return "published", {"steps": result.get("steps"),
-                             "tokens_per_s": result.get("tokens_per_s"),
-                             "energy_j": m.get("energy_j"), "mean_power_w": m.get("mean_power_w"),
-                             "flags": published.flags}
+        result = _measure(sweep, machine, run, staging.dir, progress=progress)
+        record = _build_run(staging.dir, meta, result)
+        _gpu_state_facts(record, run, machine)
+        published = publish(staging.root, record)
+    except (KeyboardInterrupt, SystemExit):  # Ctrl-C, or SIGTERM/SIGHUP (signals.Terminated)
+        mark_interrupted(staging.root, run.run_id)
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure of a run is recorded, not fatal
+        message = f"{type(exc).__name__}: {exc}"
+        staging.set_status(RunStatus.FAILED, error=message,
+                           traceback=traceback.format_exc(limit=20))
+        raise RunError(message) from exc
     finally:
-        lock.release()
+        _remove_checkpoints(sweep, run)
+    m = published.metrics
+    return "published", {"steps": result.get("steps"), "tokens_per_s": result.get("tokens_per_s"),
+                         "energy_j": m.get("energy_j"), "mean_power_w": m.get("mean_power_w"),
+                         "flags": published.flags}
 
 
-def _write_json(path: Path, obj: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, default=str, indent=1), encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def _prepare_staging(sdir: Path) -> None:
+def _prepare_staging(staging: Staging) -> None:
     """Keep what an earlier attempt left as ``attempt-N/``; start from a clean folder."""
-    from .sampler import archive_attempt
-
-    if not sdir.exists():
-        return
-    leftovers = [p for p in sdir.iterdir() if p.name not in ("status.json", "meta.json")
-                 and not p.name.startswith(("attempt-", "."))]
-    if leftovers:
-        reason = "failed" if _status_of(sdir) == "failed" else "killed"
-        archive_attempt(sdir, reason=reason)
+    if staging.attempt_leftovers():
+        reason = "failed" if staging.status() == RunStatus.FAILED else "killed"
+        archive_attempt(staging.dir, reason=reason)
 
 
-def _status_of(sdir: Path) -> str | None:
-    try:
-        return json.loads((sdir / "status.json").read_text()).get("status")
-    except (OSError, ValueError):
-        return None
+def mark_interrupted(root: str | Path, run_id: str) -> None:
+    """Record a run stopped by Ctrl-C as ``interrupted`` (its spool stays for resume/salvage)."""
+    with contextlib.suppress(OSError):
+        Staging(root, run_id).set_status(RunStatus.INTERRUPTED, stopped_utc=utc_now())
 
 
 def _planned_meta(sweep: Sweep, run: PlannedRun) -> dict[str, Any]:
@@ -431,17 +387,12 @@ def _planned_meta(sweep: Sweep, run: PlannedRun) -> dict[str, Any]:
     return meta
 
 
-def _sampler_config(sweep: Sweep, machine: MachineInfo, nproc: int) -> Any:
-    from .sampler import SamplerConfig
-
-    kwargs: dict[str, Any] = {"source": machine.source,
-                              "period_ms": float(sweep.sampler.get("period_ms", 100.0))}
-    for key in ("idle_w", "max_w"):
-        if key in sweep.sampler:
-            kwargs[key] = sweep.sampler[key]
+def _sampler_config(sweep: Sweep, machine: MachineInfo, nproc: int) -> SamplerConfig:
+    """The run's sampler: the sweep's block with the machine's source and the run's GPUs."""
     if machine.source == "nvml":
-        kwargs["gpu_indices"] = _first_visible_gpus(nproc)
-    return SamplerConfig(**kwargs)
+        return sampler_config(sweep.sampler, source="nvml",
+                              gpu_indices=_first_visible_gpus(nproc))
+    return sampler_config(sweep.sampler, source=machine.source)
 
 
 def _first_visible_gpus(n: int) -> tuple[int, ...]:
@@ -454,7 +405,7 @@ def _first_visible_gpus(n: int) -> tuple[int, ...]:
     return tuple(g.nvml_index for g in resolve_workload_gpus(n))
 
 
-def _idle(recorder: Any, seconds: float) -> None:
+def _idle(recorder: EventRecorder, seconds: float) -> None:
     if seconds <= 0:
         return
     recorder.mark("idle_begin")
@@ -472,34 +423,7 @@ def _remove_checkpoints(sweep: Sweep, run: PlannedRun) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-@contextlib.contextmanager
-def power_cap(gpu_indices: Sequence[int], watts: float | None) -> Iterator[list[dict[str, Any]]]:
-    """Set an NVML power limit on ``gpu_indices`` for the duration, then restore the originals.
-
-    Needs root. Never used on ``cpu_proxy`` (sweep validation rejects it) and refused where
-    ``$LLM_POWERTRACE_NO_DEVICE_SETTINGS`` is set. The sampler, started inside, reads the enforced
-    limit (``power_limit_w``: the observed value beside the requested ``power_limit_setting_w``).
-    A thin wrapper of ``generation.sampler.device_settings``.
-
-    Yields:
-        One ``{"gpu_index", "original_mw", "requested_mw"}`` per GPU.
-
-    Raises:
-        SourceError: NVML refused (e.g. ``NoPermission``); whatever was already changed is
-            restored first.
-        SettingOutOfRange: ``watts`` outside a GPU's allowed range (nothing is changed).
-    """
-    if watts is None:
-        yield []
-        return
-    from .sampler import device_settings
-
-    with device_settings(gpu_indices, power_limit_w=watts) as applied:
-        yield [{"gpu_index": a.gpu_index, "original_mw": a.original_power_limit_mw,
-                "requested_mw": a.requested_power_limit_mw} for a in applied]
-
-
-def _cap_indices(config: Any, nproc: int) -> list[int]:
+def _cap_indices(config: SamplerConfig, nproc: int) -> list[int]:
     if config.gpu_indices is None:  # never guess: caps on NVML 0..n-1 may hit another tenant
         raise RunError("the run's GPUs are unresolved; refusing to change GPU settings")
     return list(config.gpu_indices)
@@ -511,18 +435,14 @@ def _measure(sweep: Sweep, machine: MachineInfo, run: PlannedRun, sdir: Path, *,
     nproc = run.num_processes
     config = _sampler_config(sweep, machine, nproc)
     indices = _cap_indices(config, nproc) if machine.source == "nvml" else []
-    settings = sweep.spec.device_settings(run.settings, indices)
-    if settings is None:
-        cap = run.settings.get("power_limit_setting_w")
-        settings = power_cap(indices if cap is not None else [], cap)
-    with settings:
+    with sweep.spec.device_settings(run.settings, indices):
         if sweep.launcher == "torchrun" or nproc > 1:
             return _measure_launched(sweep, config, machine, run, sdir, nproc,
                                      progress=progress)
         return _measure_inline(sweep, config, machine, run, sdir, progress=progress)
 
 
-def _measure_inline(sweep: Sweep, config: Any, machine: MachineInfo, run: PlannedRun,
+def _measure_inline(sweep: Sweep, config: SamplerConfig, machine: MachineInfo, run: PlannedRun,
                     sdir: Path, *, progress: bool) -> dict[str, Any]:
     from .events import EventRecorder
     from .sampler import Sampler
@@ -562,7 +482,7 @@ def _measure_inline(sweep: Sweep, config: Any, machine: MachineInfo, run: Planne
     return result
 
 
-def _measure_launched(sweep: Sweep, config: Any, machine: MachineInfo, run: PlannedRun,
+def _measure_launched(sweep: Sweep, config: SamplerConfig, machine: MachineInfo, run: PlannedRun,
                       sdir: Path, nproc: int, *, progress: bool) -> dict[str, Any]:
     from .events import EventRecorder
     from .launch import Launched, LaunchSpec
@@ -599,7 +519,7 @@ def _measure_launched(sweep: Sweep, config: Any, machine: MachineInfo, run: Plan
     return result
 
 
-def _gpu_state_facts(record: Any, run: PlannedRun, machine: MachineInfo) -> None:
+def _gpu_state_facts(record: Run, run: PlannedRun, machine: MachineInfo) -> None:
     """Persistence mode of the run's GPUs, and the ``power_limit_not_default`` flag.
 
     The flag is set when a GPU's limit at the start differed from its default although the run
@@ -634,24 +554,31 @@ def _release_device_memory(machine: MachineInfo) -> None:
         torch.cuda.empty_cache()
 
 
-def _verify_inline_gpus(config: Any, machine: MachineInfo) -> None:
+def _verify_inline_gpus(config: SamplerConfig, machine: MachineInfo) -> None:
     """Refuse an inline run whose CUDA device is not the GPU the sampler reads (by UUID)."""
     if machine.source != "nvml" or not machine.cuda:
         return
     from .gpu_devices import check_same_gpus, resolve_workload_gpus, torch_device_uuids
 
-    gpus = resolve_workload_gpus(len(config.gpu_indices))
+    gpus = resolve_workload_gpus(_nvml_gpu_count(config))
     check_same_gpus(torch_device_uuids(range(len(gpus))), gpus)
 
 
-def _verify_launched_gpus(config: Any, machine: MachineInfo, launched: Any) -> None:
+def _verify_launched_gpus(config: SamplerConfig, machine: MachineInfo, launched: Any) -> None:
     """Refuse a launched run whose ranks' CUDA devices are not the GPUs the sampler reads."""
     if machine.source != "nvml" or not machine.cuda:
         return
     from .gpu_devices import check_same_gpus, resolve_workload_gpus
 
-    gpus = resolve_workload_gpus(len(config.gpu_indices))
+    gpus = resolve_workload_gpus(_nvml_gpu_count(config))
     check_same_gpus(launched.device_uuids(), gpus)
+
+
+def _nvml_gpu_count(config: SamplerConfig) -> int:
+    """GPUs of an ``nvml`` run (:func:`_sampler_config` always lists them)."""
+    if config.gpu_indices is None:
+        raise RunError("the nvml sampler configuration lists no GPU indices")
+    return len(config.gpu_indices)
 
 
 SAMPLER_WATCH_S = 0.5
@@ -659,7 +586,7 @@ SAMPLER_WATCH_S = 0.5
 
 
 @contextlib.contextmanager
-def stop_on_sampler_death(sampler: Any, poll_s: float = SAMPLER_WATCH_S) -> Iterator[None]:
+def stop_on_sampler_death(sampler: Sampler, poll_s: float = SAMPLER_WATCH_S) -> Iterator[None]:
     """Stop the (inline) workload within ``poll_s`` + one Python bytecode when the sampler dies.
 
     A watchdog thread polls ``sampler.alive()``; on death it interrupts the main thread
@@ -697,12 +624,12 @@ def stop_on_sampler_death(sampler: Any, poll_s: float = SAMPLER_WATCH_S) -> Iter
         watcher.join()
 
 
-def _check_sampler(summary: Any) -> None:
+def _check_sampler(summary: SamplerSummary) -> None:
     if not summary.complete:
         raise RunError(f"the sampler ended {summary.state}: {summary.message}")
 
 
-def _build_run(sdir: Path, meta: dict[str, Any], result: dict[str, Any]) -> Any:
+def _build_run(sdir: Path, meta: dict[str, Any], result: dict[str, Any]) -> Run:
     """The ``Run`` of a measured attempt: spool + events + planned meta + workload results."""
     from .sampler import spool_to_run
 
@@ -714,132 +641,3 @@ def _build_run(sdir: Path, meta: dict[str, Any], result: dict[str, Any]) -> Any:
     if "_requests" in result:
         record.requests = result["_requests"]
     return record
-
-
-# ---------------------------------------------------------------------------------------------
-# salvage
-# ---------------------------------------------------------------------------------------------
-
-def salvage(root: str | Path, run_id: str) -> Any:
-    """Publish the last killed attempt of a run, flagged ``incomplete``.
-
-    The attempt's results are reconstructed from its events where possible (``steps`` = rank
-    0's completed steps; ``tokens`` from the planned batch and sequence length).
-
-    Returns:
-        The ``PublishResult``.
-
-    Raises:
-        RunNotFound: the run has no staging folder or no archived attempt.
-        RunFailed: a generate process is measuring the run right now.
-    """
-    from filelock import FileLock, Timeout
-
-    from llm_powertrace_ds.errors import RunNotFound
-
-
-    root = Path(root)
-    sdir = layout.staging_dir(root, run_id)
-    if not sdir.is_dir():
-        raise RunNotFound(f"run {run_id!r} has no staging folder in {root}")
-    # Never while a generate process measures this run: publishing removes its staging folder.
-    lock = FileLock(str(layout.lock_path(root, f"measure-{run_id}")), timeout=0)
-    try:
-        lock.acquire()
-    except Timeout:
-        raise RunFailed(f"run {run_id!r} is being measured by another process; salvage it "
-                        "after that process ends") from None
-    try:
-        return _salvage_locked(root, sdir, run_id)
-    finally:
-        lock.release()
-
-
-def mark_interrupted(root: str | Path, run_id: str) -> None:
-    """Record a run stopped by Ctrl-C as ``interrupted`` (its spool stays for resume/salvage)."""
-    from llm_powertrace_ds.shards import set_status
-
-    with contextlib.suppress(OSError):
-        set_status(root, run_id, "interrupted",
-                   stopped_utc=dt.datetime.now(dt.timezone.utc).isoformat())
-
-
-def request_redo(root: str | Path, run_id: str) -> bool:
-    """Mark a ``salvaged`` run ``redo`` so that the next measurement replaces it.
-
-    Returns:
-        Whether the run was salvaged (and is now marked).
-    """
-    from llm_powertrace_ds.shards import read_status, set_status
-
-    status = read_status(Path(root), run_id) or {}
-    if status.get("status") != "salvaged":
-        return False
-    set_status(root, run_id, "redo", salvaged=status.get("attempt"))
-    return True
-
-
-def _attempt_samples(attempt: Path, meta: dict[str, Any]) -> int:
-    from .sampler import spool_to_run
-
-    try:
-        record = spool_to_run(attempt, dict(meta), incomplete=True)
-    except (PowerTraceError, OSError, ValueError):
-        return -1
-    return sum(len(d.t_ms) for d in record.devices)
-
-
-def _salvage_locked(root: Path, sdir: Path, run_id: str) -> Any:
-    from llm_powertrace_ds.errors import RunNotFound
-    from llm_powertrace_ds.shards import publish_run, set_status
-
-    from .sampler import archive_attempt, spool_to_run
-
-    if _status_of(sdir) == "running" and (sdir / "spool").is_dir():
-        # We hold the run's measure lock, so the process that wrote "running" is gone
-        # (SIGKILL, power loss): its spool is a killed attempt.
-        archive_attempt(sdir, reason="killed", wait_s=2.0)
-        set_status(root, run_id, "killed")
-    attempts = sorted((p for p in sdir.glob("attempt-*") if p.name.split("-", 1)[1].isdigit()),
-                      key=lambda p: int(p.name.split("-", 1)[1]))
-    if not attempts and (sdir / "spool").is_dir():
-        attempts = [archive_attempt(sdir, reason=_status_of(sdir) or "killed", wait_s=2.0)]
-    if not attempts:
-        raise RunNotFound(f"run {run_id!r} has no killed attempt to salvage in {sdir}")
-    meta_path = sdir / "meta.json"
-    if not meta_path.exists():
-        raise RunNotFound(f"run {run_id!r} has no meta.json in {sdir}")
-    saved = json.loads(meta_path.read_text())
-    columns = dict(saved["columns"])
-    # The attempt with the most samples wins (ties: the newest); no attempt is ever deleted.
-    best = max(attempts, key=lambda a: (_attempt_samples(a, columns),
-                                        int(a.name.split("-", 1)[1])))
-    record = spool_to_run(best, dict(columns), incomplete=True)
-    record.meta.update(results_in_window(record, saved.get("settings", {})))
-    result = publish_run(root, record)
-    set_status(root, run_id, "salvaged", attempt=best.name)
-    return result
-
-
-def results_in_window(record: Any, settings: dict[str, Any]) -> dict[str, Any]:
-    """``steps`` and ``tokens`` of a salvaged attempt, counted inside its sampled window only.
-
-    A step counts when its rank-0 (or run-level) ``step_end`` falls no later than one sample
-    period after the last sample of every device: work the sampler did not see has no measured energy, so counting it
-    would make ``energy_per_token_j`` too low (issue 12, item 13). ``tokens`` =
-    ``steps x batch_size x grad_accum x dp_size x seq_len``.
-    """
-    ends = [len(d.t_ms) and int(d.t_ms[-1]) for d in record.devices]
-    period_ms = float(record.meta.get("sample_period_ms") or 0.0)
-    last_ms = (min(ends) if ends else 0) + period_ms  # the next tick would have covered it
-    steps = sum(1 for e in record.events if e.kind == "step_end" and e.rank in (0, None)
-                and e.t_ms <= last_ms)
-    if steps == 0:
-        return {}
-    out: dict[str, Any] = {"steps": steps}
-    try:
-        out["tokens"] = (steps * int(settings["batch_size"]) * int(settings["grad_accum"])
-                         * int(settings.get("dp_size") or 1) * int(settings["seq_len"]))
-    except (KeyError, TypeError, ValueError):
-        pass
-    return out

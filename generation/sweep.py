@@ -47,7 +47,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -55,6 +55,9 @@ from llm_powertrace_ds.errors import InputError
 from llm_powertrace_ds.privacy import text_problem
 
 from .workloads import MachineInfo, WorkloadSpec, get_workload
+
+if TYPE_CHECKING:
+    from .sampler import SamplerConfig
 
 TOP_KEYS = ("name", "workload", "description", "sampler", "idle_before_s", "idle_after_s",
             "repeats", "launcher", "grid_region", "checkpoint_dir", "base", "grid", "zip",
@@ -169,7 +172,7 @@ class PlannedRun:
     repeat: int
     settings: dict[str, Any]
     columns: dict[str, Any]
-    lines: dict[str, int]
+    lines: dict[str, int | None]
 
     @property
     def num_processes(self) -> int:
@@ -366,54 +369,24 @@ class _Loader:
         return out
 
 
-def load_sweep(path: str | Path, *, strict: bool = True) -> Sweep:
-    """Read and type-check a sweep file (keys, types, choices); no expansion yet.
-
-    Args:
-        path: the YAML file.
-        strict: raise on any problem. With ``strict=False`` bad keys and values are left out
-            and kept in ``Sweep.problems``, so that :func:`plan` reports them together with the
-            combination problems it finds (every problem of the file in one error).
-
-    Raises:
-        SweepError: every problem found, each with its line (always when the file cannot be
-            planned at all: not YAML, not a mapping, no known workload).
-        FileNotFoundError: no such file.
-    """
-    path = Path(path)
+def _sweep_text(path: Path) -> str:
+    """The sweep file's text (size-limited, UTF-8 with an optional BOM)."""
     raw = path.read_bytes()
     if len(raw) > MAX_SWEEP_BYTES:
         raise SweepError(path, [Problem(1, "<file>", f"the file is {len(raw)} bytes; a sweep is "
                                         f"at most {MAX_SWEEP_BYTES} bytes")])
     try:
-        text = raw.decode("utf-8-sig")
+        return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise SweepError(path, [Problem(line, "<file>", f"not UTF-8 text (byte "
                                         f"0x{raw[exc.start]:02x} at offset {exc.start})")]
                          ) from None
-    data, lines = load_yaml_with_lines(text, path)
-    ld = _Loader(path, lines)
-    if not isinstance(data, dict):
-        raise SweepError(path, [Problem(1, "<file>", "a sweep file is a YAML mapping")])
-    for key in data:
-        if key not in TOP_KEYS:
-            ld.add((key,), key, f"unknown key '{key}'{_did_you_mean(key, list(TOP_KEYS))}; "
-                   f"known: {', '.join(TOP_KEYS)}", key=True)
-    name = data.get("name")
-    if not isinstance(name, str) or not _NAME_RE.match(name):
-        ld.add(("name",), "name", "name is required: letters, digits, '_', '.', '-' "
-               f"(got {name!r})")
-        name = path.stem
-    workload = data.get("workload")
-    spec: WorkloadSpec | None = None
-    try:
-        spec = get_workload(str(workload)) if workload is not None else None
-        if spec is None:
-            ld.add(("workload",), "workload", "workload is required (finetune or inference)")
-    except InputError as exc:
-        ld.add(("workload",), "workload", exc.reason)
-    sampler = data.get("sampler") or {}
+
+
+def _sampler_block(block: Any, ld: _Loader) -> dict[str, Any]:
+    """The checked ``sampler`` block (bad values reported and left out)."""
+    sampler = block or {}
     if not isinstance(sampler, dict):
         ld.add(("sampler",), "sampler", "sampler must be a mapping {source, period_ms}")
         sampler = {}
@@ -442,6 +415,83 @@ def load_sweep(path: str | Path, *, strict: bool = True) -> Sweep:
         ld.add(("sampler", "idle_w"), "sampler.idle_w",
                f"idle_w {resolved_sampler['idle_w']:g} must be below max_w "
                f"{resolved_sampler['max_w']:g}")
+        del resolved_sampler["idle_w"], resolved_sampler["max_w"]  # bad values are left out
+    return resolved_sampler
+
+
+def _axis_blocks(sweep: Sweep, spec: WorkloadSpec, data: dict[str, Any], ld: _Loader) -> None:
+    """Read ``base``, ``grid``, ``zip``, ``include`` and ``exclude`` into ``sweep``."""
+    sweep.base = ld.block(spec, data.get("base"), ("base",))
+    grid = data.get("grid")
+    if isinstance(grid, list):
+        sweep.grids = [ld.lists(spec, g, ("grid", i)) for i, g in enumerate(grid)]
+    elif grid is not None:
+        sweep.grids = [ld.lists(spec, grid, ("grid",))]
+    zips = data.get("zip") or []
+    if not isinstance(zips, list):
+        ld.add(("zip",), "zip", "zip must be a list of mappings of equal-length lists")
+        zips = []
+    for i, group in enumerate(zips):
+        lists = ld.lists(spec, group, ("zip", i))
+        lengths = {len(v) for v in lists.values()}
+        if len(lengths) > 1:
+            ld.add(("zip", i), "zip", "the lists of one zip group must have equal lengths "
+                   f"(got {', '.join(f'{k}: {len(v)}' for k, v in lists.items())})")
+        elif lists:
+            sweep.zips.append(lists)
+    seen: dict[str, str] = {k: "grid" for g in sweep.grids for k in g}
+    for i, group in enumerate(sweep.zips):
+        for k in group:
+            if k in seen:
+                ld.add(("zip", i, k), k, f"'{k}' is both in {seen[k]} and zip {i}", key=True)
+            seen[k] = f"zip {i}"
+    for block in ("include", "exclude"):
+        entries = data.get(block) or []
+        if not isinstance(entries, list):
+            ld.add((block,), block, f"{block} must be a list of mappings")
+            continue
+        target = sweep.include if block == "include" else sweep.exclude
+        for i, entry in enumerate(entries):
+            target.append(ld.block(spec, entry, (block, i)))
+
+
+def load_sweep(path: str | Path, *, strict: bool = True) -> Sweep:
+    """Read and type-check a sweep file (keys, types, choices); no expansion yet.
+
+    Args:
+        path: the YAML file.
+        strict: raise on any problem. With ``strict=False`` bad keys and values are left out
+            and kept in ``Sweep.problems``, so that :func:`plan` reports them together with the
+            combination problems it finds (every problem of the file in one error).
+
+    Raises:
+        SweepError: every problem found, each with its line (always when the file cannot be
+            planned at all: not YAML, not a mapping, no known workload).
+        FileNotFoundError: no such file.
+    """
+    path = Path(path)
+    data, lines = load_yaml_with_lines(_sweep_text(path), path)
+    ld = _Loader(path, lines)
+    if not isinstance(data, dict):
+        raise SweepError(path, [Problem(1, "<file>", "a sweep file is a YAML mapping")])
+    for key in data:
+        if key not in TOP_KEYS:
+            ld.add((key,), key, f"unknown key '{key}'{_did_you_mean(key, list(TOP_KEYS))}; "
+                   f"known: {', '.join(TOP_KEYS)}", key=True)
+    name = data.get("name")
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        ld.add(("name",), "name", "name is required: letters, digits, '_', '.', '-' "
+               f"(got {name!r})")
+        name = path.stem
+    workload = data.get("workload")
+    spec: WorkloadSpec | None = None
+    try:
+        spec = get_workload(str(workload)) if workload is not None else None
+        if spec is None:
+            ld.add(("workload",), "workload", "workload is required (finetune or inference)")
+    except InputError as exc:
+        ld.add(("workload",), "workload", exc.reason)
+    resolved_sampler = _sampler_block(data.get("sampler"), ld)
     launcher = data.get("launcher", "auto")
     if launcher not in LAUNCHERS:
         ld.add(("launcher",), "launcher", f"{launcher!r} is not one of {', '.join(LAUNCHERS)}")
@@ -465,38 +515,7 @@ def load_sweep(path: str | Path, *, strict: bool = True) -> Sweep:
         lines=lines,
     )
     if spec is not None:
-        sweep.base = ld.block(spec, data.get("base"), ("base",))
-        grid = data.get("grid")
-        if isinstance(grid, list):
-            sweep.grids = [ld.lists(spec, g, ("grid", i)) for i, g in enumerate(grid)]
-        elif grid is not None:
-            sweep.grids = [ld.lists(spec, grid, ("grid",))]
-        zips = data.get("zip") or []
-        if not isinstance(zips, list):
-            ld.add(("zip",), "zip", "zip must be a list of mappings of equal-length lists")
-            zips = []
-        for i, group in enumerate(zips):
-            lists = ld.lists(spec, group, ("zip", i))
-            lengths = {len(v) for v in lists.values()}
-            if len(lengths) > 1:
-                ld.add(("zip", i), "zip", "the lists of one zip group must have equal lengths "
-                       f"(got {', '.join(f'{k}: {len(v)}' for k, v in lists.items())})")
-            elif lists:
-                sweep.zips.append(lists)
-        seen: dict[str, str] = {k: "grid" for g in sweep.grids for k in g}
-        for i, group in enumerate(sweep.zips):
-            for k in group:
-                if k in seen:
-                    ld.add(("zip", i, k), k, f"'{k}' is both in {seen[k]} and zip {i}", key=True)
-                seen[k] = f"zip {i}"
-        for block in ("include", "exclude"):
-            entries = data.get(block) or []
-            if not isinstance(entries, list):
-                ld.add((block,), block, f"{block} must be a list of mappings")
-                continue
-            target = sweep.include if block == "include" else sweep.exclude
-            for i, entry in enumerate(entries):
-                target.append(ld.block(spec, entry, (block, i)))
+        _axis_blocks(sweep, spec, data, ld)
         _check_size(sweep, ld)
     if ld.problems and (strict or spec is None):
         raise SweepError(path, ld.problems)
@@ -532,6 +551,26 @@ def _check_size(sweep: Sweep, ld: _Loader) -> None:
 # Machine and expansion
 # ---------------------------------------------------------------------------------------------
 
+def sampler_config(sampler: dict[str, Any], **overrides: Any) -> SamplerConfig:
+    """The one parse of a sweep's (already checked) ``sampler`` block into a ``SamplerConfig``.
+
+    Args:
+        sampler: ``Sweep.sampler`` (``source``, ``period_ms``, ``idle_w``, ``max_w``).
+        overrides: fields the caller resolves (e.g. ``source`` and ``gpu_indices`` of a run).
+
+    Raises:
+        SamplerConfigError: an invalid combination (the sweep loader reports these first).
+    """
+    from .sampler import SamplerConfig
+
+    fields: dict[str, Any] = {"source": sampler.get("source", "auto"),
+                              "period_ms": float(sampler.get("period_ms", 100.0))}
+    for key in ("idle_w", "max_w"):
+        if sampler.get(key) is not None:
+            fields[key] = sampler[key]
+    return SamplerConfig(**{**fields, **overrides})
+
+
 def detect_machine(sampler: dict[str, Any]) -> MachineInfo:
     """What the runs will use: the resolved sampler source, platform and device capabilities.
 
@@ -544,11 +583,10 @@ def detect_machine(sampler: dict[str, Any]) -> MachineInfo:
     Raises:
         SweepError: the sampler source cannot be used here (e.g. ``nvml`` without a GPU).
     """
-    from .sampler import SamplerConfig, SamplerError, resolve_source
+    from .sampler import SamplerError, resolve_source
 
     try:
-        cfg = SamplerConfig(source=sampler.get("source", "auto"),
-                            period_ms=sampler.get("period_ms", 100.0))
+        cfg = sampler_config(sampler)
         source = resolve_source(cfg)
     except SamplerError as exc:
         raise InputError(str(exc), field="sampler") from None

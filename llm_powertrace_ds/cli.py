@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .errors import PowerTraceError
+from .errors import MissingExtra, PowerTraceError, UsageError
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
@@ -49,10 +49,6 @@ examples:
   llm-powertrace import nvidia-smi gpu.csv --out llm-powertrace --workload inference
   llm-powertrace validate llm-powertrace
 """
-
-
-class UsageError(PowerTraceError):
-    """Bad command-line usage (exit code 2)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -98,6 +94,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print("interrupted", file=sys.stderr)
         return 130
+    except MissingExtra as exc:  # its message names the extra
+        if args.debug:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
     except ModuleNotFoundError as exc:
         if args.debug:
             raise

@@ -14,16 +14,12 @@ from typing import Any, NoReturn
 
 from . import schema
 from .cli_core import FORMATS, add_format, emit
-from .errors import InputError, RunNotFound
+from .errors import InputError, RunNotFound, UsageError
 from .hub import resolve_dataset
 
 TABLE_METRICS = ["run_id", "num_gpus", "duration_s", "energy_j", "mean_power_w", "peak_power_w",
                  "par", "swing_w", "ramp_abs_p99_1s_w_per_s", "dominant_freq_hz",
                  "coincidence_factor", "energy_per_token_j"]
-
-
-class _Usage(InputError):
-    """Bad usage inside a command (turned into exit code 2)."""
 
 
 def _runs_configs(config: str | None) -> list[str]:
@@ -117,9 +113,15 @@ def run_metrics_rows(root: Path, *, config: str | None = None, split: str | None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add the analysis subcommands."""
-    fmt = argparse.RawDescriptionHelpFormatter
+    """Add the analysis subcommands (metrics, fit, predict, plot)."""
+    _register_metrics(sub)
+    _register_fit(sub)
+    _register_predict(sub)
+    _register_plot(sub)
 
+
+def _register_metrics(sub: argparse._SubParsersAction) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
     p = sub.add_parser(
         "metrics", help="power-grid metrics of every run", formatter_class=fmt,
         description="Print the node-total metrics of every run (energy, levels, ramps, "
@@ -137,6 +139,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_format(p)
     p.set_defaults(func=cmd_metrics)
 
+
+def _register_fit(sub: argparse._SubParsersAction) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
     p = sub.add_parser(
         "fit", help="fit the energy/power scaling law", formatter_class=fmt,
         description="Fit a log-linear law with platform intercepts and a physics-informed law "
@@ -173,6 +178,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "table with --holdout, else the parameters) (default: table)")
     p.set_defaults(func=cmd_fit)
 
+
+def _register_predict(sub: argparse._SubParsersAction) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
     p = sub.add_parser(
         "predict", help="predict with a fitted law, with its 90 %% interval", formatter_class=fmt,
         epilog="examples:\n  llm-powertrace predict fit.json --set platform=h100_sxm_80gb "
@@ -189,6 +197,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_format(p)
     p.set_defaults(func=cmd_predict)
 
+
+def _register_plot(sub: argparse._SubParsersAction) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
     p = sub.add_parser(
         "plot", help="plot a run, a sweep or a fit", formatter_class=fmt,
         description="One run: per-device power and node total with events, a 10 s zoom, the "
@@ -209,20 +220,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fit", type=Path, default=None, metavar="FIT.json", help="plot a fit")
     p.set_defaults(func=cmd_plot)
 
-
 def _usage(message: str) -> NoReturn:
-    from .cli import UsageError
-
     raise UsageError(message)
 
 
 def cmd_metrics(args: argparse.Namespace) -> int:
     root = resolve_dataset(args.dir)
-    try:
-        rows = run_metrics_rows(root, config=args.config, split=args.split, run_id=args.run,
-                                recompute=args.recompute)
-    except _Usage as exc:
-        _usage(exc.reason)
+    rows = run_metrics_rows(root, config=args.config, split=args.split, run_id=args.run,
+                            recompute=args.recompute)
     if args.format == "table":
         emit(rows, "table", TABLE_METRICS)
     elif args.format == "csv":
@@ -279,16 +284,13 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
     root = resolve_dataset(args.dir)
     config = args.config
-    try:
-        if config is None:
-            present = {c: list(iter_run_rows(root, c, args.split)) for c in schema.RUNS_CONFIGS}
-            have = [c for c, r in present.items() if r]
-            config = have[0] if len(have) == 1 else "finetune_runs"
-            rows = present.get(config, [])
-        else:
-            rows = list(iter_run_rows(root, config, args.split))
-    except _Usage as exc:
-        _usage(exc.reason)
+    if config is None:
+        present = {c: list(iter_run_rows(root, c, args.split)) for c in schema.RUNS_CONFIGS}
+        have = [c for c, r in present.items() if r]
+        config = have[0] if len(have) == 1 else "finetune_runs"
+        rows = present.get(config, [])
+    else:
+        rows = list(iter_run_rows(root, config, args.split))
     if not rows:
         raise InputError(f"no runs in {root} (config {config}"
                          + (f", split {args.split})" if args.split else ")"))
@@ -371,10 +373,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
             if not (args.metric and args.axis):
                 _usage("a sweep plot needs both --metric and --axis")
             check_columns({"--metric": args.metric, "--axis": args.axis}, args.config)
-            try:
-                rows = list(iter_run_rows(root, args.config, args.split))
-            except _Usage as exc:
-                _usage(exc.reason)
+            rows = list(iter_run_rows(root, args.config, args.split))
             path = plots.plot_sweep(rows, args.metric, args.axis, args.out)
         elif args.run_id:
             from .shards import read_run

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from . import schema
+from .errors import UsageError
 from .formatting import human_number
 from .hub import resolve_dataset
 
@@ -144,8 +145,6 @@ def cmd_import(args: argparse.Namespace) -> int:
     if args.log_format == "mlenergy-v2":
         return _import_summaries(args)
     if args.workload is None:
-        from .cli import UsageError
-
         raise UsageError(f"import {args.log_format} needs --workload (finetune or inference)")
     options = ImportOptions(fmt=args.log_format, workload=args.workload, meta_path=args.meta,
                             platform=args.platform, num_gpus=args.num_gpus, tz=args.tz)
@@ -181,8 +180,6 @@ def _import_summaries(args: argparse.Namespace) -> int:
     from .importers.mlenergy_v2 import publish_summaries
 
     if args.workload not in (None, "inference"):
-        from .cli import UsageError
-
         raise UsageError("mlenergy-v2 summaries are inference runs; drop --workload finetune")
     runs = [pair for path in args.files for pair in import_summaries(args.log_format, path)]
     try:
@@ -196,12 +193,9 @@ def _import_summaries(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from .audit import audit_folder
-    from .shards import iter_runs
-    from .validate import validate_run
+    from .folder_check import validate_folder
 
     rows = []
-    failed = False
     root = resolve_dataset(args.dir)
     if getattr(args, "repair", False):
         from .shards import repair_folder
@@ -209,26 +203,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
         for rel in repair_folder(root):
             rows.append({"run_id": None, "platform": None, "status": "repaired", "flags": [],
                          "messages": [f"removed '{rel}'"]})
-    folder = audit_folder(root)
-    for message in folder.messages():
-        failed = True
-        rows.append({"run_id": None, "platform": None, "status": "error", "flags": [],
-                     "messages": [message]})
-    orphans = set(folder.orphan_rows)
-    for run in iter_runs(root):  # one walk of data/, one trace file in memory at a time
-        if run.run_id in orphans:
-            continue
-        rep = validate_run(run)
-        flags = sorted(set(rep.flags) | set(run.flags), key=schema.QUALITY_FLAGS.index)
-        errors = [f for f in flags if f in schema.ERROR_FLAGS]
-        failed |= bool(errors)
-        rows.append({"run_id": run.run_id, "platform": run.platform,
-                     "status": "error" if errors else "ok", "flags": flags,
-                     "messages": rep.messages})
+    report = validate_folder(root)
+    rows += [{"run_id": None, "platform": None, "status": "error", "flags": [],
+              "messages": [message]} for message in report.problems]
+    rows += [{"run_id": r.run_id, "platform": r.platform,
+              "status": "error" if r.errors else "ok", "flags": r.flags,
+              "messages": r.messages} for r in report.runs]
     rows.sort(key=lambda r: (r["run_id"] is not None, r["run_id"] or ""))
     emit(rows, args.format, ["run_id", "platform", "status", "flags", "messages"]
          if any(r["run_id"] is None for r in rows) else ["run_id", "platform", "status", "flags"])
-    return 1 if failed else 0
+    return 0 if report.ok else 1
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -60,3 +60,18 @@ class RunNotFound(PowerTraceError, FileNotFoundError):
 
 class LockTimeout(PowerTraceError, TimeoutError):
     """Another process holds a lock for too long."""
+
+
+class UsageError(InputError):
+    """A request that cannot be served as asked: a bad option or combination of options.
+
+    The command line reports it as one line with exit code 2; a library caller can catch it as
+    the ``InputError`` (and ``ValueError``) it is.
+    """
+
+
+class MissingExtra(PowerTraceError, ModuleNotFoundError):
+    """An optional dependency is not installed; the message names the extra that brings it.
+
+    A ``ModuleNotFoundError`` (hence an ``ImportError``), so ``except ImportError`` still works.
+    """

@@ -7,7 +7,6 @@ and ``list_parent_indices``, one record batch at a time, so memory stays bounded
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Literal
 
@@ -17,6 +16,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from . import schema, shards
+from .atomic import atomic_path
 from .errors import InputError
 from .traces import align_signal
 
@@ -47,6 +47,21 @@ def long_batch(batch: pa.RecordBatch) -> pa.Table:
     return pa.table(cols)
 
 
+
+def _export_table(batch: pa.RecordBatch, *, is_trace: bool, long: bool,
+                  file_format: str) -> pa.Table:
+    """One batch as the table to write (long form, or without list columns for CSV)."""
+    if is_trace and long:
+        return long_batch(batch)
+    table = pa.Table.from_batches([batch])
+    if file_format == "csv":
+        lists = [f.name for f in table.schema if pa.types.is_list(f.type)]
+        if lists and is_trace:
+            raise InputError("CSV cannot hold per-tick lists: add --long", field="--file-format")
+        table = table.drop_columns(lists)
+    return table
+
+
 def export(dir_or_root: str | Path, config: str, out: str | Path, *, split: str | None = None,
            long: bool = True, file_format: FileFormat = "parquet") -> int:
     """Write a config (and split) to ``out``; returns the number of rows written.
@@ -70,38 +85,22 @@ def export(dir_or_root: str | Path, config: str, out: str | Path, *, split: str 
     out = Path(out)
     if out.is_dir():
         raise InputError(f"'{out}' is a folder; --out takes a file path", field="--out")
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    writer = None
+    writer: pq.ParquetWriter | pacsv.CSVWriter | None = None
     rows = 0
-    try:
-        for batch in shards.iter_batches(dir_or_root, config, split):
-            if is_trace and long:
-                table = long_batch(batch)
-            else:
-                table = pa.Table.from_batches([batch])
-                if file_format == "csv":
-                    lists = [f.name for f in table.schema if pa.types.is_list(f.type)]
-                    if lists and is_trace:
-                        raise InputError("CSV cannot hold per-tick lists: add --long",
-                                         field="--file-format")
-                    table = table.drop_columns(lists)
+    with atomic_path(out) as tmp:
+        try:
+            for batch in shards.iter_batches(dir_or_root, config, split):
+                table = _export_table(batch, is_trace=is_trace, long=long,
+                                      file_format=file_format)
+                if writer is None:
+                    writer = (pq.ParquetWriter(str(tmp), table.schema) if file_format == "parquet"
+                              else pacsv.CSVWriter(str(tmp), table.schema))
+                writer.write_table(table)
+                rows += table.num_rows
             if writer is None:
-                out.parent.mkdir(parents=True, exist_ok=True)
-                if file_format == "parquet":
-                    writer = pq.ParquetWriter(str(tmp), table.schema)
-                else:
-                    writer = pacsv.CSVWriter(str(tmp), table.schema)
-            writer.write_table(table)
-            rows += table.num_rows
-        if writer is None:
-            raise InputError(f"no rows for config {config!r}"
-                             + (f" split {split!r}" if split else ""), field="--config")
-        writer.close()
-        writer = None
-        os.replace(tmp, out)
-    finally:
-        if writer is not None:
-            writer.close()
-        if tmp.exists():
-            tmp.unlink()
+                raise InputError(f"no rows for config {config!r}"
+                                 + (f" split {split!r}" if split else ""), field="--config")
+        finally:
+            if writer is not None:
+                writer.close()
     return rows

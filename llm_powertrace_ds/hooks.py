@@ -1,6 +1,6 @@
 """Hooks through which the layers above the library finish a command (the full dataset card).
 
-The library never imports ``cards`` (DESIGN.md: it is the ground floor). A package above it
+The library never imports ``cards`` (docs/design.md, "Layers": it is the ground floor). A package above it
 registers its card writer here when its CLI module registers (``cards/cli.py`` does, through
 the ``llm_powertrace.commands`` entry points); a command that changed a dataset folder then calls
 :func:`rebuild_card` **once**, at its end. Without a registered writer the folder still gets its

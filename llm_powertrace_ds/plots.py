@@ -15,7 +15,7 @@ import numpy as np
 
 from . import metrics as metrics_mod
 from . import schema
-from .errors import InputError, PowerTraceError
+from .errors import InputError, MissingExtra
 from .run import Run
 
 MAX_POINTS = 20_000
@@ -27,10 +27,6 @@ PHASES = {  # begin kind -> (end kind, colour, label)
     "eval_begin": ("eval_end", "#9b59b6", "eval"),
     "steady_begin": ("steady_end", "#2ecc71", "steady state"),
 }
-
-
-class MissingExtra(PowerTraceError, ImportError):
-    """An optional dependency is not installed."""
 
 
 def _figure(**kwargs: Any) -> Any:
@@ -93,6 +89,87 @@ def plot_run(run: Run, out: str | Path, *, zoom_s: float = 10.0,
     return _save(run_figure(run, zoom_s=zoom_s, grid_ms=grid_ms), out)
 
 
+def _power_label(proxy: bool) -> str:
+    return "modelled power, cpu_proxy (W)" if proxy else "power (W)"
+
+
+def _draw_overview(ax_t: Any, run: Run, al: metrics_mod.Aligned | None, *, proxy: bool,
+                   left_out: list[str]) -> None:
+    """Per-device power and the node total over time, events as shaded phases."""
+    dev_word = "rank" if proxy else "gpu"
+    power_label = _power_label(proxy)
+    for d in run.devices:
+        ok = np.isfinite(d.power_w)
+        t, p = d.t_ms[ok] / 1000.0, d.power_w[ok]
+        s = _stride(len(t))
+        ax_t.plot(t[::s], p[::s], lw=0.6, alpha=0.7, label=f"{dev_word} {d.node_index}:{d.gpu_index}")
+    if al is not None:
+        s = _stride(len(al.grid_ms))
+        ax_t.plot(al.grid_ms[::s] / 1000.0, al.total[::s], color="black", lw=0.9,
+                  label="node total")
+    seen: set[str] = set()
+    for begin, (end, colour, label) in PHASES.items():
+        for b, e in metrics_mod.event_windows(run, begin, end):
+            ax_t.axvspan(b / 1000.0, e / 1000.0, color=colour, alpha=0.25,
+                         label=None if label in seen else label)
+            seen.add(label)
+    ax_t.set_xlabel("time since t0 (s)")
+    ax_t.set_ylabel(power_label)
+    ax_t.set_title("power per rank (cpu_proxy model) and total" if proxy
+                   else "power per device and node total")
+    if run.devices:
+        ax_t.legend(fontsize=7, loc="upper right", ncol=2)
+    else:
+        _no_data(ax_t, "no devices")
+    if left_out:
+        ax_t.text(0.01, 0.01, "not shown: " + "; ".join(left_out), transform=ax_t.transAxes,
+                  fontsize=7, color="#555555", va="bottom")
+
+
+def _draw_zoom(ax_z: Any, run: Run, al: metrics_mod.Aligned, window: tuple[float, float], *,
+               proxy: bool) -> None:
+    """A zoom on the window around the largest 1 s ramp."""
+    power_label = _power_label(proxy)
+    lo, hi = window
+    for dev in run.devices:
+        sel = (dev.t_ms / 1000.0 >= lo) & (dev.t_ms / 1000.0 <= hi)
+        ax_z.plot(dev.t_ms[sel] / 1000.0, dev.power_w[sel], ".-", lw=0.6, ms=2)
+    sel = (al.grid_ms / 1000.0 >= lo) & (al.grid_ms / 1000.0 <= hi)
+    ax_z.plot(al.grid_ms[sel] / 1000.0, al.total[sel], "k.-", lw=1, ms=3, label="node total")
+    ax_z.set_xlim(lo, hi)
+    ax_z.set_title(f"{hi - lo:g} s zoom around the largest 1 s ramp")
+    ax_z.set_xlabel("time since t0 (s)")
+    ax_z.set_ylabel(power_label)
+    ax_z.legend(fontsize=7)
+
+
+def _draw_ramps(ax_h: Any, ramps: list[tuple[str, np.ndarray]], *, proxy: bool) -> None:
+    """The ramp-rate histograms of the node total."""
+    for tag, r in ramps:
+        ax_h.hist(r, bins=120, histtype="step", log=True, label=f"δ = {tag}")
+    ax_h.set_xlabel("ramp rate r_δ = (P(t+δ) − P(t)) / δ (W/s)"
+                    + (", cpu_proxy model" if proxy else ""))
+    ax_h.set_ylabel("count")
+    ax_h.set_title("ramp-rate histogram (node total)")
+    ax_h.legend(fontsize=7)
+
+
+def _draw_spectrum(ax_s: Any, spec: tuple[np.ndarray, np.ndarray]) -> None:
+    """The Welch spectrum of the detrended node total, with the bands and its peak."""
+    f, psd = spec
+    band = (f >= metrics_mod.SPECTRUM_BAND_HZ[0]) & (f <= metrics_mod.SPECTRUM_BAND_HZ[1])
+    ax_s.semilogy(f[band], np.maximum(psd[band], 1e-12), lw=0.8)
+    for name, (b0, b1) in metrics_mod.BANDS_HZ.items():
+        ax_s.axvspan(b0, b1, alpha=0.08, color={"low": "C0", "mid": "C1", "high": "C2"}[name])
+    if band.any() and psd[band].max() > 0:
+        peak = f[band][np.argmax(psd[band])]
+        ax_s.axvline(peak, color="red", lw=0.8, ls="--", label=f"dominant {peak:.3g} Hz")
+        ax_s.legend(fontsize=7)
+    ax_s.set_xlabel("frequency (Hz; Nyquist 5 Hz at 0.1 s)")
+    ax_s.set_ylabel("PSD (W²/Hz)")
+    ax_s.set_title("Welch spectrum of the detrended node total")
+
+
 def run_figure(run: Run, *, zoom_s: float = 10.0, grid_ms: int = metrics_mod.GRID_MS) -> Any:
     """One run's figure: power over time, a zoom on its largest ramp, ramp rates and spectrum.
 
@@ -108,8 +185,6 @@ def run_figure(run: Run, *, zoom_s: float = 10.0, grid_ms: int = metrics_mod.GRI
         a ``matplotlib.figure.Figure``.
     """
     proxy = _is_proxy(run)
-    dev_word = "rank" if proxy else "gpu"
-    power_label = "modelled power, cpu_proxy (W)" if proxy else "power (W)"
     al = metrics_mod.node_total(run, grid_ms)
     window = _zoom_window(al, zoom_s) if al is not None else None
     ramps: list[tuple[str, np.ndarray]] = []
@@ -144,72 +219,13 @@ def run_figure(run: Run, *, zoom_s: float = 10.0, grid_ms: int = metrics_mod.GRI
     unit = "rank(s)" if proxy else "device(s)"
     fig.suptitle(f"{run.run_id} ({kind}, {len(run.devices)} {unit})")
 
-    ax_t = axes["overview"]
-    for d in run.devices:
-        ok = np.isfinite(d.power_w)
-        t, p = d.t_ms[ok] / 1000.0, d.power_w[ok]
-        s = _stride(len(t))
-        ax_t.plot(t[::s], p[::s], lw=0.6, alpha=0.7, label=f"{dev_word} {d.node_index}:{d.gpu_index}")
-    if al is not None:
-        s = _stride(len(al.grid_ms))
-        ax_t.plot(al.grid_ms[::s] / 1000.0, al.total[::s], color="black", lw=0.9,
-                  label="node total")
-    seen: set[str] = set()
-    for begin, (end, colour, label) in PHASES.items():
-        for b, e in metrics_mod.event_windows(run, begin, end):
-            ax_t.axvspan(b / 1000.0, e / 1000.0, color=colour, alpha=0.25,
-                         label=None if label in seen else label)
-            seen.add(label)
-    ax_t.set_xlabel("time since t0 (s)")
-    ax_t.set_ylabel(power_label)
-    ax_t.set_title("power per rank (cpu_proxy model) and total" if proxy
-                   else "power per device and node total")
-    if run.devices:
-        ax_t.legend(fontsize=7, loc="upper right", ncol=2)
-    else:
-        _no_data(ax_t, "no devices")
-    if left_out:
-        ax_t.text(0.01, 0.01, "not shown: " + "; ".join(left_out), transform=ax_t.transAxes,
-                  fontsize=7, color="#555555", va="bottom")
-
+    _draw_overview(axes["overview"], run, al, proxy=proxy, left_out=left_out)
     if window is not None and al is not None:
-        ax_z = axes["zoom"]
-        lo, hi = window
-        for dev in run.devices:
-            sel = (dev.t_ms / 1000.0 >= lo) & (dev.t_ms / 1000.0 <= hi)
-            ax_z.plot(dev.t_ms[sel] / 1000.0, dev.power_w[sel], ".-", lw=0.6, ms=2)
-        sel = (al.grid_ms / 1000.0 >= lo) & (al.grid_ms / 1000.0 <= hi)
-        ax_z.plot(al.grid_ms[sel] / 1000.0, al.total[sel], "k.-", lw=1, ms=3, label="node total")
-        ax_z.set_xlim(lo, hi)
-        ax_z.set_title(f"{hi - lo:g} s zoom around the largest 1 s ramp")
-        ax_z.set_xlabel("time since t0 (s)")
-        ax_z.set_ylabel(power_label)
-        ax_z.legend(fontsize=7)
-
+        _draw_zoom(axes["zoom"], run, al, window, proxy=proxy)
     if ramps:
-        ax_h = axes["ramps"]
-        for tag, r in ramps:
-            ax_h.hist(r, bins=120, histtype="step", log=True, label=f"δ = {tag}")
-        ax_h.set_xlabel("ramp rate r_δ = (P(t+δ) − P(t)) / δ (W/s)"
-                        + (", cpu_proxy model" if proxy else ""))
-        ax_h.set_ylabel("count")
-        ax_h.set_title("ramp-rate histogram (node total)")
-        ax_h.legend(fontsize=7)
-
+        _draw_ramps(axes["ramps"], ramps, proxy=proxy)
     if spec is not None:
-        ax_s = axes["spectrum"]
-        f, psd = spec
-        band = (f >= metrics_mod.SPECTRUM_BAND_HZ[0]) & (f <= metrics_mod.SPECTRUM_BAND_HZ[1])
-        ax_s.semilogy(f[band], np.maximum(psd[band], 1e-12), lw=0.8)
-        for name, (b0, b1) in metrics_mod.BANDS_HZ.items():
-            ax_s.axvspan(b0, b1, alpha=0.08, color={"low": "C0", "mid": "C1", "high": "C2"}[name])
-        if band.any() and psd[band].max() > 0:
-            peak = f[band][np.argmax(psd[band])]
-            ax_s.axvline(peak, color="red", lw=0.8, ls="--", label=f"dominant {peak:.3g} Hz")
-            ax_s.legend(fontsize=7)
-        ax_s.set_xlabel("frequency (Hz; Nyquist 5 Hz at 0.1 s)")
-        ax_s.set_ylabel("PSD (W²/Hz)")
-        ax_s.set_title("Welch spectrum of the detrended node total")
+        _draw_spectrum(axes["spectrum"], spec)
     return fig
 
 

@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import schema
-from .errors import InputError, PowerTraceError
+from .errors import InputError, MissingExtra
 from .names import UnknownName, check_name
 from .query_sources import Source, arrow_schema, list_to_numpy, open_source
 
@@ -46,10 +46,6 @@ AGGREGATIONS = ("mean", "min", "max", "sum", "count", "count_distinct", "stddev"
 """What ``GroupBy.agg`` accepts (pyarrow's hash aggregations of the same names)."""
 
 TRACE_KEYS = ("run_id", "node_index", "gpu_index")
-
-
-class MissingExtra(PowerTraceError, ImportError):
-    """An optional dependency (pandas, polars, matplotlib) is not installed."""
 
 
 # ---------------------------------------------------------------------------------------------

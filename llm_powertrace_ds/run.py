@@ -145,56 +145,79 @@ class Run:
 _INT_RANGES = {"int16": 2**15, "int32": 2**31, "int64": 2**63}
 
 
-def coerce_value(name: str, value: Any, dtype: str, *, file: str | Path | None = None,
-                 line: int | None = None) -> Any:
-    """Coerce one scalar to a column's type, or raise ``InputError`` naming field and value."""
-    if value is None:
-        return None
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    try:
-        if dtype.startswith("int"):
-            if isinstance(value, bool):
-                raise ValueError("a boolean is not an integer")
+def coerce_scalar(value: Any, dtype: str) -> Any:
+    """Convert one non-null scalar to a column type: the one type-coercion rule of the project.
+
+    Types: ``int*``, ``float*``, ``bool``, ``string``, ``timestamp*``. Integers keep their exact value (no float round trip); an integral float or numeric text
+    becomes an integer; floats must be finite; booleans accept ``true/false/1/0/yes/no/on/off``.
+
+    Raises:
+        ValueError: the value cannot be that type; the message says why (``not an integer``,
+            ``out of range for int32``, ``not a finite number``, ...).
+        TypeError: the value has no conversion to that type.
+    """
+    if dtype.startswith("int"):
+        if isinstance(value, bool):
+            raise ValueError("a boolean is not an integer")
+        if isinstance(value, int):
+            out = value
+        else:
             number = float(value)
             if not number.is_integer():
                 raise ValueError("not an integer")
             out = int(number)
-            if abs(out) >= _INT_RANGES[dtype]:
-                raise ValueError(f"out of range for {dtype}")
-            return out
-        if dtype.startswith("float"):
-            if isinstance(value, bool):
-                raise ValueError("a boolean is not a number")
-            out_f = float(value)
-            if not math.isfinite(out_f):
-                raise ValueError("not finite")
-            return out_f
-        if dtype == "bool":
-            if isinstance(value, bool):
-                return value
-            text = str(value).strip().lower()
-            if text in ("true", "1", "yes", "on"):
-                return True
-            if text in ("false", "0", "no", "off"):
-                return False
-            raise ValueError("not a boolean")
-        if dtype == "string":
-            if isinstance(value, (dict, list)):
-                raise ValueError("not a scalar")
-            return str(value)
-        if dtype.startswith("timestamp"):
-            if isinstance(value, dt.datetime):
-                stamp = value
-            else:
-                stamp = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-            if stamp.tzinfo is None:
-                stamp = stamp.replace(tzinfo=dt.timezone.utc)
-            return stamp.astimezone(dt.timezone.utc)
+        if abs(out) >= _INT_RANGES[dtype]:
+            raise ValueError(f"out of range for {dtype}")
+        return out
+    if dtype.startswith("float"):
+        if isinstance(value, bool):
+            raise ValueError("a boolean is not a number")
+        out_f = float(value)
+        if not math.isfinite(out_f):
+            raise ValueError("not a finite number")
+        return out_f
+    if dtype == "bool":
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in ("true", "1", "yes", "on"):
+            return True
+        if text in ("false", "0", "no", "off"):
+            return False
+        raise ValueError("not a boolean")
+    if dtype == "string":
+        if isinstance(value, (dict, list)):
+            raise ValueError("not a scalar")
+        return str(value)
+    if dtype.startswith("timestamp"):
+        if isinstance(value, dt.datetime):
+            stamp = value
+        else:
+            stamp = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+        if stamp.tzinfo is None:
+            stamp = stamp.replace(tzinfo=dt.timezone.utc)
+        return stamp.astimezone(dt.timezone.utc)
+    raise TypeError(f"unsupported type {dtype}")
+
+
+def coerce_value(name: str, value: Any, dtype: str, *, file: str | Path | None = None,
+                 line: int | None = None) -> Any:
+    """Coerce one scalar to a column's type, or raise ``InputError`` naming field and value.
+
+    ``None`` and NaN are null (a value the source does not report); everything else goes
+    through :func:`coerce_scalar`.
+    """
+    if value is None:
+        return None
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if not (dtype.startswith(("int", "float", "timestamp")) or dtype in ("bool", "string")):
+        raise InputError(f"unsupported type {dtype}", file=file, field=name)
+    try:
+        return coerce_scalar(value, dtype)
     except (TypeError, ValueError) as exc:
         raise InputError(f"value {value!r} is not a valid {dtype} ({exc})", file=file, line=line,
                          field=name) from None
-    raise InputError(f"unsupported type {dtype}", file=file, field=name)
 
 
 def _scalar_dtypes(workload: str) -> dict[str, str]:

@@ -76,18 +76,24 @@ WARNING_FLAGS = (
 )
 QUALITY_FLAGS = ERROR_FLAGS + WARNING_FLAGS
 
+GAP_PERIODS = 3.0
+"""``gap``: an interval between two samples longer than this many nominal sample periods."""
+ENERGY_MISMATCH_PCT = 5.0
+"""``energy_mismatch``: the energy counter and integrated power differ by more than this (%)."""
+
 FLAG_DESCRIPTIONS = {
     "empty": "error: a device has no samples",
     "nonmonotonic_time": "error: t_ms does not increase strictly",
     "unequal_lengths": "error: signal lists of one device differ in length",
     "negative_power": "error: a power reading below 0 W",
-    "gap": "an interval longer than 3 sample periods",
+    "gap": f"an interval longer than {GAP_PERIODS:g} sample periods",
     "stall": "an interval longer than 1 s",
     "irregular_sampling": "the interval's coefficient of variation exceeds 0.25",
     "implausible_power": "a power reading above 2x the power limit",
     "stuck_sensor": "power identical for more than 10 s of consecutive samples",
     "missing_gpu": "fewer device series than num_gpus",
-    "energy_mismatch": "energy counter and integrated power disagree by more than 5 %",
+    "energy_mismatch": "energy counter and integrated power disagree by more than "
+                       f"{ENERGY_MISMATCH_PCT:g} %",
     "incomplete": "the run was killed; what was measured up to then is published",
     "power_is_1s_average": "power_w is a 1 s moving average (power.draw on Ampere-non-GA100 "
     "and newer), so fast transients are smoothed",
@@ -130,10 +136,6 @@ class Column:
     feature: Any
     description: str
     unit: str = ""
-
-
-def _v(dtype: str) -> Value:
-    return Value(dtype)
 
 
 def _c(name: str, dtype: str, description: str, unit: str = "") -> Column:

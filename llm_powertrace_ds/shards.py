@@ -6,7 +6,7 @@ round-trip through ``datasets``). Scalar and event columns go through ``features
 the per-tick signal lists are built directly from numpy (offsets + values), which is what
 ``encode_batch`` would produce, without a Python object per sample.
 
-Publishing follows the run lifecycle of DESIGN.md: ``.staging/<run_id>/status.json`` says
+Publishing follows the run lifecycle of docs/design.md: ``.staging/<run_id>/status.json`` says
 ``complete`` then ``published``; each file is written under a hidden temporary name in its final
 folder and renamed into place; a crash in between is repaired by publishing again (idempotent).
 """
@@ -14,7 +14,6 @@ folder and renamed into place; a crash in between is repaired by publishing agai
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 import re
@@ -35,8 +34,10 @@ from datasets import Features
 from filelock import FileLock, Timeout
 
 from . import audit, checks, layout, schema
+from .atomic import write_text_atomic
 from .errors import InputError, LockTimeout, RunNotFound, ShardError
 from .run import SIGNAL_KEYS, DeviceSeries, Run, events_from_dicts
+from .staging import Staging
 
 log = logging.getLogger(__name__)
 
@@ -260,21 +261,6 @@ def write_tables_all_or_nothing(tables: dict[Path, pa.Table | Path]) -> None:
             raise
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write text to a temporary name beside ``path`` and rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
 def _lock(root: Path, name: str) -> FileLock:
     return FileLock(str(layout.lock_path(root, name)), timeout=LOCK_TIMEOUT_S)
 
@@ -321,18 +307,13 @@ class PublishResult:
 
 
 def set_status(root: Path, run_id: str, status: str, **extra: Any) -> None:
-    """Write ``.staging/<run_id>/status.json`` atomically."""
-    sdir = layout.staging_dir(root, run_id)
-    sdir.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(sdir / "status.json", json.dumps({"status": status, **extra}))
+    """Write ``.staging/<run_id>/status.json`` atomically (:meth:`staging.Staging.set_status`)."""
+    Staging(root, run_id).set_status(status, **extra)
 
 
 def read_status(root: Path, run_id: str) -> dict[str, Any] | None:
-    """The run's staging status, or ``None`` when it has no staging folder."""
-    path = layout.staging_dir(root, run_id) / "status.json"
-    if not path.exists():
-        return None
-    return json.loads(path.read_text(encoding="utf-8"))
+    """The run's staging status, or ``None`` (:meth:`staging.Staging.status_record`)."""
+    return Staging(root, run_id).status_record()
 
 
 def existing_run_files(root: Path, run_id: str) -> list[Path]:
@@ -410,8 +391,8 @@ def prepare_run(root: str | Path, run: Run) -> PreparedRun:
         raise InputError(f"run {run.run_id} failed validation: {'; '.join(report.messages)}",
                          field="quality_flags")
     run_metrics = metrics_mod.compute_run_metrics(run)
-    # Written in this order: the trace file last, so that "its trace file exists" (DESIGN.md's
-    # definition of a done run) implies that its runs row and requests exist too.
+    # Written in this order: the trace file last, so that "its trace file exists" (the
+    # definition of a done run, staging.is_done) implies that its runs row and requests exist too.
     tables: dict[Path, pa.Table | Path] = {
         layout.runs_path(root, run.workload, run.platform, run.run_id):
         runs_table(run, run_metrics)}
@@ -474,7 +455,7 @@ def commit_run(root: str | Path, prepared: PreparedRun, *,
             for p in stale:
                 p.unlink()
             set_status(root, run_id, "published")
-            _remove_staging(root, run_id)
+            Staging(root, run_id).remove_after_publish()
     except Timeout as exc:
         raise LockTimeout(f"run {run_id} is locked by another process") from exc
     if refresh_card:
@@ -489,28 +470,6 @@ def commit_run(root: str | Path, prepared: PreparedRun, *,
         metrics=prepared.metrics,
         replaced=[p.relative_to(root).as_posix() for p in stale],
     )
-
-
-def _remove_staging(root: Path, run_id: str) -> None:
-    """Remove a published run's staging folder, except its archived attempts and status.
-
-    Killed attempts (``attempt-N/``) are measurements: they stay until the user prunes them,
-    with ``status.json`` saying what was published (issue 12, items 12 and 14).
-    """
-    sdir = layout.staging_dir(root, run_id)
-    if not sdir.exists():
-        return
-    attempts = [p for p in sdir.glob("attempt-*") if p.is_dir()]
-    if not attempts:
-        shutil.rmtree(sdir)
-        return
-    for entry in sdir.iterdir():
-        if entry in attempts or entry.name == "status.json":
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink()
 
 
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +13,6 @@ from hypothesis import settings as hypothesis_settings
 REPO = Path(__file__).resolve().parents[1]
 # LLM_POWERTRACE_EXTERNAL points elsewhere (e.g. from a git worktree, whose parent has no shared/)
 EXTERNAL = Path(os.environ.get("LLM_POWERTRACE_EXTERNAL") or REPO.parent / "shared" / "data" / "external")
-if str(REPO) not in sys.path:  # upload.py lives at the repo root
-    sys.path.insert(0, str(REPO))
 
 # Hypothesis keeps no example database between runs (by default it writes .hypothesis/ into the
 # working folder, and a replayed example from an earlier run would change what a run tests).

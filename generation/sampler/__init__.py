@@ -41,9 +41,10 @@ Public API (stable)::
   ``driver_version``, ``nvml_version``, ``cuda_version``, ``platform``, ``num_gpus``,
   ``quality_flags`` such as ``cpu_proxy``/``incomplete``/``energy_mismatch``) are added unless
   ``meta`` sets them. ``provenance_meta(staging_dir)`` returns just those columns.
-* ``archive_attempt(staging_dir) -> Path`` — moves a killed attempt's spool, events, pid files
-  and provenance into ``attempt-N/`` (status ``incomplete``), per DESIGN.md's run lifecycle;
-  ``spool_to_run(attempt_dir, meta)`` then adds the ``incomplete`` flag (salvage).
+* ``spool.wait_sampler_exit(staging_dir) -> str`` — waits for a killed attempt's sampler to
+  exit and returns its final state; ``generation.attempts.archive_attempt`` then has the
+  staging (``llm_powertrace_ds.staging``) move the attempt into ``attempt-N/`` (status
+  ``incomplete``), and ``spool_to_run(attempt_dir, meta)`` adds the ``incomplete`` flag.
 * ``read_spool(staging_dir) -> Spool`` — the raw ticks (monotonic ns, deadlines, missed
   counts, per-tick read latency), devices, anchors and summary, for benchmarks and tests.
 * ``probe_gpus(indices=None, *, allow_mig=False, uuid_salt=None, env=None) -> list[GpuProbe]``
@@ -72,13 +73,12 @@ Staging files written here (``<staging_dir>/``): ``spool/`` (``header.json``,
 ``devices.json``, ``samples.bin``, ``anchors.json``, ``summary.json``, ``sampler.log``),
 ``pids/rank-<r>.pid``, ``events/*.jsonl`` (``generation.events``) and ``provenance.json``
 (including ``cpu_proxy``'s ``idle_w``/``max_w``, which have no column; ``power_limit_w`` of a
-``cpu_proxy`` device is ``max_w``). ``status.json``, ``meta.json`` and the lock belong to the
-runner.
+``cpu_proxy`` device is ``max_w``). ``status.json``, ``meta.json``, attempts and the lock
+belong to ``llm_powertrace_ds.staging``: the sampler never writes them.
 """
 
 from __future__ import annotations
 
-from .base import resolve_source
 from .config import SOURCES, SamplerConfig
 from .convert import provenance_meta, spool_to_run
 from .errors import (
@@ -102,7 +102,8 @@ from .settings import (
     probe_gpus,
     settings_refusal,
 )
-from .spool import SamplerSummary, Spool, archive_attempt, read_spool
+from .sources import resolve_source
+from .spool import SamplerSummary, Spool, read_spool
 
 __all__ = [
     "NO_DEVICE_SETTINGS_ENV",
@@ -123,7 +124,6 @@ __all__ = [
     "Spool",
     "UnknownError",
     "WrongBinding",
-    "archive_attempt",
     "device_settings",
     "probe_gpus",
     "provenance_meta",

@@ -27,8 +27,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ENERGY_MISMATCH_PCT = 5.0
-
 
 def t_ms_of(t_ns: np.ndarray, t0_ns: int) -> np.ndarray:
     """Monotonic ns -> ms since t0 (floor), as int64."""
@@ -54,15 +52,10 @@ def _start_time(spool: Spool, t0_ns: int) -> dt.datetime | None:
 
 
 def _is_incomplete(spool: Spool) -> bool:
-    status = spool.directory / "status.json"
-    if status.exists():
-        import json
+    from llm_powertrace_ds.staging import RunStatus, status_at
 
-        try:
-            if json.loads(status.read_text()).get("status") == "incomplete":
-                return True
-        except ValueError:
-            pass
+    if status_at(spool.directory) == RunStatus.INCOMPLETE:  # an archived attempt
+        return True
     return not spool.summary.complete
 
 
@@ -97,10 +90,13 @@ def provenance_meta(path_or_spool: str | os.PathLike[str] | Spool) -> dict[str, 
     if _is_incomplete(spool):
         flags.append("incomplete")
     t0 = spool.t0_ns
+    period_ms = spool.header.get("period_ms") or prov.get("sample_period_ms")
+    if period_ms is None:
+        raise SamplerError(f"'{spool.directory / 'header.json'}': field 'period_ms' is missing")
     meta: dict[str, Any] = {
         "sampler": sampler,
         "power_field": power_field,
-        "sample_period_ms": float(spool.header.get("period_ms") or prov.get("sample_period_ms")),
+        "sample_period_ms": float(period_ms),
         "driver_version": prov.get("driver_version"),
         "nvml_version": prov.get("nvml_version"),
         "cuda_version": prov.get("cuda_version"),
@@ -183,6 +179,8 @@ def spool_to_run(path: str | os.PathLike[str], meta: dict[str, Any] | None = Non
     run.add_flags(*flags)
     if spool.summary.faults.get("stale_power"):  # NVML repeated a reading (same timestamp)
         run.add_flags("stale_power")
+    from llm_powertrace_ds.schema import ENERGY_MISMATCH_PCT
+
     mismatches = [energy_mismatch_pct(d) for d in devices]
     if any(m is not None and abs(m) > ENERGY_MISMATCH_PCT for m in mismatches):
         run.add_flags("energy_mismatch")

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from llm_powertrace_ds.atomic import write_json_atomic
 from llm_powertrace_ds.procs import pid_alive as _pid_alive
 
 from .errors import SamplerError, SourceError
@@ -86,15 +87,7 @@ def _write(path: Path, entries: dict[str, dict[str, Any]]) -> None:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
         return
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    data = json.dumps({"format": FORMAT, "entries": entries}, indent=1, sort_keys=True).encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    write_json_atomic(path, {"format": FORMAT, "entries": entries}, mode=0o600)
 
 
 def record(uuid: str, *, nvml_index: int, power_limit_mw: int | None, clocks_locked: bool,

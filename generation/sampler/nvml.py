@@ -717,12 +717,12 @@ class NvmlSource(Source):
         out[0] = vals.get(FI_POWER_INSTANT, NAN)
         out[1] = vals.get(FI_POWER_AVERAGE, NAN)
         out[2] = vals.get(FI_ENERGY, NAN)
-        calls: list[tuple[bool, str, tuple, Callable[[Any], None]]] = [
+        calls: list[tuple[bool, str, tuple[Any, ...], Callable[[Any], None]]] = [
             (gpu.power_usage, "nvmlDeviceGetPowerUsage", (h,), lambda v: _set(out, 0, v)),
             (gpu.energy_call, "nvmlDeviceGetTotalEnergyConsumption", (h,),
              lambda v: _set(out, 2, v)),
             (gpu.util, "nvmlDeviceGetUtilizationRates", (h,),
-             lambda v: (_set(out, 3, v.gpu), _set(out, 4, v.memory))),
+             lambda v: _set_util(out, v)),
             (gpu.memory, "nvmlDeviceGetMemoryInfo", (h,), lambda v: _set(out, 5, v.used)),
             (gpu.sm_clock, "nvmlDeviceGetClockInfo", (h, pynvml.NVML_CLOCK_SM),
              lambda v: _set(out, 6, v)),
@@ -757,6 +757,12 @@ class NvmlSource(Source):
 
 def _set(out: list[float], i: int, value: Any) -> None:
     out[i] = float(value)
+
+
+def _set_util(out: list[float], value: Any) -> None:
+    """``nvmlDeviceGetUtilizationRates``: GPU and memory utilisation into slots 3 and 4."""
+    out[3] = float(value.gpu)
+    out[4] = float(value.memory)
 
 
 def _mw_to_w(value: Any) -> float:

@@ -35,17 +35,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from llm_powertrace_ds.atomic import write_json_atomic, write_text_atomic
+
 from .base import (
     EMPTY_READING,
     FAULT_GPU_LOST,
     PIDS_DIR,
     DeviceInfo,
     Source,
-    make_source,
-    resolve_source,
 )
 from .config import SamplerConfig
 from .errors import GpuLost, SamplerConfigError, SamplerError
+from .sources import make_source, resolve_source
 from .spool import (
     PROVENANCE_FILE,
     SPOOL_DIR,
@@ -53,7 +54,6 @@ from .spool import (
     SpoolWriter,
     anchor_pair,
     read_spool,
-    write_json_atomic,
 )
 
 log = logging.getLogger(__name__)
@@ -355,9 +355,7 @@ def register_pid(staging_dir: str | os.PathLike[str], rank: int, pid: int | None
     pids_dir = Path(staging_dir) / PIDS_DIR
     pids_dir.mkdir(parents=True, exist_ok=True)
     path = pids_dir / f"rank-{rank}.pid"
-    tmp = pids_dir / f".rank-{rank}.pid.{os.getpid()}.tmp"
-    tmp.write_text(f"{pid}\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(path, f"{pid}\n", fsync=False)
     return path
 
 

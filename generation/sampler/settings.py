@@ -11,7 +11,7 @@ Vendor-free: NVML is reached only through the public functions of ``generation.s
   records the requested, original and observed values (:class:`AppliedSettings`) and restores
   the original settings on exit: also when the run fails, and when applying them failed half-way.
 
-Policy (DESIGN.md, "The sampler"): settings change only when a sweep axis asks for it, and never
+Policy: settings change only when a sweep axis asks for it, and never
 where ``$LLM_POWERTRACE_NO_DEVICE_SETTINGS`` is set (the lent device machine, shared machines):
 there :func:`device_settings` refuses before NVML is even initialised.
 

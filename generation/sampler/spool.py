@@ -22,15 +22,15 @@ import datetime as dt
 import json
 import logging
 import os
-import shutil
 import struct
 import time
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from llm_powertrace_ds.atomic import write_json_atomic
 
 from .base import FAULT_NAMES, PIDS_DIR
 from .errors import SamplerError
@@ -68,20 +68,6 @@ STATES = ("stopped", "gpu_lost", "parent_gone", "terminated", "error", "unfinish
 """``stopped`` = a clean stop on request; ``gpu_lost``; ``parent_gone`` (the workload process
 died); ``terminated`` (SIGTERM); ``error``; ``unfinished`` (no summary: the sampler was killed
 or is still running)."""
-
-
-def write_json_atomic(path: Path, obj: Any, *, fsync: bool = True) -> None:
-    """Write JSON to a temporary name beside ``path``, fsync it, and rename it into place."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    data = json.dumps(obj, indent=1, sort_keys=True, default=str).encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-        if fsync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
 
 
 def anchor_pair() -> dict[str, Any]:
@@ -357,12 +343,8 @@ def summarize(samples: np.ndarray, header: dict[str, Any], written: dict[str, An
 
 
 # ---------------------------------------------------------------------------------------------
-# Attempts
+# The sampler of a spool
 # ---------------------------------------------------------------------------------------------
-
-RUNNER_FILES = ("status.json", "meta.json")
-"""Files of the staging folder that belong to the runner and stay in place."""
-
 
 def _sampler_alive(header: dict[str, Any]) -> bool:
     import psutil
@@ -377,25 +359,18 @@ def _sampler_alive(header: dict[str, Any]) -> bool:
         return False
 
 
-def archive_attempt(staging_dir: str | os.PathLike[str], *, keep: Iterable[str] = RUNNER_FILES,
-                    wait_s: float = 10.0, reason: str = "killed") -> Path:
-    """Keep a killed attempt's measurements as ``attempt-N/`` and mark it ``incomplete``.
+def wait_sampler_exit(staging_dir: str | os.PathLike[str], *, wait_s: float = 10.0) -> str:
+    """Wait until the sampler that writes ``<staging_dir>/spool/`` has exited; return its state.
 
-    Moves everything in the staging folder except the runner's files (``keep``), lock files and
-    earlier ``attempt-*`` folders into ``attempt-N/`` (N = 1 + the highest so far) and writes
-    ``attempt-N/status.json`` = ``{"status": "incomplete", ...}``. The folder is then ready for a
-    new attempt; the archived one is published only on request (``salvage``), flagged
-    ``incomplete``.
+    A workload killed mid-run leaves its sampler running until it notices (``parent_gone``);
+    its spool can be moved (archived as an attempt) only after that.
 
     Args:
-        staging_dir: ``.staging/<run_id>/``.
-        keep: names that stay in place.
-        wait_s: how long to wait for a still-running sampler of that spool to notice its
-            workload is gone and exit.
-        reason: recorded in the attempt's status.
+        staging_dir: ``.staging/<run_id>/`` (or any folder holding a ``spool/``).
+        wait_s: how long to wait for a still-running sampler to exit.
 
     Returns:
-        The ``attempt-N`` folder.
+        The sampler's final state (:data:`STATES`; ``unfinished`` when it wrote no summary).
 
     Raises:
         SamplerError: the spool's sampler process is still running after ``wait_s``.
@@ -408,31 +383,12 @@ def archive_attempt(staging_dir: str | os.PathLike[str], *, keep: Iterable[str] 
             raise SamplerError(f"the sampler (pid {header.get('sampler_pid')}) of '{sdir}' is "
                                "still running; stop it before archiving the attempt")
         time.sleep(0.05)
-    numbers = [int(p.name.split("-", 1)[1]) for p in sdir.glob("attempt-*")
-               if p.is_dir() and p.name.split("-", 1)[1].isdigit()]
-    n = max(numbers, default=0) + 1
-    dest = sdir / f"attempt-{n}"
-    dest.mkdir()
-    keep = set(keep)
-    moved = []
-    for entry in sorted(sdir.iterdir()):
-        name = entry.name
-        if (name in keep or name.startswith("attempt-") or name.endswith(".lock")
-                or name.startswith(".")):
-            continue
-        shutil.move(str(entry), str(dest / name))
-        moved.append(name)
-    summary = _read_json(dest / SPOOL_DIR / "summary.json", {})
-    write_json_atomic(dest / "status.json", {
-        "status": "incomplete", "attempt": n, "reason": reason,
-        "sampler_state": summary.get("state", "unfinished"),
-        "archived_utc": dt.datetime.now(dt.timezone.utc).isoformat(), "files": moved})
-    log.info("archived attempt %d of '%s' (%s)", n, sdir, ", ".join(moved) or "nothing")
-    return dest
+    summary = _read_json(sdir / SPOOL_DIR / "summary.json", {})
+    return str(summary.get("state", "unfinished"))
 
 
 __all__ = [
     "EVENTS_DIR", "PIDS_DIR", "PROVENANCE_FILE", "RECORD_DTYPE", "RECORD_FIELDS", "SPOOL_DIR",
-    "SPOOL_SIGNALS", "SamplerSummary", "Spool", "SpoolWriter", "anchor_pair", "archive_attempt",
-    "read_spool", "summarize",
+    "SPOOL_SIGNALS", "SamplerSummary", "Spool", "SpoolWriter", "anchor_pair", "read_spool",
+    "summarize", "wait_sampler_exit",
 ]

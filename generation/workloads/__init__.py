@@ -1,6 +1,6 @@
 """Workloads: what runs under the sampler (fine-tuning, inference), behind one small interface.
 
-A workload module (``finetune.py``, ``inference.py``) defines ``SPEC``, a :class:`WorkloadSpec`:
+A workload module (``finetune.py``, the ``inference/`` package) defines ``SPEC``, a :class:`WorkloadSpec`:
 the settings a sweep may give it (each typed, most of them columns of the workload's config in
 ``llm_powertrace_ds.schema``), how to resolve defaults and derived values, which combinations
 are impossible on a given machine, a readable slug for run ids, and ``run``, which does the
@@ -24,16 +24,24 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llm_powertrace_ds import schema
 from llm_powertrace_ds.errors import InputError
+from llm_powertrace_ds.run import coerce_scalar
+
+if TYPE_CHECKING:
+    from .gpu_settings import GpuSettings
 
 WORKLOAD_MODULES: dict[str, str] = {
     "finetune": "generation.workloads.finetune",
     "inference": "generation.workloads.inference",
 }
 """Workload name -> module defining ``SPEC``."""
+
+
+GPU_AXES = {"gpu_clock_mhz": "lock the GPU clock", "power_limit_setting_w": "apply a power cap"}
+"""The sweep axes that change GPU settings, and what each asks the GPU to do."""
 
 
 @dataclass(frozen=True)
@@ -61,39 +69,45 @@ class Setting:
     def check(self, value: Any) -> tuple[Any, str | None]:
         """Coerce ``value`` to this setting's type.
 
+        A sweep file is stricter than an imported file: YAML already types its scalars, so a
+        boolean must be ``true``/``false``, a number must be a YAML number, NaN is refused and
+        a string is any scalar but a boolean. The conversion itself (integral floats, ranges,
+        finiteness) is ``llm_powertrace_ds.run.coerce_scalar``, the rule imports use too.
+
         Returns:
             ``(value, None)`` when valid, else ``(value, message)`` where the message names the
             expected type or choices and the bad value.
         """
         if value is None:
             return None, None
-        if self.dtype == "bool":
-            if not isinstance(value, bool):
-                return value, f"{value!r} is not a boolean (true/false)"
-        elif self.dtype.startswith("int"):
-            if isinstance(value, bool) or not isinstance(value, int):
-                if isinstance(value, float) and value.is_integer():
-                    value = int(value)
-                else:
-                    return value, f"{value!r} is not an integer"
-            bound = {"int16": 2**15, "int32": 2**31, "int64": 2**63}[self.dtype]
-            if abs(value) >= bound:
-                return value, f"{value!r} is out of range for {self.dtype}"
-        elif self.dtype.startswith("float"):
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                return value, f"{value!r} is not a number"
-            value = float(value)
-            if not math.isfinite(value):
-                return value, f"{value!r} is not a finite number"
-        elif self.dtype == "string":
-            if isinstance(value, (dict, list, bool)):
-                return value, f"{value!r} is not a string"
-            value = str(value)
+        problem = _yaml_type_problem(self.dtype, value)
+        if problem is not None:
+            return value, f"{value!r} {problem}"
+        try:
+            value = coerce_scalar(value, self.dtype)
+        except (TypeError, ValueError) as exc:
+            return value, f"{value!r} is {exc}"
         if self.choices is not None and value not in self.choices:
             return value, f"{value!r} is not one of {', '.join(map(str, self.choices))}"
         if self.minimum is not None and isinstance(value, (int, float)) and value < self.minimum:
             return value, f"{value!r} is below the minimum {self.minimum:g}"
         return value, None
+
+
+def _yaml_type_problem(dtype: str, value: Any) -> str | None:
+    """Why a YAML scalar cannot be given for a setting of ``dtype`` (``None``: it can)."""
+    if dtype == "bool":
+        return None if isinstance(value, bool) else "is not a boolean (true/false)"
+    if dtype.startswith("int"):
+        ok = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+        return None if ok and not isinstance(value, bool) else "is not an integer"
+    if dtype.startswith("float"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return "is not a number"
+        return "is not a finite number" if isinstance(value, float) and math.isnan(value) else None
+    if dtype == "string" and isinstance(value, (dict, list, bool)):
+        return "is not a string"
+    return None
 
 
 def settings_from_columns(columns: list[schema.Column], **overrides: dict[str, Any]) -> dict[str, Setting]:
@@ -160,7 +174,7 @@ class RunContext:
 
     run_id: str
     staging_dir: Path
-    mark: Callable[..., None]
+    mark: Callable[..., object]
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
@@ -222,15 +236,41 @@ class WorkloadSpec:
         """The run metadata columns known before running (axes, model, identity parts)."""
         return {k: v for k, v in resolved.items() if k in self.settings and self.settings[k].column}
 
-    def device_settings(self, resolved: dict[str, Any], gpu_indices: list[int]) -> Any:
-        """A context manager applying the GPU settings the run asks for, or ``None``.
+    def device_settings(self, resolved: dict[str, Any],
+                        gpu_indices: list[int] | tuple[int, ...]) -> GpuSettings:
+        """The GPU settings the run asks for, as a context manager that restores them.
 
-        The runner enters it before the sampler starts (so the sampler reads the enforced
-        values) and leaves it after the sampler stops; it must restore the original settings.
-        ``None`` (the default) lets the runner apply ``power_limit_setting_w`` itself
-        (``generation.runner.power_cap``).
+        The axes a workload declares among its settings are applied: ``gpu_clock_mhz`` (a locked
+        SM clock) and ``power_limit_setting_w`` (a power cap). The runner enters it before the
+        sampler starts (so the sampler reads the enforced values) and leaves it after the
+        sampler stops. Nothing is touched when the run asks for neither.
         """
-        return None
+        from .gpu_settings import GpuSettings
+
+        def axis(name: str) -> Any:
+            return resolved.get(name) if name in self.settings else None
+
+        return GpuSettings(gpu_indices, clock_mhz=axis("gpu_clock_mhz"),
+                           power_limit_w=axis("power_limit_setting_w"))
+
+    def gpu_axis_problems(self, resolved: dict[str, Any],
+                          machine: MachineInfo) -> list[tuple[str, str]]:
+        """Why the GPU axes a run asks for cannot be applied on ``machine`` (empty: they can).
+
+        Only the axes this workload declares are looked at. Changing GPU settings needs NVML
+        (never on ``cpu_proxy``), root and NVML permission (never on a lent device machine).
+        """
+        problems = []
+        for key, what in GPU_AXES.items():
+            if key not in self.settings or resolved.get(key) is None:
+                continue
+            if machine.source != "nvml":
+                problems.append((key, f"cannot {what}: {machine.source} has no GPU clocks or "
+                                 "power limit"))
+            elif not machine.can_set_power_limit:
+                problems.append((key, f"cannot {what}: it needs root and NVML permission on "
+                                 "this machine (and is never done on a lent device machine)"))
+        return problems
 
     def run(self, resolved: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
         """Do the work in this process and return result columns (rank 0's are published)."""

@@ -237,11 +237,12 @@ class ArrivalProcess:
 
     def interarrivals_s(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """``n`` inter-arrival gaps in seconds (``poisson``/``gamma`` only)."""
-        if self.pattern == "poisson":
-            return rng.exponential(1.0 / self.rate_rps, size=n)
-        if self.pattern == "gamma":
-            shape = 1.0 / (self.cv * self.cv)
-            return rng.gamma(shape, 1.0 / (self.rate_rps * shape), size=n)
+        rate, cv = self.rate_rps, self.cv  # both checked in __post_init__ for these patterns
+        if self.pattern == "poisson" and rate is not None:
+            return rng.exponential(1.0 / rate, size=n)
+        if self.pattern == "gamma" and rate is not None and cv is not None:
+            shape = 1.0 / (cv * cv)
+            return rng.gamma(shape, 1.0 / (rate * shape), size=n)
         raise ValueError(f"{self.pattern} has no drawn inter-arrival times")
 
 
@@ -349,7 +350,7 @@ class Lengths:
         """The longest prompt and output this distribution can draw."""
         d = self.distribution
         if d == "fixed":
-            return int(self.prompt_len), int(self.output_len)
+            return self._fixed()
         if d == "uniform":
             return _range_param(self.params, "prompt_len")[1], _range_param(
                 self.params, "output_len")[1]
@@ -362,10 +363,18 @@ class Lengths:
         p, o = self._replay_lengths()
         return int(p.max()), int(o.max())
 
+    def _fixed(self) -> tuple[int, int]:
+        if self.prompt_len is None or self.output_len is None:  # checked in __post_init__
+            raise InputError("fixed lengths need prompt_len and output_len", field="prompt_len")
+        return int(self.prompt_len), int(self.output_len)
+
     def _replay_lengths(self) -> tuple[np.ndarray, np.ndarray]:
-        assert self.replay is not None
-        p = np.maximum(self.replay.prompt_tokens, 1)
-        o = np.maximum(self.replay.output_tokens, 1)
+        replay = self.replay
+        if replay is None or replay.prompt_tokens is None or replay.output_tokens is None:
+            raise InputError("replayed lengths need a replay file with prompt and output token "
+                             "columns", field="replay_file")  # checked in __post_init__
+        p = np.maximum(replay.prompt_tokens, 1)
+        o = np.maximum(replay.output_tokens, 1)
         if self.params.get("max_prompt_len"):
             p = np.minimum(p, int(self.params["max_prompt_len"]))
         if self.params.get("max_output_len"):
@@ -376,7 +385,7 @@ class Lengths:
         """The ``(prompt, output)`` lengths of request ``index``."""
         d = self.distribution
         if d == "fixed":
-            return int(self.prompt_len), int(self.output_len)
+            return self._fixed()
         if d == "uniform":
             plo, phi = _range_param(self.params, "prompt_len")
             olo, ohi = _range_param(self.params, "output_len")

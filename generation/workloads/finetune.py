@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import math
 import time
 from collections.abc import Iterator
@@ -167,10 +166,7 @@ class FinetuneSpec(WorkloadSpec):
         if r["optimizer"] in BNB_OPTIMIZERS and not (machine.cuda and machine.bitsandbytes):
             problems.append(("optimizer", f"optimizer {r['optimizer']} needs CUDA and "
                              "bitsandbytes"))
-        if r["power_limit_setting_w"] is not None and not machine.can_set_power_limit:
-            why = ("cpu_proxy has no power limit" if machine.source != "nvml" else
-                   "setting a power cap needs root and NVML permission on this machine")
-            problems.append(("power_limit_setting_w", f"cannot apply a power cap: {why}"))
+        problems.extend(self.gpu_axis_problems(r, machine))
         if "_dataset_path" in r:
             if spec.vocab_size < models.BYTE_OFFSET + 256:
                 problems.append(("dataset_name", f"{spec.name}'s vocabulary is too small "
@@ -288,7 +284,7 @@ def _callback_class() -> type:
                 control.should_training_stop = True
 
         def _past_deadline(self) -> bool:
-            past = time.monotonic_ns() >= self.deadline_ns
+            past = self.deadline_ns is not None and time.monotonic_ns() >= self.deadline_ns
             if self.world_size <= 1:
                 return past
             import torch
@@ -467,7 +463,7 @@ def setup(r: dict[str, Any], ctx: RunContext) -> Prepared:
             n_eval, r["seq_len"], vocab_size=spec.vocab_size, seed=int(r["seed"]) + 1))
     peft_config = None
     if r["method"] in ("lora", "qlora"):
-        peft_config = LoraConfig(r=int(r["lora_rank"]), lora_alpha=float(r["lora_alpha"]),
+        peft_config = LoraConfig(r=int(r["lora_rank"]), lora_alpha=float(r["lora_alpha"]),  # type: ignore[arg-type]  # PEFT annotates int; the scaling alpha/r takes a float
                                  target_modules=r["lora_targets"].split(","), lora_dropout=0.0,
                                  bias="none", task_type="CAUSAL_LM",
                                  fan_in_fan_out=spec.arch == "gpt2")  # GPT-2's Conv1D
@@ -593,9 +589,3 @@ def release_memory(cuda: bool) -> None:
 
         torch.cuda.empty_cache()
 
-
-def write_result(path: Path, result: dict[str, Any]) -> None:
-    """Write a rank's result as JSON (the torchrun worker's way back to the runner)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(result), encoding="utf-8")
-    tmp.replace(path)

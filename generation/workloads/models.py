@@ -227,6 +227,18 @@ def hub_cached(hub_id: str | None) -> bool:
     return any(f.endswith((".safetensors", ".bin")) for f in os.listdir(folder))
 
 
+def hub_id_of(spec: ModelSpec) -> str:
+    """The Hub id of a model with a checkpoint source.
+
+    Raises:
+        InputError: the zoo model has no Hub id (``model_source: hub`` cannot load it).
+    """
+    if spec.hub_id is None:
+        raise InputError(f"model {spec.name!r} has no Hub id; use model_source: zoo",
+                         field="model_source")
+    return spec.hub_id
+
+
 def resolve_source(spec: ModelSpec, requested: str = "zoo") -> str:
     """Resolve a requested model source to ``zoo`` or ``hub``.
 
@@ -311,7 +323,7 @@ def build_model(spec: ModelSpec, source: str = "zoo", *, seed: int = 0, dtype: A
             kwargs["quantization_config"] = quantization_config
         if device_map is not None:
             kwargs["device_map"] = device_map
-        model = AutoModelForCausalLM.from_pretrained(spec.hub_id, **kwargs)
+        model: Any = AutoModelForCausalLM.from_pretrained(hub_id_of(spec), **kwargs)
         if device_map is None and quantization_config is None and device is not None:
             model = model.to(device)
         return model

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from .. import metrics as metrics_mod
+from ..atomic import atomic_path
 from ..run import DeviceSeries, Run
 from .compose import FacilityResult, Job
 from .sources import GRID_MS
@@ -213,12 +213,6 @@ def write_profile(result: FacilityResult, path: str | Path,
     table = pa.table({k: np.concatenate(v) for k, v in cols.items()})
     meta = {b"llm_powertrace_facility": json.dumps(summary or to_json(result)).encode()}
     table = table.replace_schema_metadata(meta)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
+    with atomic_path(path) as tmp:
         pq.write_table(table, tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     return path

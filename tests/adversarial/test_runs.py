@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 from llm_powertrace_ds import layout
-from llm_powertrace_ds.shards import read_run, read_status, set_status
+from llm_powertrace_ds.shards import read_run
+from llm_powertrace_ds.staging import Staging, is_done, published_run_ids
 
 REPO = Path(__file__).resolve().parents[2]
 SETTINGS = {"batch_size": 2, "grad_accum": 1, "seq_len": 16}
@@ -62,14 +63,14 @@ def staged(root: Path) -> Path:
 
 def test_salvage_right_after_a_kill_then_counts_as_done_until_redo(tmp_path):
     """Item 14: status still ``running`` (owner SIGKILLed) is salvageable; salvaged = done."""
-    from generation.runner import is_done, published_run_ids, request_redo, salvage
+    from generation.attempts import request_redo, salvage
 
     sdir = staged(tmp_path)
-    set_status(tmp_path, "r1", "running", pid=2**22 + 1)
+    Staging(tmp_path, "r1").set_status("running", pid=2**22 + 1)
     spool(sdir, sampled_steps=3)
     res = salvage(tmp_path, "r1")
     assert "incomplete" in res.flags
-    assert read_status(tmp_path, "r1")["status"] == "salvaged"
+    assert Staging(tmp_path, "r1").status() == "salvaged"
     assert (sdir / "attempt-1" / "spool").is_dir()  # kept until the user prunes it
     assert is_done(tmp_path, "r1", published_run_ids(tmp_path, "finetune"))
     assert request_redo(tmp_path, "r1")
@@ -78,7 +79,7 @@ def test_salvage_right_after_a_kill_then_counts_as_done_until_redo(tmp_path):
 
 def test_salvage_publishes_the_attempt_with_most_data_and_deletes_none(tmp_path):
     """Item 12: attempt-1 is short, attempt-2 (newer, longer) must be the one published."""
-    from generation.runner import salvage
+    from generation.attempts import salvage
 
     sdir = staged(tmp_path)
     spool(sdir / "attempt-2", sampled_steps=6)
@@ -89,12 +90,12 @@ def test_salvage_publishes_the_attempt_with_most_data_and_deletes_none(tmp_path)
     assert run.meta["steps"] == 6
     assert sorted(p.name for p in sdir.glob("attempt-*")) == ["attempt-1", "attempt-2"]
     assert sorted(p.name for p in (sdir / "attempt-2").iterdir()) == long_samples
-    assert read_status(tmp_path, "r1")["attempt"] == "attempt-2"
+    assert Staging(tmp_path, "r1").status_record()["attempt"] == "attempt-2"
 
 
 def test_salvage_counts_only_the_sampled_window(tmp_path):
     """Item 13: 2 steps sampled, 6 more after the sampler died: steps=2, tokens for 2 steps."""
-    from generation.runner import salvage
+    from generation.attempts import salvage
 
     sdir = staged(tmp_path)
     spool(sdir / "attempt-1", sampled_steps=2, unsampled_steps=6)

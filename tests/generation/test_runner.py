@@ -188,7 +188,7 @@ def test_second_generate_skips_without_importing_torch(tiny_real):
 
 def test_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path, fake_workload):
     from generation.runner import RunFailed, generate
-    from llm_powertrace_ds.shards import read_status
+    from llm_powertrace_ds.staging import Staging
 
     fake_workload["fail"] = {"gpt2-tiny"}
     out = tmp_path / "ds"
@@ -197,7 +197,7 @@ def test_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path, fake_workload):
     assert status == {"llama": "published", "gpt2": "failed", "qwen": "published"}
     failed = report.failed[0]
     assert "boom in gpt2-tiny" in failed.error
-    st = read_status(out, failed.run_id)
+    st = Staging(out, failed.run_id).status_record()
     assert st["status"] == "failed" and "boom" in st["error"]
     assert len(runs_ids(out)) == 2
 
@@ -218,8 +218,8 @@ def test_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path, fake_workload):
 def test_dry_run_busy_lock_and_task_split_merge(tmp_path, fake_workload):
     from filelock import FileLock
 
-    from generation.cli_generate import merge
     from generation.runner import generate
+    from llm_powertrace_ds.merge import merge
 
     sweep = write_sweep(tmp_path)
     whole = generate(sweep, tmp_path / "x", dry_run=True, progress=False)
@@ -263,13 +263,13 @@ def _killed_attempt(out: Path, run_id: str, meta_columns: dict, settings: dict) 
     """Leave what a killed generate leaves: status running, a spool, events, meta.json."""
     from generation.events import EventRecorder
     from generation.sampler import Sampler, SamplerConfig
-    from llm_powertrace_ds.shards import set_status
+    from llm_powertrace_ds.staging import Staging
 
     sdir = layout.staging_dir(out, run_id)
     sdir.mkdir(parents=True)
     (sdir / "meta.json").write_text(json.dumps({"columns": meta_columns, "settings": settings},
                                                default=str))
-    set_status(out, run_id, "running")
+    Staging(out, run_id).set_status("running")
     rec = EventRecorder(sdir, rank=0)
     with Sampler(SamplerConfig(source="cpu_proxy", period_ms=50), sdir):
         for step in (1, 2):
@@ -281,7 +281,8 @@ def _killed_attempt(out: Path, run_id: str, meta_columns: dict, settings: dict) 
 
 
 def test_killed_attempt_is_archived_on_resume_and_can_be_salvaged(tmp_path, fake_workload):
-    from generation.runner import _planned_meta, generate, salvage
+    from generation.attempts import salvage
+    from generation.runner import _planned_meta, generate
     from generation.sweep import detect_machine, load_sweep, plan
     from llm_powertrace_ds.shards import read_run
 
@@ -393,27 +394,33 @@ class FakeNvml:
 
 
 def test_power_cap_sets_then_restores(monkeypatch):
-    from generation import runner
+    """The fine-tuning workload's power cap goes through the one GPU-settings path."""
     from generation.sampler import NoPermission
     from generation.sampler import nvml as dev
+    from generation.workloads import get_workload
 
+    spec = get_workload("finetune")
     monkeypatch.delenv("LLM_POWERTRACE_NO_DEVICE_SETTINGS", raising=False)  # the double only
     fake = FakeNvml()
     monkeypatch.setattr(dev, "pynvml", fake)
-    with runner.power_cap([0, 1], 400.0) as changed:
+    with spec.device_settings({"power_limit_setting_w": 400.0}, [0, 1]) as gs:
         assert fake.limits == {0: 400_000, 1: 400_000}
-        assert [c["original_mw"] for c in changed] == [700_000, 700_000]
+        assert [a.original_power_limit_mw for a in gs.applied] == [700_000, 700_000]
+        assert gs.clock_mhz is None  # fine-tuning declares no clock axis
     assert fake.limits == {0: 700_000, 1: 700_000}
     assert fake.calls[0] == ("init",) and fake.calls[-1] == ("shutdown",)
 
     fake = FakeNvml(fail_set_on=1)
     monkeypatch.setattr(dev, "pynvml", fake)
-    with pytest.raises(NoPermission), runner.power_cap([0, 1], 400.0):
+    with pytest.raises(NoPermission), spec.device_settings({"power_limit_setting_w": 400.0},
+                                                           [0, 1]):
         pass  # pragma: no cover
     assert fake.limits == {0: 700_000, 1: 700_000}  # GPU 0 restored after GPU 1 refused
 
-    with runner.power_cap([], None) as changed:
-        assert changed == []
+    fake = FakeNvml()
+    monkeypatch.setattr(dev, "pynvml", fake)
+    with spec.device_settings({"power_limit_setting_w": None}, [0, 1]) as gs:
+        assert gs.applied == [] and fake.calls == []  # nothing asked: NVML not even opened
 
 
 # ---------------------------------------------------------------------------------------------

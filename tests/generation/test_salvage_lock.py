@@ -1,7 +1,7 @@
 import pytest
 from filelock import FileLock
 
-from generation.runner import RunFailed, salvage
+from generation.attempts import RunFailed, salvage
 from llm_powertrace_ds import layout
 
 

@@ -10,7 +10,8 @@ import pytest
 from generation.sampler import nvml as nvml_mod
 from generation.sampler.base import DeviceInfo, Reading, Source
 from generation.sampler.process import TickLoop
-from generation.sampler.spool import PROVENANCE_FILE, SPOOL_DIR, SpoolWriter, write_json_atomic
+from generation.sampler.spool import PROVENANCE_FILE, SPOOL_DIR, SpoolWriter
+from llm_powertrace_ds.atomic import write_json_atomic
 
 from .fake_nvml import FakeGpu, FakeNvml
 

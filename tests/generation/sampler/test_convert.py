@@ -7,8 +7,9 @@ import datetime as dt
 import numpy as np
 import pytest
 
+from generation.attempts import archive_attempt
 from generation.events import EventRecorder
-from generation.sampler import SamplerError, archive_attempt, provenance_meta, spool_to_run
+from generation.sampler import SamplerError, provenance_meta, spool_to_run
 from generation.sampler.convert import _strictly_increasing, t_ms_of
 from generation.sampler.spool import SpoolWriter
 from llm_powertrace_ds.errors import InputError

@@ -122,14 +122,14 @@ def test_missing_binding_is_unavailable(monkeypatch):
 
 def test_auto_picks_nvml_when_a_gpu_is_usable(fake_nvml, caplog):
     fake_nvml()
-    caplog.set_level("INFO", logger="generation.sampler.base")
+    caplog.set_level("INFO", logger="generation.sampler.sources")
     assert resolve_source(SamplerConfig(source="auto")) == "nvml"
     assert "sampler source: nvml" in caplog.text
 
 
 def test_auto_falls_back_to_cpu_proxy_and_logs_why(fake_nvml, caplog):
     fake_nvml(init_code=LIBRARY_NOT_FOUND)
-    caplog.set_level("INFO", logger="generation.sampler.base")
+    caplog.set_level("INFO", logger="generation.sampler.sources")
     assert resolve_source(SamplerConfig(source="auto")) == "cpu_proxy"
     assert "cpu_proxy" in caplog.text and "NVML unavailable" in caplog.text
 

@@ -19,12 +19,12 @@ import numpy as np
 import psutil
 import pytest
 
+from generation.attempts import archive_attempt
 from generation.events import EventRecorder
 from generation.sampler import (
     Sampler,
     SamplerConfig,
     SamplerError,
-    archive_attempt,
     read_spool,
     register_pid,
     spool_to_run,
@@ -59,6 +59,7 @@ def test_sampler_modules_import_neither_torch_nor_datasets():
         import sys
         import generation.sampler, generation.sampler.process, generation.sampler.cpu_proxy
         import generation.sampler.nvml, generation.sampler.spool, generation.sampler.base
+        import generation.sampler.sources
         import generation.sampler.__main__
         print([m for m in {list(HEAVY_MODULES)!r} if m in sys.modules])
     """)

@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from generation.sampler import SamplerError, archive_attempt, read_spool
+from generation.attempts import archive_attempt
+from generation.sampler import SamplerError, read_spool
 from generation.sampler.spool import (
     RECORD_DTYPE,
     RECORD_STRUCT,

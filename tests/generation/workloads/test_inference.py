@@ -17,7 +17,13 @@ from scipy import stats
 
 from generation.workloads import MachineInfo, RunContext, quant
 from generation.workloads import arrivals as arr
+from generation.workloads import gpu_settings as inf_gpu
 from generation.workloads import inference as inf
+from generation.workloads.inference import loop as inf_loop
+from generation.workloads.inference import model as inf_model
+from generation.workloads.inference import requests as inf_requests
+from generation.workloads.inference import serve as inf_serve
+from generation.workloads.inference import settings as inf_settings
 from llm_powertrace_ds.errors import InputError
 
 REPO = Path(__file__).resolve().parents[3]
@@ -75,7 +81,7 @@ def test_resolve_defaults_and_derived_columns():
     q = resolved(weight_quant="int8", kv_cache_quant="int4")
     assert q["weight_quant_backend"] == "quanto" and q["kv_cache_backend"] == "quanto"
     assert resolved(GPU_ROOT, weight_quant="int4")["weight_quant_backend"] == "bitsandbytes"
-    assert resolved(num_requests=None)["num_requests"] == inf.DEFAULT_NUM_REQUESTS
+    assert resolved(num_requests=None)["num_requests"] == inf_settings.DEFAULT_NUM_REQUESTS
     assert resolved(num_requests=None, target_duration_s=5.0)["num_requests"] is None
     assert inf.SPEC.slug(resolved(batching="static")) == \
         "inf-llama-tiny-static-c4-closed-p16o8-n12-fp32"
@@ -94,7 +100,7 @@ def test_resolve_replay_records_file_name_hash_rate_and_cv(tmp_path):
     assert r["arrival_rate_rps"] == pytest.approx(2 / 3 / 0.5)
     assert r["arrival_cv"] == pytest.approx(1 / 3)  # gaps 1 and 2
     assert inf.SPEC.check(r, CPU) == []
-    reqs = list(inf.build_stream(r))
+    reqs = list(inf_settings.build_stream(r))
     assert [(q.prompt_tokens, q.output_tokens, q.offset_s) for q in reqs] == \
         [(10, 3, 0.0), (20, 4, 0.5), (30, 5, 1.5)]
 
@@ -148,7 +154,7 @@ def test_missing_backends_are_rejected(monkeypatch):
 
 
 def test_continuous_batching_on_an_unverified_architecture(monkeypatch):
-    monkeypatch.setattr(inf, "CONTINUOUS_BATCHING_ARCHS", frozenset({"llama"}))
+    monkeypatch.setattr(inf_settings, "CONTINUOUS_BATCHING_ARCHS", frozenset({"llama"}))
     found = problems(model="gpt2-tiny", batching="continuous")
     assert "not verified for the gpt2 architecture" in found["batching"]
     assert problems(model="gpt2-tiny", batching="static") == {}
@@ -178,7 +184,7 @@ include:
 def test_sweep_validation_names_axis_and_reason_before_running(tmp_path, monkeypatch):
     from generation.sweep import SweepError, load_sweep, plan
 
-    monkeypatch.setattr(inf, "CONTINUOUS_BATCHING_ARCHS", frozenset({"llama"}))
+    monkeypatch.setattr(inf_settings, "CONTINUOUS_BATCHING_ARCHS", frozenset({"llama"}))
     real_installed = quant.installed
     monkeypatch.setattr(quant, "installed",
                         lambda m: False if m == "optimum.quanto" else real_installed(m))
@@ -201,7 +207,7 @@ def test_sweep_validation_names_axis_and_reason_before_running(tmp_path, monkeyp
 
 
 def test_json_setting_accepts_mappings_and_json_text():
-    s = inf.SETTINGS["length_params"]
+    s = inf_settings.SETTINGS["length_params"]
     assert s.check({"b": 1, "a": [1, 2]}) == ('{"a": [1, 2], "b": 1}', None)
     assert s.check('{"a": 1}') == ('{"a": 1}', None)
     assert s.check([1, 2])[1] is not None
@@ -213,31 +219,31 @@ def test_json_setting_accepts_mappings_and_json_text():
 # ---------------------------------------------------------------------------------------------
 
 def rec(rid: str, a: int, s: int, f: int, e: int, *, out: int = 4, status: str = "ok"):
-    return inf.RequestRecord(rid, 8, 4, a, s, f, e, out, status)
+    return inf_requests.RequestRecord(rid, 8, 4, a, s, f, e, out, status)
 
 
 def test_steady_window_closed_static_with_partial_last_batch():
     # two full batches of 2, then a partial batch of 1
     records = [rec("a", 0, 0, 5, 10), rec("b", 0, 0, 5, 10), rec("c", 10, 11, 15, 20),
                rec("d", 10, 11, 15, 20), rec("e", 20, 21, 25, 30)]
-    w = inf.steady_window(records, concurrency=2)
+    w = inf_requests.steady_window(records, concurrency=2)
     assert (w.begin_ns, w.end_ns, w.target, w.concurrency_reached) == (0, 20, 2, True)
-    timeline = inf.in_flight_timeline(records)
+    timeline = inf_requests.in_flight_timeline(records)
     assert max(level for _, level in timeline) == 2
 
 
 def test_steady_window_falls_back_to_the_peak():
     records = [rec("a", 0, 0, 5, 10), rec("b", 20, 20, 25, 30), rec("c", 22, 22, 26, 40)]
-    w = inf.steady_window(records, concurrency=8)
+    w = inf_requests.steady_window(records, concurrency=8)
     assert (w.begin_ns, w.end_ns, w.target, w.concurrency_reached) == (22, 30, 2, False)
     assert "peak" in w.label
-    assert inf.steady_window([], concurrency=2) is None
+    assert inf_requests.steady_window([], concurrency=2) is None
 
 
 def test_summarise():
     records = [rec("a", 0, 0, 1_000_000, 10_000_000), rec("b", 0, 0, 3_000_000, 20_000_000),
                rec("c", 5, 6, None, 7, out=0, status="error")]
-    out = inf.summarise(records)
+    out = inf_requests.summarise(records)
     assert out["requests_completed"] == 2 and out["num_requests"] == 3
     assert out["tokens_in"] == 16 and out["tokens_out"] == 8
     assert out["tokens_per_s"] == pytest.approx(8 / 0.02)
@@ -248,19 +254,19 @@ def test_summarise():
 def test_request_log_round_trip_and_run_clock(tmp_path):
     t0 = 1_000_000_000
     records = [rec("a", t0 + 1_500_000, t0 + 1_999_999, t0 + 2_000_000, t0 + 9_000_001)]
-    inf.write_requests(tmp_path / inf.REQUESTS_FILE, records)
-    assert inf.read_requests(tmp_path / inf.REQUESTS_FILE) == records
-    rows = inf.load_requests(tmp_path, t0)
+    inf_requests.write_requests(tmp_path / inf_requests.REQUESTS_FILE, records)
+    assert inf_requests.read_requests(tmp_path / inf_requests.REQUESTS_FILE) == records
+    rows = inf_requests.load_requests(tmp_path, t0)
     assert rows == [{"request_id": "a", "arrival_ms": 1, "start_ms": 1, "first_token_ms": 2,
                      "finish_ms": 9, "prompt_tokens": 8, "requested_output_tokens": 4,
                      "output_tokens": 4, "status": "ok"}]
-    assert inf.load_requests(tmp_path / "nothing", t0) == []
+    assert inf_requests.load_requests(tmp_path / "nothing", t0) == []
 
 
 def test_event_sink_records_explicit_times(tmp_path):
     from generation.events import read_raw_events
 
-    sink = inf.EventSink(tmp_path)
+    sink = inf_loop.EventSink(tmp_path)
     sink.mark("request_finish", 123, request_id="r1")
     sink.mark("steady_begin", 100, label="x")
     sink.close()
@@ -351,7 +357,7 @@ def test_gpu_settings_set_observe_and_restore(settings_nvml):
 def test_gpu_settings_restored_when_the_run_fails(settings_nvml):
     fake = settings_nvml()
     with pytest.raises(RuntimeError, match="boom"), \
-            inf.GpuSettings([0], clock_mhz=1200, power_limit_w=300):
+            inf_gpu.GpuSettings([0], clock_mhz=1200, power_limit_w=300):
         raise RuntimeError("boom")
     assert fake.limit_mw[0] == 700_000 and fake.locked[0] is None and fake.inits == 0
 
@@ -360,17 +366,17 @@ def test_gpu_settings_no_permission_half_way_undoes_the_rest(settings_nvml):
     from generation.sampler import NoPermission
 
     fake = settings_nvml(deny={"nvmlDeviceSetGpuLockedClocks": {1}})
-    with pytest.raises(NoPermission), inf.GpuSettings([0, 1], clock_mhz=1200, power_limit_w=300):
+    with pytest.raises(NoPermission), inf_gpu.GpuSettings([0, 1], clock_mhz=1200, power_limit_w=300):
         pass
     assert fake.limit_mw == {0: 700_000, 1: 700_000} and fake.locked == {0: None, 1: None}
 
 
 def test_gpu_settings_range_and_nothing_requested(settings_nvml):
     fake = settings_nvml()
-    with pytest.raises(InputError) as exc, inf.GpuSettings([0], power_limit_w=900):
+    with pytest.raises(InputError) as exc, inf_gpu.GpuSettings([0], power_limit_w=900):
         pass
     assert exc.value.field == "power_limit_setting_w" and "200-700 W" in str(exc.value)
-    with inf.GpuSettings([0]):
+    with inf_gpu.GpuSettings([0]):
         pass
     assert fake.log == [] and fake.limit_mw[0] == 700_000
 
@@ -383,27 +389,27 @@ def test_gpu_settings_range_and_nothing_requested(settings_nvml):
 def tiny():
     pytest.importorskip("torch")
     r = resolved(batching="static")
-    return inf.load_model(r, "cpu")
+    return inf_model.load_model(r, "cpu")
 
 
 def serve_tiny(model, *, batching: str, concurrency: int, pattern: str = "closed",
                rate: float | None = None, n: int = 12, lengths: arr.Lengths | None = None,
-               events: inf.EventSink | None = None, **kw) -> inf.Served:
+               events: inf_loop.EventSink | None = None, **kw) -> inf_serve.Served:
     import torch
 
     stream = arr.RequestStream(arr.ArrivalProcess(pattern, rate_rps=rate),
                                lengths or arr.Lengths.fixed(16, 6), num_requests=n, seed=0)
     with torch.inference_mode():
-        return inf.serve_stream(model, stream, batching=batching, concurrency=concurrency,
+        return inf_serve.serve_stream(model, stream, batching=batching, concurrency=concurrency,
                                 vocab_size=2048, events=events, **kw)
 
 
-def check_log(served: inf.Served, concurrency: int) -> None:
+def check_log(served: inf_serve.Served, concurrency: int) -> None:
     for r in served.records:
         assert r.status == "ok", r
         assert r.arrival_ns <= r.start_ns <= r.first_token_ns <= r.finish_ns, r
         assert r.output_tokens == r.requested_output_tokens
-    levels = [level for _, level in inf.in_flight_timeline(served.records)]
+    levels = [level for _, level in inf_requests.in_flight_timeline(served.records)]
     assert max(levels) <= concurrency
     assert served.steady is not None and served.steady.end_ns > served.steady.begin_ns
 
@@ -413,7 +419,7 @@ def test_closed_loop_reaches_and_never_exceeds_concurrency(tiny, batching):
     served = serve_tiny(tiny, batching=batching, concurrency=3, n=11)
     check_log(served, 3)
     assert len(served.records) == 11
-    levels = [level for _, level in inf.in_flight_timeline(served.records)]
+    levels = [level for _, level in inf_requests.in_flight_timeline(served.records)]
     assert max(levels) == 3 and served.max_in_flight == 3
     assert served.steady.concurrency_reached and served.steady.target == 3
     # a closed-loop client sends its next request when its previous one finishes
@@ -440,7 +446,7 @@ def test_variable_lengths_are_forced_per_request(tiny, batching):
 def test_events_of_a_served_stream(tiny, tmp_path):
     from generation.events import read_raw_events
 
-    sink = inf.EventSink(tmp_path)
+    sink = inf_loop.EventSink(tmp_path)
     served = serve_tiny(tiny, batching="continuous", concurrency=2, n=4, events=sink)
     sink.close()
     kinds: dict[str, int] = {}
@@ -491,7 +497,7 @@ def test_open_loop_bounded_by_duration(tiny):
     stream = arr.RequestStream(arr.ArrivalProcess("poisson", rate_rps=40.0),
                                arr.Lengths.fixed(8, 2), target_duration_s=0.5, seed=0)
     with torch.inference_mode():
-        served = inf.serve_stream(tiny, stream, batching="static", concurrency=4,
+        served = inf_serve.serve_stream(tiny, stream, batching="static", concurrency=4,
                                   vocab_size=2048)
     check_log(served, 4)
     span = (max(r.arrival_ns for r in served.records)
@@ -499,7 +505,7 @@ def test_open_loop_bounded_by_duration(tiny):
     assert span <= 0.6 and len(served.records) >= 5
 
 
-@pytest.mark.parametrize("arch", sorted(inf.CONTINUOUS_BATCHING_ARCHS))
+@pytest.mark.parametrize("arch", sorted(inf_settings.CONTINUOUS_BATCHING_ARCHS))
 def test_continuous_batching_verified_architectures(arch):
     """Every architecture the validation lets through serves forced lengths with CB."""
     from generation.workloads import models
@@ -528,7 +534,7 @@ def test_replayed_trace_is_served_on_its_schedule(tiny, tmp_path):
                  length_distribution="replay", replay_file=str(path), num_requests=None)
     assert inf.SPEC.check(r, CPU) == []
     with torch.inference_mode():
-        served = inf.serve_stream(tiny, inf.build_stream(r), batching="static", concurrency=2,
+        served = inf_serve.serve_stream(tiny, inf_settings.build_stream(r), batching="static", concurrency=2,
                                   vocab_size=2048)
     check_log(served, 2)
     recs = sorted(served.records, key=lambda x: x.request_id)
@@ -545,7 +551,7 @@ def test_closed_loop_bounded_by_duration(tiny):
                                target_duration_s=0.4, seed=0)
     t = time.monotonic_ns()
     with torch.inference_mode():
-        served = inf.serve_stream(tiny, stream, batching="continuous", concurrency=2,
+        served = inf_serve.serve_stream(tiny, stream, batching="continuous", concurrency=2,
                                   vocab_size=2048)
     check_log(served, 2)
     assert len(served.records) >= 4
@@ -556,7 +562,7 @@ def test_closed_loop_bounded_by_duration(tiny):
 def test_quantised_kv_cache_run(tiny, monkeypatch):
     from transformers import cache_utils
 
-    kw = inf.generate_kwargs(resolved(batching="static", kv_cache_quant="int4"))
+    kw = inf_model.generate_kwargs(resolved(batching="static", kv_cache_quant="int4"))
     assert kw["cache_implementation"] == "quantized" and kw["cache_config"]["nbits"] == 4
     built = []  # every quantised cache transformers builds, observed (the real one runs)
     real_init = cache_utils.QuantizedCache.__init__
@@ -576,7 +582,7 @@ def test_quantised_kv_cache_run(tiny, monkeypatch):
 def test_quantised_weights_run():
     pytest.importorskip("optimum.quanto")
     r = resolved(batching="continuous", weight_quant="int8")
-    model = inf.load_model(r, "cpu")
+    model = inf_model.load_model(r, "cpu")
     assert type(model.model.layers[0].self_attn.q_proj).__name__ == "QLinear"
     served = serve_tiny(model, batching="continuous", concurrency=2, n=4)
     check_log(served, 2)
@@ -596,7 +602,7 @@ def test_serve_writes_the_log_and_returns_results(tmp_path, caplog):
     assert [row["arrival_ms"] for row in rows][0] == 0  # no sampler: relative to 1st arrival
     assert all(row["arrival_ms"] <= row["start_ms"] <= row["first_token_ms"] <= row["finish_ms"]
                for row in rows)
-    assert (tmp_path / inf.REQUESTS_FILE).exists()
+    assert (tmp_path / inf_requests.REQUESTS_FILE).exists()
     kinds = [e[1] for e in read_raw_events(tmp_path)]
     assert kinds.count("steady_begin") == kinds.count("steady_end") == 1
     assert kinds.count("warmup_begin") == kinds.count("warmup_end") == 2

@@ -10,6 +10,8 @@ import pytest
 
 from generation.workloads import MachineInfo, RunContext
 from generation.workloads import inference as inf
+from generation.workloads.inference import engines as inf_engines
+from generation.workloads.inference import serve as inf_serve
 
 CPU = MachineInfo(source="cpu_proxy", platform="cpu_proxy", num_devices=2, cuda=False, bf16=True)
 
@@ -27,13 +29,13 @@ def _ctx(tmp_path, marks):
 
 
 def test_continuous_batching_is_configured_explicitly():
-    cfg = inf.continuous_batching_config(concurrency=2, max_prompt=8, max_output=4,
+    cfg = inf_engines.continuous_batching_config(concurrency=2, max_prompt=8, max_output=4,
                                          device="cpu", use_cuda_graph=True,
                                          use_async_batching=False)
     assert cfg.auto_switch_to_flash is False  # never switched (nor a kernel fetched) mid-run
     assert cfg.use_cuda_graph is False  # CUDA graphs exist on CUDA only
     assert cfg.use_async_batching is False
-    gpu = inf.continuous_batching_config(concurrency=2, max_prompt=8, max_output=4,
+    gpu = inf_engines.continuous_batching_config(concurrency=2, max_prompt=8, max_output=4,
                                          device="cuda", use_cuda_graph=True,
                                          use_async_batching=True)
     assert gpu.use_cuda_graph is True and gpu.use_async_batching is True
@@ -58,11 +60,11 @@ def test_setup_before_the_window_and_what_ran_is_recorded(tmp_path, batching, pr
     r = _resolved(batching=batching, precision=precision)
     marks: list[str] = []
     ctx = _ctx(tmp_path, marks)
-    ctx.prepared = inf.setup(r, ctx)
+    ctx.prepared = inf_serve.setup(r, ctx)
     assert marks == []  # set-up marks nothing: it happens before the sampler's first tick
     model = ctx.prepared.model
     assert {p.dtype for p in model.parameters()} == {getattr(torch, dtype)}
-    result = inf.serve(r, ctx)
+    result = inf_serve.serve(r, ctx)
     assert "warmup_begin" not in marks  # the engine was warmed up in setup()
     assert result["requests_completed"] == 6
     assert result["weights_dtype"] == dtype and result["compute_dtype"] == dtype

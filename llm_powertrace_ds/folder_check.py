@@ -1,0 +1,88 @@
+"""Validate a whole dataset folder: the folder audit, then every published run.
+
+The one loop behind ``llm-powertrace validate DIR`` and ``upload.py``'s pre-upload check: the
+folder is audited first (stray files, symlinks, a trace without its runs row or the reverse),
+then each published run is read back (one trace file in memory at a time) and validated again.
+A run whose runs row has no trace file is reported by the audit only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import schema, validate
+from .audit import audit_folder
+from .shards import iter_runs
+from .staging import unpublished_runs
+
+
+@dataclass(frozen=True)
+class RunCheck:
+    """One published run, validated again.
+
+    Attributes:
+        run_id: the run.
+        platform: its split.
+        flags: its stored flags and the ones validation finds now, in vocabulary order.
+        errors: the error-level ones among ``flags`` (the run is not publishable).
+        messages: what validation says about each problem.
+    """
+
+    run_id: str
+    platform: str
+    flags: list[str]
+    errors: list[str]
+    messages: list[str]
+
+
+@dataclass
+class FolderReport:
+    """What :func:`validate_folder` found.
+
+    Attributes:
+        problems: folder-level problems, one line each (from the audit).
+        runs: every published run, validated.
+        proxy_runs: run ids whose trace rows say ``cpu_proxy``.
+        unpublished: run ids with a staging folder that does not say they are done.
+    """
+
+    problems: list[str] = field(default_factory=list)
+    runs: list[RunCheck] = field(default_factory=list)
+    proxy_runs: list[str] = field(default_factory=list)
+    unpublished: list[str] = field(default_factory=list)
+
+    @property
+    def failed_runs(self) -> list[RunCheck]:
+        """The runs with error-level flags."""
+        return [r for r in self.runs if r.errors]
+
+    @property
+    def ok(self) -> bool:
+        """No folder problem and no run with an error."""
+        return not self.problems and not self.failed_runs
+
+
+def validate_folder(root: str | Path) -> FolderReport:
+    """Audit a dataset folder and validate every published run in it.
+
+    Args:
+        root: the dataset folder.
+
+    Returns:
+        A :class:`FolderReport` (nothing is raised for problems found; they are reported).
+    """
+    root = Path(root)
+    folder = audit_folder(root)
+    report = FolderReport(problems=folder.messages(), proxy_runs=list(folder.proxy_runs),
+                          unpublished=unpublished_runs(root))
+    orphans = set(folder.orphan_rows)
+    for run in iter_runs(root):  # one walk of data/, one trace file in memory at a time
+        if run.run_id in orphans:
+            continue
+        rep = validate.validate_run(run)
+        flags = sorted(set(rep.flags) | set(run.flags), key=schema.QUALITY_FLAGS.index)
+        report.runs.append(RunCheck(run.run_id, run.platform, flags,
+                                    [f for f in flags if f in schema.ERROR_FLAGS],
+                                    list(rep.messages)))
+    return report
