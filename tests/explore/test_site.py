@@ -12,17 +12,22 @@ from llm_powertrace_ds import shards
 from llm_powertrace_ds.cli import main
 from llm_powertrace_ds.errors import InputError
 
-pytest.importorskip("plotly")
+pytest.importorskip("bokeh")
 from llm_powertrace_ds.explore import build_site  # noqa: E402
 from llm_powertrace_ds.explore.catalog import run_folder  # noqa: E402
 
 
-def test_site_has_pages_plotly_catalog_and_per_run_chunks(demo_site):
+def test_site_has_pages_bokehjs_catalog_and_per_run_chunks(demo_site):
+    import bokeh
+
     root, site, runs = demo_site
     for name in ("index.html", "run.html", "compare.html", "sweep.html", "assets/explorer.js",
-                 "assets/style.css", "assets/plotly.min.js", "data/catalog.js", "site.json"):
+                 "assets/style.css", "assets/bokeh.min.js", "assets/bokeh-api.min.js",
+                 "data/catalog.js", "site.json"):
         assert (site / name).is_file(), name
-    assert "plotly.js v" in (site / "assets/plotly.min.js").read_text()[:400]
+    for name in ("bokeh.min.js", "bokeh-api.min.js"):  # the installed package's own BokehJS
+        text = (site / "assets" / name).read_text()
+        assert "Bokeh Contributors" in text[:400] and f'"{bokeh.__version__}"' in text, name
     for run in runs:
         folder = site / "data/runs" / run_folder(run.run_id)
         assert (folder / "meta.js").is_file() and (folder / "L0-0.js").is_file()
@@ -52,7 +57,7 @@ def test_manifest_states_the_size_and_it_is_bounded(tmp_path):
 def test_no_absolute_paths_in_written_files(demo_site):
     root, site, _ = demo_site
     for path in site.rglob("*"):
-        if path.is_file() and path.name != "plotly.min.js":
+        if path.is_file() and not path.name.startswith("bokeh"):
             text = path.read_text(encoding="utf-8")
             assert str(root.parent) not in text, path
 
