@@ -295,6 +295,12 @@ const LPT = (() => {
   // arrivals, compare) so tests and external checks find it in the document; the shared x range is
   // the model named "time".
   const B = () => window.Bokeh;
+  // The pages load BokehJS with `defer`: it is parsed and run after the page, while the page's
+  // own data (run description, pyramid chunks) already loads and inflates.
+  const library = new Promise((resolve) => {
+    if (document.readyState !== "loading") resolve();
+    else document.addEventListener("DOMContentLoaded", () => resolve());
+  });
   const source = (data) => new (B().ColumnDataSource)({ data });
   const field = (name) => ({ field: name });
 
@@ -337,14 +343,47 @@ const LPT = (() => {
     return grid;
   }
 
-  // A zoomable series: its line, and dots on the same source shown when raw samples are few
-  // enough to see one by one.
+  // A zoomable series: its line, and (made on the first zoom that needs them) dots on the same
+  // source, shown while raw samples are few enough to see one by one.
   function slot(fig, key, signal, role, name, colour, width, extra) {
     const r = line(fig, role, key, name, colour, width, extra);
-    const dots = tag(fig.scatter({ x: field("x"), y: field("y"), source: r.data_source, size: 3,
-      color: colour }), "dots", key);
-    dots.visible = false;
-    return { key, signal, r, dots };
+    return { key, signal, r, dots: null, fig, colour };
+  }
+
+  // A small panel's series: one multi-line, a row per device (fewer renderers to build and lay
+  // out than a line each: the panels are most of a run page's first-draw time).
+  function panel(fig, signal, devices, label) {
+    const keys = devices.map((d) => d.key);
+    const colours = devices.map((d) => COLOURS[d.index % COLOURS.length]);
+    const r = tag(fig.multi_line({ xs: field("xs"), ys: field("ys"), line_color: field("colour"), line_width: 1,
+      source: source({ xs: [], ys: [], key: [], colour: [] }) }), "signal", signal, label);
+    return { keys, signal, r, dots: null, fig, colours };
+  }
+
+  // Fills a slot with the decoded data clipped to [lo, hi]; returns the points it holds.
+  function fill(sl, src, lo, hi, dots) {
+    const part = (key) => (src[key] && src[key][sl.signal] ? clip(src[key][sl.signal], lo, hi) : { x: [], y: [] });
+    if (!sl.keys) {
+      const d = part(sl.key);
+      sl.r.data_source.data = { x: d.x, y: d.y };
+      if (!sl.dots && dots) {
+        sl.dots = tag(sl.fig.scatter({ x: field("x"), y: field("y"), source: sl.r.data_source, size: 3,
+          color: sl.colour }), "dots", sl.key);
+      }
+      if (sl.dots) sl.dots.visible = dots;
+      return d.x.length;
+    }
+    const parts = sl.keys.map(part);
+    sl.r.data_source.data = { xs: parts.map((d) => d.x), ys: parts.map((d) => d.y), key: sl.keys, colour: sl.colours };
+    if (dots) {  // the rows' samples in one scatter
+      const data = { x: [], y: [], colour: [] };
+      parts.forEach((d, i) => d.x.forEach((x, j) => { data.x.push(x); data.y.push(d.y[j]); data.colour.push(sl.colours[i]); }));
+      if (!sl.dots) sl.dots = tag(sl.fig.scatter({ x: field("x"), y: field("y"), color: field("colour"), size: 3,
+        source: source(data) }), "dots", sl.signal);
+      else sl.dots.data_source.data = data;
+    }
+    if (sl.dots) sl.dots.visible = dots;
+    return parts.reduce((a, d) => a + d.x.length, 0);
   }
 
   // ---- run page ---------------------------------------------------------------------------------
@@ -355,7 +394,8 @@ const LPT = (() => {
 
   // The run page's figures on one shared x range: power (devices + node total), requests,
   // events, then one small panel per auxiliary signal. Returns the grid, the range and the data
-  // renderers (slots: {key, signal, r: line renderer, dots}) that a zoom refills.
+  // renderers (slots: a line per device and the total, a multi-line per small panel) that a zoom
+  // refills.
   function runFigures(meta, xr) {
     const present = new Set();
     meta.devices.forEach((d) => d.signals.forEach((s) => present.add(s)));
@@ -389,11 +429,9 @@ const LPT = (() => {
     for (const s of ["u", "c", "T", "m"]) {
       if (!present.has(s)) continue;
       const fig = figure({ name: s, x_range: xr, y_axis_label: meta.signals[s].label + " (" + meta.signals[s].unit + ")" });
-      meta.devices.forEach((d, i) => {
-        if (d.signals.includes(s)) {
-          slots.push(slot(fig, d.key, s, "signal", d.label + " " + meta.signals[s].label, COLOURS[i % COLOURS.length], 1));
-        }
-      });
+      const devices = meta.devices.map((d, index) => ({ key: d.key, index, signals: d.signals }))
+        .filter((d) => d.signals.includes(s));
+      slots.push(panel(fig, s, devices, meta.signals[s].label));
       figs.push(fig);
     }
     figs.forEach((f) => { f.yaxis.axis_label_text_font_size = "10pt"; });
@@ -459,8 +497,7 @@ const LPT = (() => {
 
     const lv = meta.levels;
     const full = [lv.origin_ms, meta.end_ms];
-    const xr = new (B().Range1d)({ name: "time", start: full[0] / 1000, end: full[1] / 1000 });
-    const { grid, slots } = runFigures(meta, xr);
+    let xr = null, grid = null, slots = [];
     let seq = 0;
     const forced = params().get("level");  // ?level=N forces the first draw's level (bench/explorer.py)
     async function draw(x0ms, x1ms, first) {
@@ -478,17 +515,17 @@ const LPT = (() => {
       const data = decode(meta, chunks, 0);
       const sigData = sigChunks ? decode(meta, sigChunks, 0) : data;
       mark("decoded");
+      if (first) {
+        await library;
+        mark("library");
+        xr = new (B().Range1d)({ name: "time", start: full[0] / 1000, end: full[1] / 1000 });
+        ({ grid, slots } = runFigures(meta, xr));
+      }
       const lo = (x0ms - margin) / 1000, hi = (x1ms + margin) / 1000;
       // few raw samples in view: mark each one, so the 100 ms ticks themselves are visible
       const dots = level === 0 && (x1ms - x0ms) / lv.period_ms <= 600;
       let points = 0;
-      for (const sl of slots) {
-        const src = sl.signal === "p" ? data : sigData;
-        const d = src[sl.key] && src[sl.key][sl.signal] ? clip(src[sl.key][sl.signal], lo, hi) : { x: [], y: [] };
-        sl.r.data_source.data = { x: d.x, y: d.y };
-        sl.dots.visible = dots;
-        points += d.x.length;
-      }
+      for (const sl of slots) points += fill(sl, sl.signal === "p" ? data : sigData, lo, hi, dots);
       if (first) {
         await showIn(plot, grid);
         state.firstDrawMs = performance.now() - t0;
@@ -562,6 +599,7 @@ const LPT = (() => {
     main.append(plot);
     const span = (m) => [m.levels.origin_ms - m.work_start_ms, m.end_ms - m.work_start_ms];
     const lo = Math.min(...metas.map((m) => span(m)[0])), hi = Math.max(...metas.map((m) => span(m)[1]));
+    await library;
     const xr = new (B().Range1d)({ name: "time", start: lo / 1000, end: hi / 1000 });
     const fig = figure({ name: "compare", x_range: xr, height: 520, x_axis_label: "time since work start (s)",
       y_axis_label: "node total power (W)" });
@@ -631,6 +669,7 @@ const LPT = (() => {
     let seq = 0;
     async function draw() {
       const my = ++seq;
+      await library;
       const y = ySel.value, x = xSel.value, c = cSel.value;
       const groups = {};
       for (const r of cat.rows) {
