@@ -312,6 +312,7 @@ const LPT = (() => {
 
   async function showIn(el, model) {
     const view = await B().Plotting.show(model, el);
+    mark("shown");
     await painted(model.document);
     return view;
   }
@@ -425,7 +426,7 @@ const LPT = (() => {
     legend.label_text_font_size = "9pt";
     if (meta.requests) figs.push(requestsFigure(meta.requests, xr));
     const ev = eventsFigure(meta, xr);
-    if (ev) figs.push(ev);
+    if (ev.fig) figs.push(ev.fig);
     for (const s of ["u", "c", "T", "m"]) {
       if (!present.has(s)) continue;
       const fig = figure({ name: s, x_range: xr, y_axis_label: meta.signals[s].label + " (" + meta.signals[s].unit + ")" });
@@ -435,9 +436,11 @@ const LPT = (() => {
       figs.push(fig);
     }
     figs.forEach((f) => { f.yaxis.axis_label_text_font_size = "10pt"; });
+    // one time axis, under the last panel (fewer axes to lay out, as a stacked chart reads)
+    figs.slice(0, -1).forEach((f) => { f.xaxis.visible = false; f.min_border_bottom = 4; });
     figs[figs.length - 1].xaxis.axis_label = "time since t0 (s)";
     figs[figs.length - 1].height += 30;
-    return { grid: stack(figs), slots };
+    return { grid: stack(figs), slots, events: ev.slots };
   }
 
   function requestsFigure(r, xr) {
@@ -451,29 +454,59 @@ const LPT = (() => {
   }
 
   // Phase windows as bars and point events as ticks, one row per label (a categorical y axis).
+  // Like the power lines they are drawn at the view's resolution (eventsAt); returns the figure
+  // and its event slots.
   function eventsFigure(meta, xr) {
-    const phases = Object.entries(meta.phases), marks = Object.entries(meta.marks);
-    if (!phases.length && !marks.length) return null;
-    const rows = phases.map(([l]) => l).concat(marks.map(([l]) => l + " ▾"));
+    const phases = Object.keys(meta.phases), marks = Object.keys(meta.marks);
+    if (!phases.length && !marks.length) return { fig: null, slots: [] };
+    const rows = phases.concat(marks.map((l) => l + " ▾"));
     const fig = figure({ name: "ev", x_range: xr, y_range: rows.slice().reverse(), y_axis_label: "events",
       height: Math.max(110, 24 * rows.length + 30) });
-    const hover = [];
-    for (const [label, wins] of phases) {
-      hover.push(tag(fig.hbar({ y: field("y"), left: field("left"), right: field("right"), height: 0.6,
-        fill_color: PHASE_FILL[label] || "#5dade2", line_alpha: 0,
-        source: source({ y: wins.map(() => label), left: wins.map((w) => w[0] / 1000), right: wins.map((w) => w[1] / 1000),
-          text: wins.map((w) => ((w[1] - w[0]) / 1000).toFixed(1) + " s") }) }),
-      "phase", label));
+    const slots = [];
+    for (const label of phases) {
+      slots.push({ events: meta.phases[label], phase: true, label, r: tag(fig.hbar({ y: field("y"), left: field("left"),
+        right: field("right"), height: 0.6, fill_color: PHASE_FILL[label] || "#5dade2", line_alpha: 0,
+        source: source({ y: [], left: [], right: [], text: [] }) }), "phase", label) });
     }
-    for (const [label, pts] of marks) {
-      const x = pts.map((p) => (Array.isArray(p) ? p[0] : p) / 1000);
-      hover.push(tag(fig.scatter({ x: field("x"), y: field("y"), marker: "dash", angle: Math.PI / 2, size: 12,
-        line_color: "#444",
-        source: source({ x, y: x.map(() => label + " ▾"), text: pts.map((p) => (Array.isArray(p) ? p[1] : label)) }) }),
-      "event", label, label + " marks"));
+    for (const label of marks) {
+      slots.push({ events: meta.marks[label], phase: false, label, r: tag(fig.scatter({ x: field("x"), y: field("y"),
+        marker: "dash", angle: Math.PI / 2, size: 12, line_color: "#444",
+        source: source({ x: [], y: [], text: [] }) }), "event", label, label + " marks") });
     }
-    fig.add_tools(new (B().HoverTool)({ renderers: hover, tooltips: [["", "@y"], ["t", "$x{0.0} s"], ["", "@{text}"]] }));
-    return fig;
+    fig.add_tools(new (B().HoverTool)({ renderers: slots.map((sl) => sl.r),
+      tooltips: [["", "@y"], ["t", "$x{0.0} s"], ["", "@{text}"]] }));
+    return { fig, slots };
+  }
+
+  // An event slot's windows or marks within [lo, hi] ms, at the resolution of bucket ms: windows
+  // less than a bucket apart are drawn as one bar and marks within one bucket as one tick (each
+  // says how many it stands for), so a 2-hour run's thousands of steps draw as fast as its lines
+  // and zooming in shows every one of them.
+  function eventsAt(sl, lo, hi, bucket) {
+    const at = (p) => (Array.isArray(p) ? p[0] : p);
+    if (sl.phase) {
+      const out = { y: [], left: [], right: [], text: [] };
+      let n = 0;
+      for (const [b, e] of sl.events) {
+        if (e < lo || b > hi) continue;
+        const last = out.right.length - 1;
+        if (last >= 0 && b - out.right[last] * 1000 < bucket) { out.right[last] = Math.max(out.right[last], e / 1000); n += 1; }
+        else { out.y.push(sl.label); out.left.push(b / 1000); out.right.push(e / 1000); out.text.push(""); n = 1; }
+        out.text[out.text.length - 1] = n > 1 ? n + " windows (zoom in to separate them)" : ((e - b) / 1000).toFixed(1) + " s";
+      }
+      return out;
+    }
+    const out = { x: [], y: [], text: [] };
+    let cell = null, n = 0;
+    for (const p of sl.events) {
+      const t = at(p);
+      if (t < lo || t > hi) continue;
+      const c = Math.floor(t / bucket);
+      if (c === cell) { n += 1; out.text[out.text.length - 1] = n + " marks (zoom in to separate them)"; continue; }
+      cell = c; n = 1;
+      out.x.push(t / 1000); out.y.push(sl.label + " ▾"); out.text.push(Array.isArray(p) ? String(p[1]) : sl.label);
+    }
+    return out;
   }
 
   async function runPage(main) {
@@ -497,7 +530,7 @@ const LPT = (() => {
 
     const lv = meta.levels;
     const full = [lv.origin_ms, meta.end_ms];
-    let xr = null, grid = null, slots = [];
+    let xr = null, grid = null, slots = [], events = [];
     let seq = 0;
     const forced = params().get("level");  // ?level=N forces the first draw's level (bench/explorer.py)
     async function draw(x0ms, x1ms, first) {
@@ -519,13 +552,15 @@ const LPT = (() => {
         await library;
         mark("library");
         xr = new (B().Range1d)({ name: "time", start: full[0] / 1000, end: full[1] / 1000 });
-        ({ grid, slots } = runFigures(meta, xr));
+        ({ grid, slots, events } = runFigures(meta, xr));
+        mark("built");
       }
       const lo = (x0ms - margin) / 1000, hi = (x1ms + margin) / 1000;
       // few raw samples in view: mark each one, so the 100 ms ticks themselves are visible
       const dots = level === 0 && (x1ms - x0ms) / lv.period_ms <= 600;
       let points = 0;
       for (const sl of slots) points += fill(sl, sl.signal === "p" ? data : sigData, lo, hi, dots);
+      for (const sl of events) sl.r.data_source.data = eventsAt(sl, lo * 1000, hi * 1000, lv.bucket_ms[level]);
       if (first) {
         await showIn(plot, grid);
         state.firstDrawMs = performance.now() - t0;
