@@ -13,16 +13,16 @@ Chromium (Playwright) and measures, side by side in one process on the same file
   without the pyramid would have to do;
 
 and a zoom to a 10 s window (reaching the raw samples). Times are the median of ``--repeats``
-page loads: ``first_draw_s`` from navigation start to the chart painted (Bokeh's document idle:
-every figure rendered); ``library_ready_s`` when BokehJS had been loaded and run, and
-``data_ready_s`` when the first view's chunks had been loaded and decoded (both from navigation
-start; they overlap, as the pages load BokehJS with ``defer``); ``draw_s`` from the later of the
-two... precisely from BokehJS ready to painted (building the figures and the first render);
+page loads (each one is printed too): ``first_draw_s`` from navigation start to the chart painted
+(Bokeh's document idle: every figure of the page rendered); ``library_ready_s`` when BokehJS had
+been loaded and run, and ``data_ready_s`` when the first view's chunks had been loaded and
+decoded (both from navigation start; they overlap, as the pages load BokehJS with ``defer``);
+``draw_s`` from BokehJS ready to painted (building the figures, the first render);
 ``main_thread_s`` the renderer main thread's busy time (DevTools ``Performance.getMetrics``
 TaskDuration, still wall time of each task); and ``browser_cpu_s`` the CPU seconds all of
-Chromium's processes spent from navigation to the first draw (psutil) — what the first draw
-costs whatever else the machine runs (the load average is printed too). Also the site's size
-against the dataset's trace bytes.
+Chromium's processes (and, for ``cold_http``, the server's) spent from navigation to the first
+draw (psutil) — what the first draw costs whatever else the machine runs (the load average is
+printed too). Also the site's size against the dataset's trace bytes.
 
 Prints one JSON object. Usage: python bench/explorer.py [--hours 2] [--devices 8] [--repeats 3]
 """
@@ -32,14 +32,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
-import functools
-import http.server
 import json
 import os
 import shutil
+import socket
 import statistics
+import subprocess
+import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -141,21 +141,26 @@ def _zoom_to_raw(page) -> float:
 
 @contextlib.contextmanager
 def _served(site: Path) -> Iterator[str]:
-    """The site over HTTP on the loopback address, as a static Space serves it."""
-    handler = functools.partial(_QuietHandler, directory=str(site))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    """The site over HTTP on the loopback address, as a static Space serves it.
+
+    The standard library's server in its own process (not a thread of this one, which would share
+    the interpreter with Playwright's client and slow both).
+    """
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind",
+                               "127.0.0.1", "--directory", str(site)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
+        for _ in range(100):  # until it accepts connections
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port)):
+                break
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/"
     finally:
-        server.shutdown()
-        server.server_close()
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-        pass
+        server.terminate()
+        server.wait(timeout=10)
 
 
 def _cold(pw, chromium: str, url: str) -> dict:
