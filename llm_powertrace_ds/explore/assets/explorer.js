@@ -344,11 +344,9 @@ const LPT = (() => {
     return grid;
   }
 
-  // A zoomable series: its line, and (made on the first zoom that needs them) dots on the same
-  // source, shown while raw samples are few enough to see one by one.
+  // A zoomable series: its line (the dots of its raw samples are drawn by its figure's dots).
   function slot(fig, key, signal, role, name, colour, width, extra) {
-    const r = line(fig, role, key, name, colour, width, extra);
-    return { key, signal, r, dots: null, fig, colour };
+    return { key, signal, r: line(fig, role, key, name, colour, width, extra), colours: [colour], rows: [] };
   }
 
   // A small panel's series: one multi-line, a row per device (fewer renderers to build and lay
@@ -358,33 +356,38 @@ const LPT = (() => {
     const colours = devices.map((d) => COLOURS[d.index % COLOURS.length]);
     const r = tag(fig.multi_line({ xs: field("xs"), ys: field("ys"), line_color: field("colour"), line_width: 1,
       source: source({ xs: [], ys: [], key: [], colour: [] }) }), "signal", signal, label);
-    return { keys, signal, r, dots: null, fig, colours };
+    return { keys, signal, r, colours, rows: [] };
+  }
+
+  // One scatter per figure marks every raw sample of its series while they are few enough to see
+  // one by one; made with the figure (empty) because adding a renderer to a drawn figure makes
+  // Bokeh lay the whole page out again.
+  function dotsFor(fig, slots) {
+    const r = tag(fig.scatter({ x: field("x"), y: field("y"), color: field("colour"), size: 3,
+      source: source({ x: [], y: [], colour: [] }) }), "dots", fig.name);
+    return { r, slots };
+  }
+
+  function fillDots(d, on) {
+    const data = { x: [], y: [], colour: [] };
+    if (on) {
+      for (const sl of d.slots) {
+        sl.rows.forEach((row, i) => row.x.forEach((x, j) => {
+          data.x.push(x); data.y.push(row.y[j]); data.colour.push(sl.colours[i]);
+        }));
+      }
+    }
+    if (data.x.length || d.r.data_source.get_length()) d.r.data_source.data = data;
   }
 
   // Fills a slot with the decoded data clipped to [lo, hi]; returns the points it holds.
-  function fill(sl, src, lo, hi, dots) {
+  function fill(sl, src, lo, hi) {
     const part = (key) => (src[key] && src[key][sl.signal] ? clip(src[key][sl.signal], lo, hi) : { x: [], y: [] });
-    if (!sl.keys) {
-      const d = part(sl.key);
-      sl.r.data_source.data = { x: d.x, y: d.y };
-      if (!sl.dots && dots) {
-        sl.dots = tag(sl.fig.scatter({ x: field("x"), y: field("y"), source: sl.r.data_source, size: 3,
-          color: sl.colour }), "dots", sl.key);
-      }
-      if (sl.dots) sl.dots.visible = dots;
-      return d.x.length;
-    }
-    const parts = sl.keys.map(part);
-    sl.r.data_source.data = { xs: parts.map((d) => d.x), ys: parts.map((d) => d.y), key: sl.keys, colour: sl.colours };
-    if (dots) {  // the rows' samples in one scatter
-      const data = { x: [], y: [], colour: [] };
-      parts.forEach((d, i) => d.x.forEach((x, j) => { data.x.push(x); data.y.push(d.y[j]); data.colour.push(sl.colours[i]); }));
-      if (!sl.dots) sl.dots = tag(sl.fig.scatter({ x: field("x"), y: field("y"), color: field("colour"), size: 3,
-        source: source(data) }), "dots", sl.signal);
-      else sl.dots.data_source.data = data;
-    }
-    if (sl.dots) sl.dots.visible = dots;
-    return parts.reduce((a, d) => a + d.x.length, 0);
+    sl.rows = (sl.keys || [sl.key]).map(part);
+    if (sl.keys) {
+      sl.r.data_source.data = { xs: sl.rows.map((d) => d.x), ys: sl.rows.map((d) => d.y), key: sl.keys, colour: sl.colours };
+    } else sl.r.data_source.data = { x: sl.rows[0].x, y: sl.rows[0].y };
+    return sl.rows.reduce((a, d) => a + d.x.length, 0);
   }
 
   // ---- run page ---------------------------------------------------------------------------------
@@ -425,6 +428,7 @@ const LPT = (() => {
     legend.click_policy = "hide";
     legend.label_text_font_size = "9pt";
     if (meta.requests) figs.push(requestsFigure(meta.requests, xr));
+    const dots = [dotsFor(power, slots.slice())];
     const ev = eventsFigure(meta, xr);
     if (ev.fig) figs.push(ev.fig);
     for (const s of ["u", "c", "T", "m"]) {
@@ -433,6 +437,7 @@ const LPT = (() => {
       const devices = meta.devices.map((d, index) => ({ key: d.key, index, signals: d.signals }))
         .filter((d) => d.signals.includes(s));
       slots.push(panel(fig, s, devices, meta.signals[s].label));
+      dots.push(dotsFor(fig, [slots[slots.length - 1]]));
       figs.push(fig);
     }
     figs.forEach((f) => { f.yaxis.axis_label_text_font_size = "10pt"; });
@@ -440,7 +445,7 @@ const LPT = (() => {
     figs.slice(0, -1).forEach((f) => { f.xaxis.visible = false; f.min_border_bottom = 4; });
     figs[figs.length - 1].xaxis.axis_label = "time since t0 (s)";
     figs[figs.length - 1].height += 30;
-    return { grid: stack(figs), slots, events: ev.slots };
+    return { grid: stack(figs), slots, events: ev.slots, dots };
   }
 
   function requestsFigure(r, xr) {
@@ -530,7 +535,7 @@ const LPT = (() => {
 
     const lv = meta.levels;
     const full = [lv.origin_ms, meta.end_ms];
-    let xr = null, grid = null, slots = [], events = [];
+    let xr = null, grid = null, slots = [], events = [], dots = [];
     let seq = 0;
     const forced = params().get("level");  // ?level=N forces the first draw's level (bench/explorer.py)
     async function draw(x0ms, x1ms, first) {
@@ -552,14 +557,15 @@ const LPT = (() => {
         await library;
         mark("library");
         xr = new (B().Range1d)({ name: "time", start: full[0] / 1000, end: full[1] / 1000 });
-        ({ grid, slots, events } = runFigures(meta, xr));
+        ({ grid, slots, events, dots } = runFigures(meta, xr));
         mark("built");
       }
       const lo = (x0ms - margin) / 1000, hi = (x1ms + margin) / 1000;
       // few raw samples in view: mark each one, so the 100 ms ticks themselves are visible
-      const dots = level === 0 && (x1ms - x0ms) / lv.period_ms <= 600;
+      const few = level === 0 && (x1ms - x0ms) / lv.period_ms <= 600;
       let points = 0;
-      for (const sl of slots) points += fill(sl, sl.signal === "p" ? data : sigData, lo, hi, dots);
+      for (const sl of slots) points += fill(sl, sl.signal === "p" ? data : sigData, lo, hi);
+      for (const d of dots) fillDots(d, few);
       for (const sl of events) sl.r.data_source.data = eventsAt(sl, lo * 1000, hi * 1000, lv.bucket_ms[level]);
       if (first) {
         await showIn(plot, grid);
