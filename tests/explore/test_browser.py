@@ -15,7 +15,6 @@ from llm_powertrace_ds.explore.catalog import run_folder
 from .pages import RENDERERS, TIME, TRACE_SUMMARY, XY
 
 
-
 def test_catalog_loads_one_row_per_run_with_no_console_error(demo_site, page, shots, open_page):
     _, site, runs = demo_site
     open_page(page, site, "index.html")
@@ -164,6 +163,20 @@ def test_sweep_view_colours_by_an_axis(demo_site, page, open_page):
     open_page(page, site, "sweep.html?metric=mean_power_w&axis=num_gpus&colour=platform")
     assert page.get_attribute("#sweep-plot", "data-traces") == str(
         len({r.platform for r in runs}))
+    assert page.errors == []
+
+
+def test_sweep_view_puts_named_values_on_a_categorical_axis(demo_site, page, open_page):
+    _, site, runs = demo_site
+    open_page(page, site, "sweep.html?metric=mean_power_w&axis=platform&colour=workload")
+    assert page.get_attribute("#sweep-plot", "data-traces") == str(
+        len({r.workload for r in runs}))
+    factors = page.evaluate("""() => Bokeh.documents[Bokeh.documents.length - 1]
+        .get_model_by_name('sweep').x_range.factors""")
+    assert factors == sorted({r.platform for r in runs})
+    page.check("#sweep-logy")  # a redraw replaces the chart: still one figure, no error
+    page.wait_for_function("LPT.state.draws >= 2")
+    assert page.locator("#sweep-plot canvas").count() >= 1
     assert page.errors == []
 
 

@@ -291,9 +291,9 @@ const LPT = (() => {
 
   // ---- BokehJS glue -------------------------------------------------------------------------------
   // Every chart is a BokehJS model (bokeh.min.js + bokeh-api.min.js from the bokeh package). Each
-  // data renderer carries tags [role, key] (role: device, total, signal, phase, event, requests,
-  // arrivals, compare) so tests and external checks find it in the document; the shared x range is
-  // the model named "time".
+  // data renderer carries tags [role, key] (role: device, total, signal, dots, phase, event,
+  // requests, arrivals, compare, sweep) so tests and external checks find it in the document; the
+  // shared time range is the model named "time".
   const B = () => window.Bokeh;
   // The pages load BokehJS with `defer`: it is parsed and run after the page, while the page's
   // own data (run description, pyramid chunks) already loads and inflates.
