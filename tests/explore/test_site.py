@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -131,3 +132,16 @@ def test_empty_dataset_gives_an_empty_catalog(tmp_path):
     report = build_site(root, tmp_path / "site")
     assert report.runs == 0 and report.ratio is None
     assert (tmp_path / "site/index.html").is_file()
+
+
+def test_without_bokeh_a_one_line_error_and_nothing_written(tmp_path, monkeypatch):
+    from llm_powertrace_ds.explore.site import MissingExtra
+
+    root = tmp_path / "ds"
+    shards.publish_run(root, synthetic_run("a"), refresh_card=False)
+    monkeypatch.setitem(sys.modules, "bokeh.util.paths", None)  # import fails
+    with pytest.raises(MissingExtra) as info:
+        build_site(root, tmp_path / "site")
+    assert "bokeh is not installed" in str(info.value) and "\n" not in str(info.value)
+    assert not (tmp_path / "site").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".site")]
