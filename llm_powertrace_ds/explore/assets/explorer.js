@@ -359,6 +359,11 @@ const LPT = (() => {
     return { keys, signal, r, colours, rows: [] };
   }
 
+  // Hovering a line tells whose it is and its value there.
+  function lineHover(renderers, unit) {
+    return new (B().HoverTool)({ renderers, tooltips: [["", "$name"], ["t", "$x{0.0} s"], ["", "$y{0.0} " + unit]] });
+  }
+
   // One scatter per figure marks every raw sample of its series while they are few enough to see
   // one by one; made with the figure (empty) because adding a renderer to a drawn figure makes
   // Bokeh lay the whole page out again.
@@ -428,6 +433,7 @@ const LPT = (() => {
     legend.click_policy = "hide";
     legend.label_text_font_size = "9pt";
     if (meta.requests) figs.push(requestsFigure(meta.requests, xr));
+    power.add_tools(lineHover(slots.map((sl) => sl.r), "W"));
     const dots = [dotsFor(power, slots.slice())];
     const ev = eventsFigure(meta, xr);
     if (ev.fig) figs.push(ev.fig);
@@ -646,6 +652,7 @@ const LPT = (() => {
       y_axis_label: "node total power (W)" });
     const lines = metas.map((m, i) => line(fig, "compare", m.run_id, m.run_id, COLOURS[i % COLOURS.length], 1.3,
       { legend_label: m.run_id + (m.cpu_proxy ? " (CPU PROXY)" : "") }));
+    fig.add_tools(lineHover(lines, "W"));
     fig.legend.location = "top_left";
     fig.legend.click_policy = "hide";
     let seq = 0;
