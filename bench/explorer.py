@@ -4,19 +4,23 @@ Builds the site of one run (8 devices x 72,001 samples at 0.1 s, every drawn sig
 power, utilisation, SM clock, temperature, memory), then opens its run page in the system
 Chromium (Playwright) and measures, side by side in one process on the same files:
 
-- ``pyramid``: the page as shipped (the overview level: min/max per bucket), opened from the
-  catalog in the same tab — the usual path; the catalog loads plotly.js after drawing itself, so
-  the browser's code cache holds it compiled;
+- ``cold``: the run page opened directly, as its first tab, by a browser just started on a new,
+  empty profile (no HTTP cache, no code cache) — from ``file://`` as a user double-clicks it;
+- ``cold_http``: the same, served over ``http://127.0.0.1`` (a static Space serves it so);
+- ``pyramid``: the page as shipped opened from the catalog in the same tab (a click on a run's
+  link) — the usual path; the catalog loads BokehJS after drawing itself;
 - ``raw``: the same, forced to draw every raw sample first (``?level=0``), which is what a chart
   without the pyramid would have to do;
-- ``cold``: the pyramid page opened directly in a fresh tab (plotly.js compiled from scratch);
 
 and a zoom to a 10 s window (reaching the raw samples). Times are the median of ``--repeats``
-page loads: ``first_draw_s`` from navigation start to the chart drawn; ``library_load_s`` the part
-spent loading plotly.js (before the page's code starts, the same for both); ``draw_s`` the rest
-(data load, decode, first render); ``main_thread_s`` the renderer main thread's busy time
-(DevTools ``Performance.getMetrics`` TaskDuration, still wall time of each task); and
-``browser_cpu_s`` the CPU seconds all of Chromium's processes spent from navigation to the first
+page loads (each one is printed too): ``first_draw_s`` from navigation start to the chart painted
+(Bokeh's document idle: every figure of the page rendered); ``library_ready_s`` when BokehJS had
+been loaded and run, and ``data_ready_s`` when the first view's chunks had been loaded and
+decoded (both from navigation start; they overlap, as the pages load BokehJS with ``defer``);
+``draw_s`` from BokehJS ready to painted (building the figures, the first render);
+``main_thread_s`` the renderer main thread's busy time (DevTools ``Performance.getMetrics``
+TaskDuration, still wall time of each task); and ``browser_cpu_s`` the CPU seconds all of
+Chromium's processes (and, for ``cold_http``, the server's) spent from navigation to the first
 draw (psutil) — what the first draw costs whatever else the machine runs (the load average is
 printed too). Also the site's size against the dataset's trace bytes.
 
@@ -26,13 +30,18 @@ Prints one JSON object. Usage: python bench/explorer.py [--hours 2] [--devices 8
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
 import shutil
+import socket
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +52,7 @@ from llm_powertrace_ds.explore.catalog import run_folder
 from llm_powertrace_ds.run import DeviceSeries, Event, Run
 
 RUN_ID = "bench-2h-8gpu"
+FLAGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--allow-file-access-from-files"]
 
 
 def make_run(hours: float, devices: int, seed: int = 0) -> Run:
@@ -111,8 +121,113 @@ def _load(page, url: str, *, click: bool) -> dict:
     out["browser_cpu_s"] = _browser_cpu_s() - cpu0
     metrics = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
     out["main_thread_s"] = metrics.get("TaskDuration")  # renderer main-thread busy time
-    out["draw_ms"] = out["drawn"] - out["marks"]["start"]  # data load + decode + render
+    out["draw_ms"] = out["drawn"] - out["marks"]["library"]  # from BokehJS ready to painted
     return out
+
+
+TIME = "Bokeh.documents[Bokeh.documents.length - 1].get_model_by_name('time')"
+
+
+def _zoom_to_raw(page) -> float:
+    """Seconds from setting a 10 s time range (as a box zoom does) to its raw samples drawn."""
+    draws = page.evaluate("LPT.state.draws")
+    t0 = time.perf_counter()
+    page.evaluate(f"{TIME}.setv({{start: 3600, end: 3610}})")
+    page.wait_for_function(f"LPT.state.draws > {draws}", timeout=60_000)
+    seconds = time.perf_counter() - t0
+    assert page.evaluate("LPT.state.level") == 0
+    return seconds
+
+
+@contextlib.contextmanager
+def _served(site: Path) -> Iterator[str]:
+    """The site over HTTP on the loopback address, as a static Space serves it.
+
+    The standard library's server in its own process (not a thread of this one, which would share
+    the interpreter with Playwright's client and slow both).
+    """
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind",
+                               "127.0.0.1", "--directory", str(site)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):  # until it accepts connections
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port)):
+                break
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def _cold(pw, chromium: str, url: str) -> dict:
+    """The run page as the first tab of a browser just started on a new, empty profile."""
+    with tempfile.TemporaryDirectory() as profile:
+        ctx = pw.chromium.launch_persistent_context(
+            profile, executable_path=chromium, headless=True, args=FLAGS,
+            viewport={"width": 1400, "height": 1000})
+        try:
+            page = ctx.pages[0] if ctx.pages else ctx.new_page()
+            return _load(page, url, click=False)
+        finally:
+            ctx.close()
+
+
+def _measure(pw, chromium: str, site: Path, base: str, repeats: int) -> tuple[dict, list]:
+    """Every path's page loads, interleaved repeat by repeat, and the zoom times."""
+    query = f"run.html?run={run_folder(RUN_ID)}"
+    url = (site / "run.html").as_uri() + query[len("run.html"):]
+    catalog = (site / "index.html").as_uri()
+    results: dict[str, list[dict]] = {}
+    zoom_s: list[float] = []
+    browser = pw.chromium.launch(executable_path=chromium, headless=True, args=FLAGS)
+    for _ in range(repeats):
+        results.setdefault("cold", []).append(_cold(pw, chromium, url))
+        results.setdefault("cold_http", []).append(_cold(pw, chromium, base + query))
+        for name, suffix in (("pyramid", ""), ("raw", "&level=0")):
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(catalog)  # the usual path: the catalog, then a click to the run
+            page.wait_for_function("typeof Bokeh !== 'undefined' && !!Bokeh.Plotting",
+                                   timeout=120_000)
+            results.setdefault(name, []).append(_load(page, url + suffix, click=True))
+            if name == "pyramid":
+                zoom_s.append(_zoom_to_raw(page))
+            page.close()
+    browser.close()
+    return results, zoom_s
+
+
+def _summary(results: dict, zoom_s: list, args: argparse.Namespace, report, build_s: float,
+             samples: int) -> dict:
+    def med(key: str, scale: float = 1.0) -> dict[str, float]:
+        return {k: round(statistics.median(r[key] for r in v) * scale, 3)
+                for k, v in results.items()}
+
+    first, draw = med("drawn", 1e-3), med("draw_ms", 1e-3)
+    lib = {k: round(statistics.median(r["marks"]["library"] for r in v) / 1000.0, 3)
+           for k, v in results.items()}
+    data = {k: round(statistics.median(r["marks"]["decoded"] for r in v) / 1000.0, 3)
+            for k, v in results.items()}
+    return {
+        "samples": samples, "devices": args.devices, "hours": args.hours,
+        "build_s": round(build_s, 2),
+        "trace_bytes": report.trace_bytes, "site_data_bytes": report.data_bytes,
+        "site_data_ratio": round(report.ratio or 0, 3), "site_library_bytes": report.library_bytes,
+        "first_draw_s": first,
+        "first_draw_s_each": {k: [round(r["drawn"] / 1000.0, 3) for r in v]
+                              for k, v in results.items()},
+        "library_ready_s": lib, "data_ready_s": data, "draw_s": draw,
+        "raw_over_pyramid": round(first["raw"] / first["pyramid"], 2),
+        "draw_raw_over_pyramid": round(draw["raw"] / draw["pyramid"], 2),
+        "main_thread_s": med("main_thread_s"), "browser_cpu_s": med("browser_cpu_s"),
+        "points": {k: v[0]["points"] for k, v in results.items()},
+        "zoom_to_raw_10s_s": round(statistics.median(zoom_s), 3),
+        "load_average_1min": round(os.getloadavg()[0], 1), "cpus": os.cpu_count(),
+        "repeats": args.repeats,
+    }
 
 
 def main() -> None:
@@ -133,65 +248,10 @@ def main() -> None:
         start = time.perf_counter()
         report = build_site(root, site)
         build_s = time.perf_counter() - start
-        url = (site / "run.html").as_uri() + f"?run={run_folder(RUN_ID)}"
-        results: dict[str, list[dict]] = {}
-        zoom_s = []
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=chromium, headless=True,
-                                         args=["--no-sandbox", "--disable-gpu",
-                                               "--allow-file-access-from-files"])
-            catalog = (site / "index.html").as_uri()
-            for _ in range(args.repeats):
-                for name, suffix in (("pyramid", ""), ("raw", "&level=0"), ("cold", "")):
-                    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                    if name != "cold":  # the usual path: the catalog, then a click to the run
-                        page.goto(catalog)
-                        page.wait_for_function("typeof Plotly !== 'undefined'", timeout=120_000)
-                    results.setdefault(name, []).append(_load(page, url + suffix,
-                                                              click=name != "cold"))
-                    if name == "pyramid":
-                        draws = page.evaluate("LPT.state.draws")
-                        t0 = time.perf_counter()
-                        page.evaluate("Plotly.relayout(document.querySelector('[data-run-plot]'),"
-                                      " {'xaxis.range': [3600, 3610]})")
-                        page.wait_for_function(f"LPT.state.draws > {draws}", timeout=60_000)
-                        zoom_s.append(time.perf_counter() - t0)
-                        assert page.evaluate("LPT.state.level") == 0
-                    page.close()
-            browser.close()
-    med = {k: statistics.median(r["drawn"] for r in v) / 1000.0 for k, v in results.items()}
-    draw = {k: statistics.median(r["draw_ms"] for r in v) / 1000.0 for k, v in results.items()}
-    cpu = {k: statistics.median(r["main_thread_s"] for r in v) for k, v in results.items()}
-    bcpu = {k: statistics.median(r["browser_cpu_s"] for r in v) for k, v in results.items()}
-    lib = statistics.median(r["marks"]["start"] for r in results["pyramid"]) / 1000.0
-    print(json.dumps({
-        "samples": args.devices * len(run.devices[0].t_ms),
-        "devices": args.devices, "hours": args.hours,
-        "build_s": round(build_s, 2),
-        "trace_bytes": report.trace_bytes, "site_data_bytes": report.data_bytes,
-        "site_data_ratio": round(report.ratio or 0, 3), "site_library_bytes": report.library_bytes,
-        "first_draw_s_pyramid": round(med["pyramid"], 3),
-        "first_draw_s_pyramid_cold_tab": round(med["cold"], 3),
-        "first_draw_s_raw": round(med["raw"], 3),
-        "raw_over_pyramid": round(med["raw"] / med["pyramid"], 2),
-        "library_load_s": round(lib, 3),
-        "library_load_s_cold_tab": round(statistics.median(
-            r["marks"]["start"] for r in results["cold"]) / 1000.0, 3),
-        "draw_s_pyramid": round(draw["pyramid"], 3),
-        "draw_s_raw": round(draw["raw"], 3),
-        "draw_raw_over_pyramid": round(draw["raw"] / draw["pyramid"], 2),
-        "main_thread_s_pyramid": round(cpu["pyramid"], 3),
-        "main_thread_s_raw": round(cpu["raw"], 3),
-        "browser_cpu_s_pyramid": round(bcpu["pyramid"], 3),
-        "browser_cpu_s_raw": round(bcpu["raw"], 3),
-        "browser_cpu_s_cold_tab": round(bcpu["cold"], 3),
-        "load_average_1min": round(os.getloadavg()[0], 1),
-        "cpus": os.cpu_count(),
-        "points_pyramid": results["pyramid"][0]["points"],
-        "points_raw": results["raw"][0]["points"],
-        "zoom_to_raw_10s_s": round(statistics.median(zoom_s), 3),
-        "repeats": args.repeats,
-    }, indent=2))
+        with sync_playwright() as pw, _served(site) as base:
+            results, zoom_s = _measure(pw, chromium, site, base, args.repeats)
+    samples = args.devices * len(run.devices[0].t_ms)
+    print(json.dumps(_summary(results, zoom_s, args, report, build_s, samples), indent=2))
 
 
 if __name__ == "__main__":

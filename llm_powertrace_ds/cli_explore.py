@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "a zoomable run page (per-device power, node total, events, requests, utilisation, "
         "clocks, temperature, memory, metrics with formulas), a compare view and a sweep view. "
         "It opens from file:// and publishes as a static Hugging Face Space "
-        "(python upload.py DIR --space ORG/NAME). Needs the `explore` extra (plotly).",
+        "(python upload.py DIR --space ORG/NAME). Needs the `explore` extra (bokeh).",
         epilog="examples:\n  llm-powertrace explore llm-powertrace --out llm-powertrace-explorer\n"
         "  llm-powertrace explore org/llm-powertrace --out site --format json")
     p.add_argument("dir", metavar="DIR_OR_REPO", help="dataset folder or Hub dataset repo id")
@@ -45,6 +45,6 @@ def cmd_explore(args: argparse.Namespace) -> int:
     print(f"runs: {report.runs}" + (f" ({report.proxy_runs} cpu_proxy)" if report.proxy_runs
                                     else ""))
     print(f"size: data {report.data_bytes / 1e6:.2f} MB ({ratio} the dataset's trace bytes, "
-          f"{report.trace_bytes / 1e6:.2f} MB) + pages and plotly.js "
+          f"{report.trace_bytes / 1e6:.2f} MB) + pages and BokehJS "
           f"{report.library_bytes / 1e6:.2f} MB")
     return 0

@@ -459,7 +459,7 @@ def test_token_is_never_printed_logged_or_written(env, make_run, capsys, caplog)
 
 def test_space_dry_run_offline_plans_the_static_site(env, make_run, monkeypatch, no_network,
                                                      no_figures, capsys):
-    pytest.importorskip("plotly")
+    pytest.importorskip("bokeh")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.delenv("HF_TOKEN")
     root = make_folder(env / "ds", make_run)
@@ -473,13 +473,13 @@ def test_space_dry_run_offline_plans_the_static_site(env, make_run, monkeypatch,
     assert main([str(root), "--space", "org/explorer", "--dry-run", "--format", "json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     paths = {f["path"] for f in plan["files"]}
-    assert {"index.html", "run.html", "assets/plotly.min.js", "data/catalog.js",
+    assert {"index.html", "run.html", "assets/bokeh.min.js", "assets/bokeh-api.min.js", "data/catalog.js",
             "README.md"} <= paths
     assert plan["repo_type"] == "space" and plan["space_sdk"] == "static"
 
 
 def test_space_upload_through_the_test_double(env, make_run, no_figures, capsys):
-    pytest.importorskip("plotly")
+    pytest.importorskip("bokeh")
     root = make_folder(env / "ds", make_run)
     api = FakeApi()
     assert main([str(root), "--repo-id", "org/ds", "--space", "org/explorer"], api=api) == 0
@@ -500,7 +500,7 @@ def test_space_upload_through_the_test_double(env, make_run, no_figures, capsys)
 
 def test_space_refuses_cpu_proxy_runs_unless_allowed(env, make_run, no_network, no_figures,
                                                       capsys):
-    pytest.importorskip("plotly")
+    pytest.importorskip("bokeh")
     root = make_folder(env / "ds", make_run, proxy=True)
     assert main([str(root), "--space", "org/explorer", "--dry-run"]) == 1
     assert "--allow-proxy" in capsys.readouterr().err

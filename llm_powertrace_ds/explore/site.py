@@ -3,7 +3,7 @@
 Layout of ``SITE/``::
 
     index.html  run.html  compare.html  sweep.html     the pages (one run page: ?run=<folder>)
-    assets/plotly.min.js                               plotly.js, from the ``plotly`` package
+    assets/bokeh.min.js  assets/bokeh-api.min.js       BokehJS, from the ``bokeh`` package
     assets/explorer.js  assets/style.css               the pages' glue code
     data/catalog.js                                    catalog rows, formulas, flag meanings
     data/runs/<folder>/meta.js                         one run's description, events, metrics
@@ -42,13 +42,16 @@ from .rundata import RunData, encode_chunk
 MANIFEST = "site.json"
 PAGES = ("index.html", "run.html", "compare.html", "sweep.html")
 ASSETS = ("explorer.js", "style.css")
+LIBRARY = ("bokeh.min.js", "bokeh-api.min.js")
+"""BokehJS files the pages load: the core (models, canvas rendering) and its JS plotting API
+(``Bokeh.Plotting.figure``); not bokeh-gl (WebGL), -widgets, -tables or -mathjax."""
 SIZE_BOUND = 1.5
 """The site's data files are at most this many times the dataset's trace bytes (checked by
 ``tests/explore/test_site.py`` on 4 devices x 20 min with every signal: 1.26x)."""
 
 
 class MissingExtra(InputError, ImportError):
-    """plotly (the ``explore`` extra) is not installed."""
+    """bokeh (the ``explore`` extra) is not installed."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,7 @@ class SiteReport:
         runs: runs in the catalog.
         data_bytes: bytes of ``data/`` (catalog, run descriptions, pyramid chunks).
         trace_bytes: bytes of the dataset's trace shards (``data/finetune``, ``data/inference``).
-        library_bytes: bytes of the pages, plotly.js and the glue code (fixed, whatever the data).
+        library_bytes: bytes of the pages, BokehJS and the glue code (fixed, whatever the data).
         proxy_runs: how many runs are ``cpu_proxy`` (modelled, not measured).
     """
 
@@ -83,14 +86,24 @@ class SiteReport:
         return out
 
 
-def plotly_js() -> str:
-    """The plotly.js bundle shipped inside the ``plotly`` Python package (offline use)."""
+def bokeh_js() -> dict[str, Path]:
+    """The BokehJS files of ``LIBRARY``, shipped inside the ``bokeh`` Python package (offline use).
+
+    BokehJS rather than plotly.js: its core and plotting API are 1.4 MB of script against
+    plotly.js's 4.8 MB, and a cold browser tab starts them in about a fifth of the time, which is
+    what keeps a run page's first draw under a second (bench/explorer.py).
+    """
     try:
-        from plotly.offline import get_plotlyjs
+        from bokeh.util.paths import bokehjs_path
     except ImportError:
-        raise MissingExtra("plotly is not installed: pip install 'llm-powertrace[explore]'",
-                           field="plotly") from None
-    return str(get_plotlyjs())
+        raise MissingExtra("bokeh is not installed: pip install 'llm-powertrace[explore]'",
+                           field="bokeh") from None
+    files = {name: Path(bokehjs_path()) / "js" / name for name in LIBRARY}
+    missing = [str(p.name) for p in files.values() if not p.is_file()]
+    if missing:
+        raise MissingExtra(f"the bokeh package lacks {', '.join(missing)}: reinstall bokeh",
+                           field="bokeh")
+    return files
 
 
 def _js(key: str, payload: Any) -> str:
@@ -184,7 +197,8 @@ def _write_site(root: Path, tmp: Path, name: str) -> tuple[int, int]:
     (data / "catalog.js").write_text(_js("catalog", payload), encoding="utf-8")
     assets = tmp / "assets"
     assets.mkdir()
-    (assets / "plotly.min.js").write_text(plotly_js(), encoding="utf-8")
+    for name, path in bokeh_js().items():
+        shutil.copyfile(path, assets / name)
     src = resources.files("llm_powertrace_ds.explore") / "assets"
     for asset in ASSETS:
         (assets / asset).write_text(src.joinpath(asset).read_text(encoding="utf-8"),
@@ -208,14 +222,14 @@ def build_site(root: str | Path, out: str | Path, *, name: str | None = None) ->
 
     Raises:
         InputError: ``out`` is a folder that is not an explorer site.
-        MissingExtra: plotly is not installed.
+        MissingExtra: bokeh is not installed.
 
     Example:
         >>> build_site("llm-powertrace", "llm-powertrace-explorer")  # doctest: +SKIP
     """
     root, out = Path(root), Path(out)
     _check_target(out)
-    plotly_js()  # fail before any work when the extra is missing
+    bokeh_js()  # fail before any work when the extra is missing
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:

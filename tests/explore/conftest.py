@@ -55,7 +55,7 @@ def demo_like(root: Path) -> list:
 @pytest.fixture(scope="session")
 def demo_site(tmp_path_factory):
     """(dataset folder, site folder, runs) of the demo-like dataset."""
-    pytest.importorskip("plotly")
+    pytest.importorskip("bokeh")
     from llm_powertrace_ds.explore import build_site
 
     base = tmp_path_factory.mktemp("explore")

@@ -12,11 +12,7 @@ import pytest
 from llm_powertrace_ds import shards
 from llm_powertrace_ds.explore.catalog import run_folder
 
-TRACE_SUMMARY = """() => {
-  const el = document.querySelector('[data-run-plot]');
-  return el.data.map(t => ({role: t.meta && t.meta.role, name: t.name, n: t.x.length,
-                            xs: Array.from(t.x).filter(v => v !== null && !Number.isNaN(v))}));
-}"""
+from .pages import RENDERERS, TIME, TRACE_SUMMARY, XY
 
 
 def test_catalog_loads_one_row_per_run_with_no_console_error(demo_site, page, shots, open_page):
@@ -75,8 +71,7 @@ def test_zoom_changes_range_and_reaches_the_raw_samples(demo_site, page, shots, 
     open_page(page, site, f"run.html?run={run_folder('ft-llama-lora')}")
     before = page.evaluate("LPT.state.range")
     draws = page.evaluate("LPT.state.draws")
-    page.evaluate("Plotly.relayout(document.querySelector('[data-run-plot]'), "
-                  "{'xaxis.range': [100, 110]})")
+    page.evaluate(f"{TIME}.setv({{start: 100, end: 110}})")  # what a box zoom does
     page.wait_for_function(f"LPT.state.draws > {draws}")
     assert page.evaluate("LPT.state.level") == 0
     after = page.evaluate("LPT.state.range")
@@ -88,10 +83,9 @@ def test_zoom_changes_range_and_reaches_the_raw_samples(demo_site, page, shots, 
         shown = np.array([x for x in trace["xs"] if 100 <= x <= 110])
         raw = dev.t_ms[(dev.t_ms >= 100_000) & (dev.t_ms <= 110_000)] / 1000.0
         np.testing.assert_allclose(shown, raw)  # every raw sample, nothing else
-    pairs = page.evaluate("""() => document.querySelector('[data-run-plot]').data
-        .filter(t => t.meta && t.meta.role === 'device')
-        .map(t => Array.from(t.x).map((x, i) => [x, t.y[i]])
-                  .filter(([x, y]) => x >= 100 && x <= 110 && !Number.isNaN(y)))""")
+    lines = page.evaluate(XY, "device")
+    pairs = [[(x, y) for x, y in zip(t["x"], t["y"], strict=True)
+              if 100 <= x <= 110 and y is not None and not np.isnan(y)] for t in lines]
     for dev, shown_xy in zip(run.devices, pairs, strict=True):
         sel = (dev.t_ms >= 100_000) & (dev.t_ms <= 110_000)
         got = np.array(shown_xy)
@@ -99,21 +93,44 @@ def test_zoom_changes_range_and_reaches_the_raw_samples(demo_site, page, shots, 
         # the values drawn are the dataset's float32 samples, bit for bit (compressed, not rounded)
         np.testing.assert_array_equal(got[:, 1].astype(np.float32),
                                       dev.power_w[sel].astype(np.float32))
+    # each raw sample in view is marked: the power figure's dots are its lines' samples
+    marked = page.evaluate(f"({RENDERERS})('dots').map(r => r.data_source.get_length())")
+    assert len(marked) == 2 and marked[0] == sum(t["n"] for t in traces
+                                                 if t["role"] in ("device", "total"))
     page.screenshot(path=str(shots / "run-zoom.png"))
-    page.evaluate("Plotly.relayout(document.querySelector('[data-run-plot]'), "
-                  "{'xaxis.autorange': true})")
+    page.locator("[data-run-plot] .bk-tool-icon-reset").first.click()  # the toolbar's reset
     page.wait_for_function(f"LPT.state.draws > {draws + 1}")
     assert page.evaluate("LPT.state.level") >= 1
+    assert page.evaluate(f"[{TIME}.start, {TIME}.end]") == pytest.approx(before, abs=1e-6)
+    assert page.errors == []
+
+
+def test_mouse_wheel_zooms_the_linked_time_axis(demo_site, page, open_page):
+    _, site, _ = demo_site
+    open_page(page, site, f"run.html?run={run_folder('ft-llama-lora')}")
+    before = page.evaluate(f"[{TIME}.start, {TIME}.end]")
+    draws = page.evaluate("LPT.state.draws")
+    box = page.locator("[data-run-plot] canvas").first.bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 3)
+    for _ in range(5):
+        page.mouse.wheel(0, -400)  # scroll up: zoom in on the time axis
+    # the page redraws (after a 60 ms pause in the wheel events) for the range the wheel left
+    page.wait_for_function(f"""() => {{ const r = LPT.state.range, t = {TIME};
+        return LPT.state.draws > {draws} && Math.abs(r[0] - t.start) < 1e-6
+               && Math.abs(r[1] - t.end) < 1e-6; }}""")
+    start, end = page.evaluate(f"[{TIME}.start, {TIME}.end]")
+    assert before[0] < start < end < before[1]  # narrower, inside the run
+    # every panel shares the one time range (linked axes)
+    ranges = page.evaluate("""() => [...Bokeh.documents[Bokeh.documents.length - 1].all_models]
+        .filter(m => Array.isArray(m.renderers) && m.x_range).map(p => p.x_range.name)""")
+    assert len(ranges) >= 3 and set(ranges) == {"time"}
     assert page.errors == []
 
 
 def test_inference_run_shows_requests(demo_site, page, open_page):
     _, site, _ = demo_site
     open_page(page, site, f"run.html?run={run_folder('inf-llama')}")
-    traces = page.evaluate("""() => document.querySelector('[data-run-plot]').data
-        .filter(t => t.meta && (t.meta.role === 'requests' || t.meta.role === 'arrivals'))
-        .map(t => ({role: t.meta.role, y: Array.from(t.y)}))""")
-    by_role = {t["role"]: t["y"] for t in traces}
+    by_role = {role: page.evaluate(XY, role)[0]["y"] for role in ("requests", "arrivals")}
     assert max(by_role["requests"]) == 4 and len(by_role["arrivals"]) == 5
     assert page.errors == []
 
@@ -132,9 +149,8 @@ def test_compare_overlays_two_runs_aligned_at_work_start(demo_site, page, shots,
     page.click("#compare-button")
     page.wait_for_url("**/compare.html?runs=*")
     page.wait_for_function("typeof LPT !== 'undefined' && LPT.state.ready === true", timeout=30_000)
-    lines = page.evaluate("""() => document.querySelector('[data-compare-plot]').data
-        .map(t => ({run: t.meta.run, xs: Array.from(t.x).filter(v => !Number.isNaN(v))}))""")
-    assert {line["run"] for line in lines} == {"ft-llama-lora", "ft-gpt2-full"}
+    lines = [{"run": t["key"], "xs": t["xs"]} for t in page.evaluate(TRACE_SUMMARY)]
+    assert [line["run"] for line in lines] == ["ft-llama-lora", "ft-gpt2-full"]
     for line in lines:
         assert len(line["xs"]) > 100
         assert min(line["xs"]) < 0 < max(line["xs"])  # idle before work start, work after
@@ -147,6 +163,20 @@ def test_sweep_view_colours_by_an_axis(demo_site, page, open_page):
     open_page(page, site, "sweep.html?metric=mean_power_w&axis=num_gpus&colour=platform")
     assert page.get_attribute("#sweep-plot", "data-traces") == str(
         len({r.platform for r in runs}))
+    assert page.errors == []
+
+
+def test_sweep_view_puts_named_values_on_a_categorical_axis(demo_site, page, open_page):
+    _, site, runs = demo_site
+    open_page(page, site, "sweep.html?metric=mean_power_w&axis=platform&colour=workload")
+    assert page.get_attribute("#sweep-plot", "data-traces") == str(
+        len({r.workload for r in runs}))
+    factors = page.evaluate("""() => Bokeh.documents[Bokeh.documents.length - 1]
+        .get_model_by_name('sweep').x_range.factors""")
+    assert factors == sorted({r.platform for r in runs})
+    page.check("#sweep-logy")  # a redraw replaces the chart: still one figure, no error
+    page.wait_for_function("LPT.state.draws >= 2")
+    assert page.locator("#sweep-plot canvas").count() >= 1
     assert page.errors == []
 
 

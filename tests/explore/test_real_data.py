@@ -10,7 +10,9 @@ from llm_powertrace_ds import shards
 from llm_powertrace_ds.cli import main
 from llm_powertrace_ds.explore.catalog import run_folder
 
-pytest.importorskip("plotly")
+from .pages import TRACE_SUMMARY
+
+pytest.importorskip("bokeh")
 
 
 def _check_every_page(page, open_page, site: Path, root: Path) -> None:
@@ -20,8 +22,7 @@ def _check_every_page(page, open_page, site: Path, root: Path) -> None:
     assert sorted(ids) == sorted(r["run_id"] for r in runs)
     for row in runs:
         open_page(page, site, f"run.html?run={run_folder(row['run_id'])}")
-        roles = page.evaluate("""() => document.querySelector('[data-run-plot]').data
-            .map(t => t.meta && t.meta.role)""")
+        roles = [t["role"] for t in page.evaluate(TRACE_SUMMARY)]
         assert roles.count("device") == len(shards.read_run(root, row["run_id"]).devices)
         assert roles.count("total") == 1, row["run_id"]
     assert page.errors == []

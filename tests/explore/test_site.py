@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -12,17 +13,22 @@ from llm_powertrace_ds import shards
 from llm_powertrace_ds.cli import main
 from llm_powertrace_ds.errors import InputError
 
-pytest.importorskip("plotly")
+pytest.importorskip("bokeh")
 from llm_powertrace_ds.explore import build_site  # noqa: E402
 from llm_powertrace_ds.explore.catalog import run_folder  # noqa: E402
 
 
-def test_site_has_pages_plotly_catalog_and_per_run_chunks(demo_site):
+def test_site_has_pages_bokehjs_catalog_and_per_run_chunks(demo_site):
+    import bokeh
+
     root, site, runs = demo_site
     for name in ("index.html", "run.html", "compare.html", "sweep.html", "assets/explorer.js",
-                 "assets/style.css", "assets/plotly.min.js", "data/catalog.js", "site.json"):
+                 "assets/style.css", "assets/bokeh.min.js", "assets/bokeh-api.min.js",
+                 "data/catalog.js", "site.json"):
         assert (site / name).is_file(), name
-    assert "plotly.js v" in (site / "assets/plotly.min.js").read_text()[:400]
+    for name in ("bokeh.min.js", "bokeh-api.min.js"):  # the installed package's own BokehJS
+        text = (site / "assets" / name).read_text()
+        assert "Bokeh Contributors" in text[:400] and f'"{bokeh.__version__}"' in text, name
     for run in runs:
         folder = site / "data/runs" / run_folder(run.run_id)
         assert (folder / "meta.js").is_file() and (folder / "L0-0.js").is_file()
@@ -52,7 +58,7 @@ def test_manifest_states_the_size_and_it_is_bounded(tmp_path):
 def test_no_absolute_paths_in_written_files(demo_site):
     root, site, _ = demo_site
     for path in site.rglob("*"):
-        if path.is_file() and path.name != "plotly.min.js":
+        if path.is_file() and not path.name.startswith("bokeh"):
             text = path.read_text(encoding="utf-8")
             assert str(root.parent) not in text, path
 
@@ -126,3 +132,16 @@ def test_empty_dataset_gives_an_empty_catalog(tmp_path):
     report = build_site(root, tmp_path / "site")
     assert report.runs == 0 and report.ratio is None
     assert (tmp_path / "site/index.html").is_file()
+
+
+def test_without_bokeh_a_one_line_error_and_nothing_written(tmp_path, monkeypatch):
+    from llm_powertrace_ds.explore.site import MissingExtra
+
+    root = tmp_path / "ds"
+    shards.publish_run(root, synthetic_run("a"), refresh_card=False)
+    monkeypatch.setitem(sys.modules, "bokeh.util.paths", None)  # import fails
+    with pytest.raises(MissingExtra) as info:
+        build_site(root, tmp_path / "site")
+    assert "bokeh is not installed" in str(info.value) and "\n" not in str(info.value)
+    assert not (tmp_path / "site").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".site")]

@@ -1,4 +1,4 @@
-/* LLM-PowerTrace explorer: page glue around plotly.js (no charting code of its own).
+/* LLM-PowerTrace explorer: page glue around BokehJS (no charting code of its own).
  *
  * Data files are scripts calling LPT.got(key, payload) (browsers refuse fetch() on file://); a
  * pyramid chunk's arrays come as one deflated base64 blob, inflated with DecompressionStream.
@@ -289,11 +289,236 @@ const LPT = (() => {
     state.ready = true;
   }
 
+  // ---- BokehJS glue -------------------------------------------------------------------------------
+  // Every chart is a BokehJS model (bokeh.min.js + bokeh-api.min.js from the bokeh package). Each
+  // data renderer carries tags [role, key] (role: device, total, signal, dots, phase, event,
+  // requests, arrivals, compare, sweep) so tests and external checks find it in the document; the
+  // shared time range is the model named "time".
+  const B = () => window.Bokeh;
+  // The pages load BokehJS with `defer`: it is parsed and run after the page, while the page's
+  // own data (run description, pyramid chunks) already loads and inflates.
+  const library = new Promise((resolve) => {
+    if (document.readyState !== "loading") resolve();
+    else document.addEventListener("DOMContentLoaded", () => resolve());
+  });
+  const source = (data) => new (B().ColumnDataSource)({ data });
+  const field = (name) => ({ field: name });
+
+  // Resolves once every root of the document has painted (Bokeh's document idle signal).
+  function painted(doc) {
+    if (!doc || doc.is_idle) return Promise.resolve();
+    return new Promise((resolve) => doc.idle.connect(() => resolve()));
+  }
+
+  async function showIn(el, model) {
+    const view = await B().Plotting.show(model, el);
+    mark("shown");
+    await painted(model.document);
+    return view;
+  }
+
+  function figure(opts) {
+    return B().Plotting.figure(Object.assign({ height: 120, sizing_mode: "stretch_width",
+      tools: "xpan,xwheel_zoom,xbox_zoom,reset,save", active_scroll: "xwheel_zoom",
+      min_border_left: 90, min_border_right: 20, output_backend: "canvas" }, opts));
+  }
+
+  // The glyph API passes its arguments to the glyph: the renderer's own name and tags are set here.
+  function tag(renderer, role, key, name) {
+    renderer.setv({ tags: [role, key], name: name || key });
+    return renderer;
+  }
+
+  function line(fig, role, key, name, colour, width, extra) {
+    return tag(fig.line(Object.assign({ x: field("x"), y: field("y"), source: source({ x: [], y: [] }),
+      line_color: colour, line_width: width }, extra || {})), role, key, name);
+  }
+
+  // Figures stacked in one grid with one merged toolbar; the mouse wheel zooms time.
+  function stack(figs) {
+    figs.forEach((f) => { f.toolbar.active_scroll = null; });
+    const grid = B().Plotting.gridplot(figs.map((f) => [f]), { toolbar_location: "right", merge_tools: true,
+      sizing_mode: "stretch_width" });
+    const wheel = grid.toolbar.tools.find((t) => (t.tools ? t.tools[0] : t).type === "WheelZoomTool");
+    if (wheel) grid.toolbar.active_scroll = wheel;
+    return grid;
+  }
+
+  // A zoomable series: its line (the dots of its raw samples are drawn by its figure's dots).
+  function slot(fig, key, signal, role, name, colour, width, extra) {
+    return { key, signal, r: line(fig, role, key, name, colour, width, extra), colours: [colour], rows: [] };
+  }
+
+  // A small panel's series: one multi-line, a row per device (fewer renderers to build and lay
+  // out than a line each: the panels are most of a run page's first-draw time).
+  function panel(fig, signal, devices, label) {
+    const keys = devices.map((d) => d.key);
+    const colours = devices.map((d) => COLOURS[d.index % COLOURS.length]);
+    const r = tag(fig.multi_line({ xs: field("xs"), ys: field("ys"), line_color: field("colour"), line_width: 1,
+      source: source({ xs: [], ys: [], key: [], colour: [] }) }), "signal", signal, label);
+    return { keys, signal, r, colours, rows: [] };
+  }
+
+  // Hovering a line tells whose it is and its value there.
+  function lineHover(renderers, unit) {
+    return new (B().HoverTool)({ renderers, tooltips: [["", "$name"], ["t", "$x{0.0} s"], ["", "$y{0.0} " + unit]] });
+  }
+
+  // One scatter per figure marks every raw sample of its series while they are few enough to see
+  // one by one; made with the figure (empty) because adding a renderer to a drawn figure makes
+  // Bokeh lay the whole page out again.
+  function dotsFor(fig, slots) {
+    const r = tag(fig.scatter({ x: field("x"), y: field("y"), color: field("colour"), size: 3,
+      source: source({ x: [], y: [], colour: [] }) }), "dots", fig.name);
+    return { r, slots };
+  }
+
+  function fillDots(d, on) {
+    const data = { x: [], y: [], colour: [] };
+    if (on) {
+      for (const sl of d.slots) {
+        sl.rows.forEach((row, i) => row.x.forEach((x, j) => {
+          data.x.push(x); data.y.push(row.y[j]); data.colour.push(sl.colours[i]);
+        }));
+      }
+    }
+    if (data.x.length || d.r.data_source.get_length()) d.r.data_source.data = data;
+  }
+
+  // Fills a slot with the decoded data clipped to [lo, hi]; returns the points it holds.
+  function fill(sl, src, lo, hi) {
+    const part = (key) => (src[key] && src[key][sl.signal] ? clip(src[key][sl.signal], lo, hi) : { x: [], y: [] });
+    sl.rows = (sl.keys || [sl.key]).map(part);
+    if (sl.keys) {
+      sl.r.data_source.data = { xs: sl.rows.map((d) => d.x), ys: sl.rows.map((d) => d.y), key: sl.keys, colour: sl.colours };
+    } else sl.r.data_source.data = { x: sl.rows[0].x, y: sl.rows[0].y };
+    return sl.rows.reduce((a, d) => a + d.x.length, 0);
+  }
+
   // ---- run page ---------------------------------------------------------------------------------
   const COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
     "#7f7f7f", "#bcbd22", "#17becf"];
   const PHASE_FILL = { "idle": "#bbbbbb", "warm-up": "#f5d76e", "steady window": "#2ecc71",
     "checkpoint": "#e67e22", "eval": "#9b59b6" };
+
+  // The run page's figures on one shared x range: power (devices + node total), requests,
+  // events, then one small panel per auxiliary signal. Returns the grid, the range and the data
+  // renderers (slots: a line per device and the total, a multi-line per small panel) that a zoom
+  // refills.
+  function runFigures(meta, xr) {
+    const present = new Set();
+    meta.devices.forEach((d) => d.signals.forEach((s) => present.add(s)));
+    const figs = [];
+    const slots = [];
+    const power = figure({ name: "p", x_range: xr, height: 340, y_axis_label: "power (W)" });
+    figs.push(power);
+    meta.devices.forEach((d, i) => {
+      slots.push(slot(power, d.key, "p", "device", d.label, COLOURS[i % COLOURS.length], 1,
+        { legend_label: d.label }));
+    });
+    if (meta.total) {
+      slots.push(slot(power, "total", "p", "total", "node total", "#000", 1.6,
+        { legend_label: "node total (" + meta.levels.grid_ms / 1000 + " s grid)" }));
+    }
+    for (const [label, wins] of Object.entries(meta.phases)) {
+      if (!PHASE_FILL[label] || wins.length > 60) continue;
+      for (const [b, e] of wins) power.add_layout(new (B().BoxAnnotation)({ left: b / 1000, right: e / 1000,
+        fill_color: PHASE_FILL[label], fill_alpha: 0.18, line_alpha: 0, level: "underlay" }));
+    }
+    const legend = power.legend;  // above the chart, not over the lines
+    power.center = power.center.filter((m) => m !== legend);
+    power.add_layout(legend, "above");
+    legend.location = "left";
+    legend.orientation = "horizontal";
+    legend.click_policy = "hide";
+    legend.label_text_font_size = "9pt";
+    if (meta.requests) figs.push(requestsFigure(meta.requests, xr));
+    power.add_tools(lineHover(slots.map((sl) => sl.r), "W"));
+    const dots = [dotsFor(power, slots.slice())];
+    const ev = eventsFigure(meta, xr);
+    if (ev.fig) figs.push(ev.fig);
+    for (const s of ["u", "c", "T", "m"]) {
+      if (!present.has(s)) continue;
+      const fig = figure({ name: s, x_range: xr, y_axis_label: meta.signals[s].label + " (" + meta.signals[s].unit + ")" });
+      const devices = meta.devices.map((d, index) => ({ key: d.key, index, signals: d.signals }))
+        .filter((d) => d.signals.includes(s));
+      slots.push(panel(fig, s, devices, meta.signals[s].label));
+      dots.push(dotsFor(fig, [slots[slots.length - 1]]));
+      figs.push(fig);
+    }
+    figs.forEach((f) => { f.yaxis.axis_label_text_font_size = "10pt"; });
+    // one time axis, under the last panel (fewer axes to lay out, as a stacked chart reads)
+    figs.slice(0, -1).forEach((f) => { f.xaxis.visible = false; f.min_border_bottom = 4; });
+    figs[figs.length - 1].xaxis.axis_label = "time since t0 (s)";
+    figs[figs.length - 1].height += 30;
+    return { grid: stack(figs), slots, events: ev.slots, dots };
+  }
+
+  function requestsFigure(r, xr) {
+    const fig = figure({ name: "req", x_range: xr, y_axis_label: "requests in flight" });
+    tag(fig.step({ x: field("x"), y: field("y"), mode: "after", line_color: "#16a085",
+      source: source({ x: r.t_ms.map((t) => t / 1000), y: r.in_flight }) }), "requests", "in flight");
+    const arrivals = tag(fig.scatter({ x: field("x"), y: field("y"), marker: "triangle", size: 7, color: "#c0392b",
+      source: source({ x: r.arrivals_ms.map((t) => t / 1000), y: r.arrivals_ms.map(() => 0) }) }), "arrivals", "arrivals");
+    fig.add_tools(new (B().HoverTool)({ renderers: [arrivals], tooltips: [["arrival", "@x{0.000} s"]] }));
+    return fig;
+  }
+
+  // Phase windows as bars and point events as ticks, one row per label (a categorical y axis).
+  // Like the power lines they are drawn at the view's resolution (eventsAt); returns the figure
+  // and its event slots.
+  function eventsFigure(meta, xr) {
+    const phases = Object.keys(meta.phases), marks = Object.keys(meta.marks);
+    if (!phases.length && !marks.length) return { fig: null, slots: [] };
+    const rows = phases.concat(marks.map((l) => l + " ▾"));
+    const fig = figure({ name: "ev", x_range: xr, y_range: rows.slice().reverse(), y_axis_label: "events",
+      height: Math.max(110, 24 * rows.length + 30) });
+    const slots = [];
+    for (const label of phases) {
+      slots.push({ events: meta.phases[label], phase: true, label, r: tag(fig.hbar({ y: field("y"), left: field("left"),
+        right: field("right"), height: 0.6, fill_color: PHASE_FILL[label] || "#5dade2", line_alpha: 0,
+        source: source({ y: [], left: [], right: [], text: [] }) }), "phase", label) });
+    }
+    for (const label of marks) {
+      slots.push({ events: meta.marks[label], phase: false, label, r: tag(fig.scatter({ x: field("x"), y: field("y"),
+        marker: "dash", angle: Math.PI / 2, size: 12, line_color: "#444",
+        source: source({ x: [], y: [], text: [] }) }), "event", label, label + " marks") });
+    }
+    fig.add_tools(new (B().HoverTool)({ renderers: slots.map((sl) => sl.r),
+      tooltips: [["", "@y"], ["t", "$x{0.0} s"], ["", "@{text}"]] }));
+    return { fig, slots };
+  }
+
+  // An event slot's windows or marks within [lo, hi] ms, at the resolution of bucket ms: windows
+  // less than a bucket apart are drawn as one bar and marks within one bucket as one tick (each
+  // says how many it stands for), so a 2-hour run's thousands of steps draw as fast as its lines
+  // and zooming in shows every one of them.
+  function eventsAt(sl, lo, hi, bucket) {
+    const at = (p) => (Array.isArray(p) ? p[0] : p);
+    if (sl.phase) {
+      const out = { y: [], left: [], right: [], text: [] };
+      let n = 0;
+      for (const [b, e] of sl.events) {
+        if (e < lo || b > hi) continue;
+        const last = out.right.length - 1;
+        if (last >= 0 && b - out.right[last] * 1000 < bucket) { out.right[last] = Math.max(out.right[last], e / 1000); n += 1; }
+        else { out.y.push(sl.label); out.left.push(b / 1000); out.right.push(e / 1000); out.text.push(""); n = 1; }
+        out.text[out.text.length - 1] = n > 1 ? n + " windows (zoom in to separate them)" : ((e - b) / 1000).toFixed(1) + " s";
+      }
+      return out;
+    }
+    const out = { x: [], y: [], text: [] };
+    let cell = null, n = 0;
+    for (const p of sl.events) {
+      const t = at(p);
+      if (t < lo || t > hi) continue;
+      const c = Math.floor(t / bucket);
+      if (c === cell) { n += 1; out.text[out.text.length - 1] = n + " marks (zoom in to separate them)"; continue; }
+      cell = c; n = 1;
+      out.x.push(t / 1000); out.y.push(sl.label + " ▾"); out.text.push(Array.isArray(p) ? String(p[1]) : sl.label);
+    }
+    return out;
+  }
 
   async function runPage(main) {
     const folder = params().get("run");
@@ -314,87 +539,9 @@ const LPT = (() => {
     const info = $("div", { class: "level-info", id: "level-info" });
     main.append(info);
 
-    // y axes: power, [requests], events, then one per auxiliary signal present
-    const present = new Set();
-    meta.devices.forEach((d) => d.signals.forEach((s) => present.add(s)));
-    const rows = [["p", 3]];
-    if (meta.requests) rows.push(["req", 1]);
-    rows.push(["ev", 1]);
-    for (const s of ["u", "c", "T", "m"]) if (present.has(s)) rows.push([s, 1]);
-    const weight = rows.reduce((a, r) => a + r[1], 0);
-    const gap = 0.02;
-    const layout = { height: 260 + 110 * rows.length, margin: { l: 100, r: 20, t: 10, b: 40 },
-      showlegend: true, legend: { orientation: "h", y: 1.02, yanchor: "bottom" },
-      hovermode: "closest", uirevision: "keep", shapes: [],
-      xaxis: { title: { text: "time since t0 (s)" }, anchor: "y" + (rows.length > 1 ? rows.length : "") } };
-    const axisOf = {};
-    let top = 1;
-    rows.forEach(([key, w], i) => {
-      const h = (w / weight) * (1 - gap * (rows.length - 1));
-      const name = i === 0 ? "yaxis" : "yaxis" + (i + 1);
-      axisOf[key] = i === 0 ? "y" : "y" + (i + 1);
-      const label = key === "p" ? "power (W)" : key === "req" ? "requests in flight" : key === "ev" ? "events"
-        : meta.signals[key].label + " (" + meta.signals[key].unit + ")";
-      layout[name] = { domain: [Math.max(0, top - h), top], title: { text: label, font: { size: 11 } } };
-      if (key === "ev") layout[name].type = "category";
-      top -= h + gap;
-    });
-
-    // data traces: index bookkeeping so a zoom can restyle them in place
-    const traces = [];
-    const slots = [];  // [seriesKey, signal] per data trace
-    meta.devices.forEach((d, i) => {
-      traces.push({ type: "scatter", mode: "lines", name: d.label, legendgroup: d.key, yaxis: axisOf.p,
-        line: { width: 1, color: COLOURS[i % COLOURS.length] }, x: [], y: [], meta: { role: "device", key: d.key } });
-      slots.push([d.key, "p"]);
-    });
-    if (meta.total) {
-      traces.push({ type: "scatter", mode: "lines", name: "node total (0.1 s grid)", yaxis: axisOf.p,
-        line: { width: 1.6, color: "#000" }, x: [], y: [], meta: { role: "total", key: "total" } });
-      slots.push(["total", "p"]);
-    }
-    for (const s of ["u", "c", "T", "m"]) {
-      if (!axisOf[s]) continue;
-      meta.devices.forEach((d, i) => {
-        if (!d.signals.includes(s)) return;
-        traces.push({ type: "scatter", mode: "lines", name: d.label + " " + meta.signals[s].label,
-          legendgroup: d.key, showlegend: false, yaxis: axisOf[s],
-          line: { width: 1, color: COLOURS[i % COLOURS.length] }, x: [], y: [], meta: { role: "signal", key: d.key } });
-        slots.push([d.key, s]);
-      });
-    }
-    const nData = traces.length;
-    // events row: phase windows as bars, point events as markers
-    for (const [label, wins] of Object.entries(meta.phases)) {
-      const x = [], y = [];
-      for (const [b, e] of wins) { x.push(b / 1000, e / 1000, null); y.push(label, label, null); }
-      traces.push({ type: "scatter", mode: "lines", name: label, yaxis: axisOf.ev, showlegend: false,
-        line: { width: 8, color: PHASE_FILL[label] || "#5dade2" }, x, y, hoverinfo: "x+y",
-        meta: { role: "phase" } });
-      if (PHASE_FILL[label] && wins.length <= 60) {
-        for (const [b, e] of wins) layout.shapes.push({ type: "rect", xref: "x", yref: "y domain",
-          x0: b / 1000, x1: e / 1000, y0: 0, y1: 1, fillcolor: PHASE_FILL[label], opacity: 0.18,
-          line: { width: 0 }, layer: "below" });
-      }
-    }
-    for (const [label, pts] of Object.entries(meta.marks)) {
-      const x = pts.map((p) => (Array.isArray(p) ? p[0] : p) / 1000);
-      const text = pts.map((p) => (Array.isArray(p) ? p[1] : label));
-      traces.push({ type: "scatter", mode: "markers", name: label + " marks", yaxis: axisOf.ev, showlegend: false,
-        x, y: x.map(() => label + " ▾"), text, hoverinfo: "x+text",
-        marker: { symbol: "line-ns-open", size: 10, color: "#444" }, meta: { role: "event" } });
-    }
-    if (meta.requests) {
-      const r = meta.requests;
-      traces.push({ type: "scatter", mode: "lines", line: { shape: "hv", color: "#16a085" }, name: "in flight",
-        yaxis: axisOf.req, x: r.t_ms.map((t) => t / 1000), y: r.in_flight, meta: { role: "requests" } });
-      traces.push({ type: "scatter", mode: "markers", name: "arrivals", yaxis: axisOf.req,
-        x: r.arrivals_ms.map((t) => t / 1000), y: r.arrivals_ms.map(() => 0),
-        marker: { symbol: "triangle-up", size: 6, color: "#c0392b" }, meta: { role: "arrivals" } });
-    }
-
     const lv = meta.levels;
     const full = [lv.origin_ms, meta.end_ms];
+    let xr = null, grid = null, slots = [], events = [], dots = [];
     let seq = 0;
     const forced = params().get("level");  // ?level=N forces the first draw's level (bench/explorer.py)
     async function draw(x0ms, x1ms, first) {
@@ -412,28 +559,29 @@ const LPT = (() => {
       const data = decode(meta, chunks, 0);
       const sigData = sigChunks ? decode(meta, sigChunks, 0) : data;
       mark("decoded");
-      const xs = [], ys = [];
-      const lo = (x0ms - margin) / 1000, hi = (x1ms + margin) / 1000;
-      for (const [key, s] of slots) {
-        const src = s === "p" ? data : sigData;
-        const d = src[key] && src[key][s] && clip(src[key][s], lo, hi);
-        xs.push(d ? d.x : []); ys.push(d ? d.y : []);
-      }
-      const idx = slots.map((_, i) => i);
-      // few raw samples in view: mark each one, so the 100 ms ticks themselves are visible
-      const mode = level === 0 && (x1ms - x0ms) / lv.period_ms <= 600 ? "lines+markers" : "lines";
       if (first) {
-        idx.forEach((i) => { traces[i].x = xs[i]; traces[i].y = ys[i]; traces[i].mode = mode; traces[i].marker = { size: 3 }; });
-        await Plotly.newPlot(plot, traces, layout, { responsive: true, displaylogo: false, scrollZoom: true });
+        await library;
+        mark("library");
+        xr = new (B().Range1d)({ name: "time", start: full[0] / 1000, end: full[1] / 1000 });
+        ({ grid, slots, events, dots } = runFigures(meta, xr));
+        mark("built");
+      }
+      const lo = (x0ms - margin) / 1000, hi = (x1ms + margin) / 1000;
+      // few raw samples in view: mark each one, so the 100 ms ticks themselves are visible
+      const few = level === 0 && (x1ms - x0ms) / lv.period_ms <= 600;
+      let points = 0;
+      for (const sl of slots) points += fill(sl, sl.signal === "p" ? data : sigData, lo, hi);
+      for (const d of dots) fillDots(d, few);
+      for (const sl of events) sl.r.data_source.data = eventsAt(sl, lo * 1000, hi * 1000, lv.bucket_ms[level]);
+      if (first) {
+        await showIn(plot, grid);
         state.firstDrawMs = performance.now() - t0;
         state.drawnAtMs = performance.now();  // since navigation start
-      } else {
-        await Plotly.restyle(plot, { x: xs, y: ys, mode }, idx);
       }
       state.level = level;
       state.range = [x0ms / 1000, x1ms / 1000];
       state.draws += 1;
-      state.points = xs.reduce((a, x) => a + x.length, 0);
+      state.points = points;
       plot.dataset.level = String(level);
       plot.dataset.draws = String(state.draws);
       info.textContent = level === 0
@@ -442,13 +590,9 @@ const LPT = (() => {
     }
     await draw(full[0], full[1], true);
     let timer = null;
-    plot.on("plotly_relayout", (ev) => {
-      let x0, x1;
-      if (ev["xaxis.autorange"]) { [x0, x1] = full; }
-      else if (ev["xaxis.range[0]"] !== undefined) { x0 = ev["xaxis.range[0]"] * 1000; x1 = ev["xaxis.range[1]"] * 1000; }
-      else if (ev["xaxis.range"]) { x0 = ev["xaxis.range"][0] * 1000; x1 = ev["xaxis.range"][1] * 1000; }
-      else return;
+    xr.change.connect(() => {
       clearTimeout(timer);
+      const x0 = xr.start * 1000, x1 = xr.end * 1000;
       timer = setTimeout(() => draw(x0, x1, false), 60);
     });
     main.append(metricsPanel(meta));
@@ -485,6 +629,7 @@ const LPT = (() => {
     return box;
   }
 
+
   // ---- compare page ---------------------------------------------------------------------------------
   async function comparePage(main) {
     const folders = (params().get("runs") || "").split(",").filter(Boolean).slice(0, 4);
@@ -499,10 +644,17 @@ const LPT = (() => {
     main.append($("p", { class: "subtitle", text: "node totals aligned at work start (first warm-up, step, prefill, steady or arrival event): x = t − work start" }));
     const plot = $("div", { id: "compare-plot", "data-compare-plot": metas.map((m) => m.run_id).join(","), class: "plot" });
     main.append(plot);
-    const traces = metas.map((m, i) => ({ type: "scatter", mode: "lines", name: m.run_id + (m.cpu_proxy ? " (CPU PROXY)" : ""),
-      line: { width: 1.3, color: COLOURS[i % COLOURS.length] }, x: [], y: [], meta: { role: "compare", run: m.run_id } }));
     const span = (m) => [m.levels.origin_ms - m.work_start_ms, m.end_ms - m.work_start_ms];
     const lo = Math.min(...metas.map((m) => span(m)[0])), hi = Math.max(...metas.map((m) => span(m)[1]));
+    await library;
+    const xr = new (B().Range1d)({ name: "time", start: lo / 1000, end: hi / 1000 });
+    const fig = figure({ name: "compare", x_range: xr, height: 520, x_axis_label: "time since work start (s)",
+      y_axis_label: "node total power (W)" });
+    const lines = metas.map((m, i) => line(fig, "compare", m.run_id, m.run_id, COLOURS[i % COLOURS.length], 1.3,
+      { legend_label: m.run_id + (m.cpu_proxy ? " (CPU PROXY)" : "") }));
+    fig.add_tools(lineHover(lines, "W"));
+    fig.legend.location = "top_left";
+    fig.legend.click_policy = "hide";
     let seq = 0;
     async function draw(x0, x1, first) {
       const my = ++seq;
@@ -515,21 +667,17 @@ const LPT = (() => {
         return d ? clip(d, (x0 - (x1 - x0) * 0.5) / 1000, (x1 + (x1 - x0) * 0.5) / 1000) : { x: [], y: [] };
       }));
       if (my !== seq) return;
-      if (first) {
-        parts.forEach((p, i) => { traces[i].x = p.x; traces[i].y = p.y; });
-        await Plotly.newPlot(plot, traces, { height: 520, margin: { l: 70, r: 20, t: 10, b: 40 }, uirevision: "keep",
-          xaxis: { title: { text: "time since work start (s)" } }, yaxis: { title: { text: "node total power (W)" } },
-          legend: { orientation: "h", y: 1.02, yanchor: "bottom" } }, { responsive: true, displaylogo: false, scrollZoom: true });
-      } else {
-        await Plotly.restyle(plot, { x: parts.map((p) => p.x), y: parts.map((p) => p.y) }, parts.map((_, i) => i));
-      }
+      parts.forEach((p, i) => { lines[i].data_source.data = { x: p.x, y: p.y }; });
+      if (first) await showIn(plot, fig);
       state.draws += 1;
       plot.dataset.draws = String(state.draws);
     }
     await draw(lo, hi, true);
-    plot.on("plotly_relayout", (ev) => {
-      if (ev["xaxis.autorange"]) draw(lo, hi, false);
-      else if (ev["xaxis.range[0]"] !== undefined) draw(ev["xaxis.range[0]"] * 1000, ev["xaxis.range[1]"] * 1000, false);
+    let timer = null;
+    xr.change.connect(() => {
+      clearTimeout(timer);
+      const x0 = xr.start * 1000, x1 = xr.end * 1000;
+      timer = setTimeout(() => draw(x0, x1, false), 60);
     });
     const t = $("table", { id: "compare-metrics" });
     t.append($("tr", {}, $("th", { text: "metric" }), ...metas.map((m) => $("th", { text: m.run_id }))));
@@ -565,7 +713,11 @@ const LPT = (() => {
     const plot = $("div", { id: "sweep-plot", class: "plot" });
     main.append(plot);
     if (cat.rows.some((r) => r.cpu_proxy)) main.append(proxyBanner("runs marked ◆ are cpu_proxy:"));
-    function draw() {
+    let view = null;
+    let seq = 0;
+    async function draw() {
+      const my = ++seq;
+      await library;
       const y = ySel.value, x = xSel.value, c = cSel.value;
       const groups = {};
       for (const r of cat.rows) {
@@ -573,16 +725,30 @@ const LPT = (() => {
         const g = String(r[c]);
         (groups[g] = groups[g] || []).push(r);
       }
-      const traces = Object.entries(groups).sort().map(([g, rs]) => ({ type: "scatter", mode: "markers", name: c + "=" + g,
-        x: rs.map((r) => r[x]), y: rs.map((r) => r[y]), text: rs.map((r) => r.run_id + (r.cpu_proxy ? " (CPU PROXY)" : "")),
-        marker: { size: 9, symbol: rs.map((r) => (r.cpu_proxy ? "diamond-open" : "circle")) } }));
-      Plotly.react(plot, traces, { height: 520, margin: { l: 70, r: 20, t: 10, b: 50 },
-        xaxis: { title: { text: x }, type: logX.checked ? "log" : "-" }, yaxis: { title: { text: y }, type: logY.checked ? "log" : "-" } },
-        { responsive: true, displaylogo: false });
-      plot.dataset.traces = String(traces.length);
+      const kept = Object.values(groups).flat();
+      // an axis of names (platform, family…) is categorical; numbers keep a linear or log axis
+      const factors = kept.some((r) => typeof r[x] !== "number")
+        ? [...new Set(kept.map((r) => String(r[x])))].sort((a, b) => a.localeCompare(b, undefined, { numeric: true })) : null;
+      const fig = figure({ name: "sweep", height: 520, tools: "pan,wheel_zoom,box_zoom,reset,save", active_scroll: null,
+        x_axis_label: x, y_axis_label: y, x_range: factors || undefined,
+        x_axis_type: !factors && logX.checked ? "log" : "linear", y_axis_type: logY.checked ? "log" : "linear" });
+      const renderers = Object.entries(groups).sort().map(([g, rs], i) => tag(fig.scatter({
+        x: field("x"), y: field("y"), marker: field("marker"), size: 10, color: COLOURS[i % COLOURS.length],
+        fill_alpha: 0.7, legend_label: c + "=" + g,
+        source: source({ x: rs.map((r) => (factors ? String(r[x]) : r[x])), y: rs.map((r) => r[y]),
+          run: rs.map((r) => r.run_id + (r.cpu_proxy ? " (CPU PROXY)" : "")),
+          marker: rs.map((r) => (r.cpu_proxy ? "diamond" : "circle")) }) }), "sweep", g));
+      fig.add_tools(new (B().HoverTool)({ renderers, tooltips: [["run", "@run"], [x, "@x"], [y, "@y"]] }));
+      if (renderers.length) fig.legend.location = "top_left";
+      if (view) view.remove();
+      plot.replaceChildren();
+      const shown = await showIn(plot, fig);
+      if (my !== seq) { shown.remove(); return; }
+      view = shown;
+      plot.dataset.traces = String(renderers.length);
+      state.draws += 1;
     }
-    draw();
-    state.ready = true;
+    return draw().then(() => { state.ready = true; });
   }
 
   // ---- entry ----------------------------------------------------------------------------------------------
