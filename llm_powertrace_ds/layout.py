@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from . import schema
@@ -59,19 +60,33 @@ def requests_path(root: str | Path, platform: str, run_id: str) -> Path:
     return data_root(root) / schema.REQUESTS_CONFIG / platform / f"{run_id}{SHARD_SUFFIX}"
 
 
-def _shards(folder: Path) -> list[Path]:
-    if not folder.is_dir():
+def _is_shard(entry: os.DirEntry) -> bool:
+    name = entry.name
+    return (not name.startswith(".") and os.path.splitext(name)[1] in READ_SUFFIXES
+            and entry.is_file())
+
+
+def _entries(folder: Path) -> list[os.DirEntry]:
+    """The folder's entries (``os.scandir``: file types without a ``stat`` per entry)."""
+    try:
+        with os.scandir(folder) as it:
+            return list(it)
+    except (FileNotFoundError, NotADirectoryError):
         return []
-    return sorted(p for p in folder.iterdir()
-                  if p.is_file() and p.suffix in READ_SUFFIXES and not p.name.startswith("."))
+
+
+def _shards(folder: Path) -> list[Path]:
+    return [folder / name for name in sorted(e.name for e in _entries(folder) if _is_shard(e))]
+
+
+def _subdirs(folder: Path) -> list[Path]:
+    return [folder / name for name in sorted(e.name for e in _entries(folder)
+                                             if not e.name.startswith(".") and e.is_dir())]
 
 
 def has_shards(folder: Path) -> bool:
     """Whether a folder holds at least one shard (stops at the first)."""
-    if not folder.is_dir():
-        return False
-    return any(p.suffix in READ_SUFFIXES and not p.name.startswith(".") and p.is_file()
-               for p in folder.iterdir())
+    return any(_is_shard(e) for e in _entries(folder))
 
 
 def shard_folders(root: str | Path) -> dict[str, dict[str, list[Path]]]:
@@ -82,19 +97,15 @@ def shard_folders(root: str | Path) -> dict[str, dict[str, list[Path]]]:
     data = data_root(root)
     out: dict[str, dict[str, list[Path]]] = {}
     for config in schema.ALL_CONFIGS:
-        cdir = data / config
-        if not cdir.is_dir():
-            continue
-        for pdir in sorted(p for p in cdir.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        for pdir in _subdirs(data / config):
             split = pdir.name
             if config in schema.TRACE_CONFIGS:
-                for fdir in sorted(p for p in pdir.iterdir() if p.is_dir()
-                                   and not p.name.startswith(".")):
-                    if _shards(fdir):
+                for fdir in _subdirs(pdir):
+                    if has_shards(fdir):
                         out.setdefault(config, {}).setdefault(split, []).append(fdir)
                         fam = f"{config}-{fdir.name}"
                         out.setdefault(fam, {}).setdefault(split, []).append(fdir)
-            elif _shards(pdir):
+            elif has_shards(pdir):
                 out.setdefault(config, {}).setdefault(split, []).append(pdir)
     return out
 

@@ -125,7 +125,7 @@ class ArrowCsvReader:
         try:
             table = pacsv.read_csv(
                 io.BytesIO(chunk),
-                read_options=pacsv.ReadOptions(column_names=names),
+                read_options=pacsv.ReadOptions(column_names=names, use_threads=False),
                 parse_options=pacsv.ParseOptions(newlines_in_values=False,
                                                  ignore_empty_lines=True),
                 convert_options=pacsv.ConvertOptions(
