@@ -27,6 +27,7 @@ there is no per-sample Python loop.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable
@@ -1188,7 +1189,25 @@ def compute_run_metrics(run: Run, *, grid_ms: int = GRID_MS) -> dict[str, Any]:
 
     Returns:
         ``{metric: value}`` plus ``metric_notes`` (list of ``"<metric>: <reason>"``).
+
+    numpy's BLAS runs on one thread here (``threadpoolctl``): a run's arrays are too small for threads to
+    pay (OpenBLAS worker threads spun for up to 3x the metrics' own CPU time on a loaded 2-core
+    machine), and a multi-threaded dot product sums in an order that depends on the thread
+    count, so the last digits of ``gpu_energy_j`` and the like varied from machine to machine.
     """
+    with _blas_controller().limit(limits=1, user_api="blas"):
+        return _compute(run, grid_ms)
+
+
+@functools.lru_cache(maxsize=1)
+def _blas_controller() -> Any:
+    """The process's ``threadpoolctl`` controller (inspecting the loaded libraries costs ~1 ms)."""
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
+def _compute(run: Run, grid_ms: int) -> dict[str, Any]:
     out = _Out()
     notes: list[str] = []
     devs = [_prepare_device(run, d, i, notes) for i, d in enumerate(run.devices)]

@@ -134,3 +134,20 @@ def test_union_total_is_the_per_point_definition(monkeypatch, block):
     assert got is not None
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])  # the same sums, bit for bit
+
+
+def test_metrics_run_blas_on_one_thread(monkeypatch):
+    # a threaded dot product sums in a thread-count-dependent order: one thread, on every machine
+    from threadpoolctl import threadpool_info
+
+    seen = []
+    real = metrics._group_energy
+
+    def spy(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        seen.extend(i["num_threads"] for i in threadpool_info()  # numpy's: np.dot, @
+                    if i["user_api"] == "blas" and "numpy" in i["filepath"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(metrics, "_group_energy", spy)
+    metrics.compute_run_metrics(one_device(np.full(50, 300.0)))
+    assert seen and set(seen) == {1}
