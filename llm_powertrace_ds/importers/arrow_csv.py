@@ -18,7 +18,6 @@ decide runs the exact per-value parser on that column, which names the offending
 from __future__ import annotations
 
 import codecs
-import io
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -117,14 +116,15 @@ class ArrowCsvReader:
         width = len(self.header)
         if len(rows) == 0:
             return self._table(lines, np.zeros(0, np.int32), {}, converters, len(starts))
-        chunk = data[starts[rows[0]]:ends[rows[-1]]]
+        lo, hi = int(starts[rows[0]]), int(ends[rows[-1]])
+        chunk = pa.py_buffer(data).slice(lo, hi - lo)  # no copy of the file's bytes
         if (raw[starts[rows[0]]:ends[rows[-1]]] == _QUOTE).any():  # the header was read already
             raise _Fallback("quoted cells")
         wanted = sorted({0, *(index for index, _ in converters.values())})
         names = [f"f{i}" for i in range(width)]
         try:
             table = pacsv.read_csv(
-                io.BytesIO(chunk),
+                pa.BufferReader(chunk),
                 read_options=pacsv.ReadOptions(column_names=names, use_threads=False),
                 parse_options=pacsv.ParseOptions(newlines_in_values=False,
                                                  ignore_empty_lines=True),

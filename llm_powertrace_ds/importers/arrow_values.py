@@ -219,10 +219,10 @@ def _fixed_chunk(chunk: pa.Array) -> tuple[np.ndarray, bool] | None:
     if zulu and (m[:, -1] != ord("Z")).any():
         return None
     dash, slash = ord("-"), ord("/")
-    for c, allowed in ((4, (dash, slash)), (7, (dash, slash)), (10, (ord("T"), ord(" "))),
-                       (13, (ord(":"),)), (16, (ord(":"),))):
+    for c, (one, other) in ((4, (dash, slash)), (7, (dash, slash)), (10, (ord("T"), ord(" "))),
+                            (13, (ord(":"), ord(":"))), (16, (ord(":"), ord(":")))):
         col = m[:, c]
-        if not np.isin(col, allowed).all():
+        if not ((col == one) | (col == other)).all():
             return None
     if frac > 0 and (m[:, 19] != ord(".")).any():
         return None
