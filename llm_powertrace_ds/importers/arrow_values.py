@@ -45,7 +45,8 @@ def null_mask(cells: Cells) -> np.ndarray:
 
 
 def _to_float(arr: Cells) -> np.ndarray:
-    return np.array(arr.to_numpy(zero_copy_only=False), dtype=np.float64)  # a writable copy
+    out = np.asarray(arr.to_numpy(zero_copy_only=False), dtype=np.float64)
+    return out if out.flags.writeable else out.copy()  # writable, copied only when needed
 
 
 def numbers(values: Cells, units: frozenset[str] | None) -> np.ndarray | None:
