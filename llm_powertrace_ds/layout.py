@@ -157,23 +157,30 @@ def _config_order(config: str) -> tuple[int, str]:
     return (schema.ALL_CONFIGS.index(base), config)
 
 
-def files_fingerprint(splits: dict[str, list[Path]]) -> str:
+def files_fingerprint(splits: dict[str, list[Path]], *,
+                      stats: dict[Path, bytes] | None = None) -> str:
     """16 hex digits of SHA-256 over the (name, size, mtime_ns) of every shard of a config.
 
     ``datasets`` keys a local folder's cache on the config's YAML (its globs), not on the files
     they match, so a folder whose files changed could load stale rows or fail its split-size
     check. This fingerprint, written as the config's ``description`` (a ``BuilderConfig`` field
     that enters the cache key), changes whenever a shard is added, removed or rewritten.
+    ``stats``: a dict shared by the calls of one walk (a family config's folders are its
+    workload's), so each folder's files are statted once.
     """
     import hashlib
 
     digest = hashlib.sha256()
     for split in sorted(splits):
         for folder in splits[split]:
-            for path in _shards(folder):
-                st = path.stat()
-                digest.update(f"{split}/{folder.name}/{path.name}:{st.st_size}:"
-                              f"{st.st_mtime_ns}\n".encode())
+            lines = None if stats is None else stats.get(folder)
+            if lines is None:  # a family config's folders are its workload's: stat them once
+                lines = b"".join(f"{path.name}:{st.st_size}:{st.st_mtime_ns}\n".encode()
+                                 for path in _shards(folder) for st in (path.stat(),))
+                if stats is not None:
+                    stats[folder] = lines
+            prefix = f"{split}/{folder.name}/".encode()
+            digest.update(b"".join(prefix + line + b"\n" for line in lines.splitlines()))
     return digest.hexdigest()[:16]
 
 
@@ -187,9 +194,10 @@ def configs_metadata(root: str | Path) -> list[dict]:
     folders = shard_folders(root)  # one walk of data/ for the globs and the fingerprints
     globs = config_globs(root, folders)
     entries = []
+    stats: dict[Path, bytes] = {}  # each folder's files statted once for all its configs
     for config, splits in globs.items():
-        entry: dict = {"config_name": config,
-                       "description": f"files {files_fingerprint(folders.get(config, {}))}"}
+        fingerprint = files_fingerprint(folders.get(config, {}), stats=stats)
+        entry: dict = {"config_name": config, "description": f"files {fingerprint}"}
         entry["data_files"] = [{"split": split, "path": paths} for split, paths in splits.items()]
         entry["features"] = schema.features_for(config)._to_yaml_list()
         entries.append(entry)
