@@ -14,8 +14,9 @@ JSON document is printed, with the ratios the scale issue asks for computed side
 - ``import_cpu_samples_per_s``: samples imported per CPU second (all N files, one call).
 - ``single_file_import_wall_s``: one more file into a folder that already holds ``--existing``
   (short) runs — the fixed cost of a CLI call (imports, card); the median of ``--repeat`` files.
-- ``validate_per_run_ratio`` / ``card_per_run_ratio``: CPU seconds per additional run between
-  N/3 and N over that between N/10 and N/3 (1.0 = linear; the fixed cost of a call cancels).
+- ``validate_per_run_ratio`` / ``card_per_run_ratio``: CPU seconds per run at N over that at
+  N/3, each with a one-run folder's call (the fixed cost) subtracted (1.0 = linear);
+  ``*_per_run_ms`` lists the per-run cost at N/10, N/3 and N.
 - ``import_rss_ratio``: peak RSS of importing N files over importing N/10 files in one call.
 - ``upload_temp_disk_ratio``: ``upload.py --dry-run``'s peak temporary disk over the dataset.
 - ``bytes_per_sample``: bytes under ``data/`` over samples.
@@ -262,13 +263,15 @@ def _bench(args: argparse.Namespace, work: Path, r: Runner) -> dict[str, Any]:
     csv_bytes = sum(p.stat().st_size for p in files)
     small, mid = files[: max(1, n // 10)], files[: max(1, n // 3)]
 
+    r.step("import_one", import_cmd(work / "ds-one", files[:1]))
     r.step("import_small", import_cmd(work / "ds-small", small))
     r.step("import_mid", import_cmd(work / "ds-mid", mid))
     big = r.step("import", import_cmd(work / "ds", files))
     imported = json.loads(big["stdout"])
     got_samples = sum(row["samples"] for row in imported)
-    sizes = {"small": len(small), "mid": len(mid), "": n}
-    for name, folder in (("small", work / "ds-small"), ("mid", work / "ds-mid"), ("", work / "ds")):
+    sizes = {"one": 1, "small": len(small), "mid": len(mid), "": n}
+    for name, folder in (("one", work / "ds-one"), ("small", work / "ds-small"),
+                         ("mid", work / "ds-mid"), ("", work / "ds")):
         suffix = f"_{name}" if name else ""
         for _ in range(args.repeat):  # median of --repeat: CPU time on a shared machine is noisy
             r.step(f"validate{suffix}", cli("validate", str(folder), "--format", "json"))
@@ -302,6 +305,8 @@ def _bench(args: argparse.Namespace, work: Path, r: Runner) -> dict[str, Any]:
         "single_file_import_wall_s": res["single_file_import"]["wall_s"],
         "validate_per_run_ratio": per_run_ratio(res, "validate", sizes),
         "card_per_run_ratio": per_run_ratio(res, "card", sizes),
+        "validate_per_run_ms": per_run_ms(res, "validate", sizes),
+        "card_per_run_ms": per_run_ms(res, "card", sizes),
         "import_rss_ratio": round(res["import"]["peak_rss_mib"]
                                   / res["import_small"]["peak_rss_mib"], 3),
         "bytes_per_sample": round(data_bytes / got_samples, 2),
@@ -322,19 +327,33 @@ def _bench(args: argparse.Namespace, work: Path, r: Runner) -> dict[str, Any]:
             "meets_target": verdict, "steps": res}
 
 
+def per_run_ms(res: dict[str, dict[str, Any]], step: str,
+               sizes: dict[str, int]) -> dict[str, float]:
+    """CPU milliseconds per run at N/10, N/3 and N: (t(k) − t(1)) / (k − 1).
+
+    The one-run folder's call is the fixed cost (interpreter, imports, one run); what the step
+    spends on the other k − 1 runs, per run, is its cost per run at size k.
+    """
+    one = res[f"{step}_one"]["cpu_s"]
+    out = {}
+    for name in ("small", "mid", ""):
+        k = sizes[name]
+        t = res[f"{step}_{name}" if name else step]["cpu_s"]
+        out[f"n{k}"] = round(1000 * (t - one) / max(1, k - 1), 3)
+    return out
+
+
 def per_run_ratio(res: dict[str, dict[str, Any]], step: str,
                   sizes: dict[str, int]) -> float | None:
-    """Marginal CPU seconds per run between N/3 and N, over that between N/10 and N/3.
+    """CPU seconds per run at N over that at N/3 (1.0 = linear; quadratic gives about 3).
 
-    A CLI call has a fixed cost (interpreter, imports) that would make "time / runs" fall with
-    N whatever the algorithm; the slope between folder sizes is the cost per run, and a ratio
-    of slopes near 1 means linear (quadratic gives about (N + N/3) / (N/3 + N/10) = 3.1).
+    Per run at size k is (t(k) − t(1)) / (k − 1) (:func:`per_run_ms`): the fixed cost of a CLI
+    call cancels, and both sizes share the one-run baseline, so the ratio is not the quotient
+    of two small differences (the slope between N/10 and N/3 is too noisy on a shared machine).
     """
-    small, mid, big = (res[f"{step}_small"]["cpu_s"], res[f"{step}_mid"]["cpu_s"],
-                       res[step]["cpu_s"])
-    low = (mid - small) / max(1, sizes["mid"] - sizes["small"])
-    high = (big - mid) / max(1, sizes[""] - sizes["mid"])
-    return round(high / low, 3) if low > 0 else None  # too small an N to see a slope
+    ms = per_run_ms(res, step, sizes)
+    low, high = ms[f"n{sizes['mid']}"], ms[f"n{sizes['']}"]
+    return round(high / low, 3) if low > 0 else None  # too small an N to see a cost per run
 
 
 def _upload_report(stdout: str) -> Any:
