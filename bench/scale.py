@@ -13,9 +13,10 @@ JSON document is printed, with the ratios the scale issue asks for computed side
 
 - ``import_cpu_samples_per_s``: samples imported per CPU second (all N files, one call).
 - ``single_file_import_wall_s``: one more file into a folder that already holds ``--existing``
-  (short) runs — the fixed cost of a CLI call (imports, card).
-- ``validate_per_run_ratio`` / ``card_per_run_ratio``: CPU seconds per additional run between
-  N/3 and N over that between N/10 and N/3 (1.0 = linear; the fixed cost of a call cancels).
+  (short) runs — the fixed cost of a CLI call (imports, card); the median of ``--repeat`` files.
+- ``validate_per_run_ratio`` / ``card_per_run_ratio``: CPU seconds per run at N over that at
+  N/3, each with a one-run folder's call (the fixed cost) subtracted (1.0 = linear);
+  ``*_per_run_ms`` lists the per-run cost at N/10, N/3 and N.
 - ``import_rss_ratio``: peak RSS of importing N files over importing N/10 files in one call.
 - ``upload_temp_disk_ratio``: ``upload.py --dry-run``'s peak temporary disk over the dataset.
 - ``bytes_per_sample``: bytes under ``data/`` over samples.
@@ -128,17 +129,32 @@ def tree_bytes(path: Path) -> int:
 
 
 class Runner:
-    """Starts commands so that ``os.wait4`` reports each one's own resource use."""
+    """Starts commands so that ``os.wait4`` reports each one's own resource use.
+
+    A step run several times (``--repeat``) reports its median run (by CPU seconds), with every
+    run's CPU seconds in ``cpu_s_runs``: the median, not the best, so that one lucky run on a
+    shared machine does not make a ratio.
+    """
 
     def __init__(self) -> None:
-        self.results: dict[str, dict[str, Any]] = {}
+        self.runs: dict[str, list[dict[str, Any]]] = {}
+
+    @property
+    def results(self) -> dict[str, dict[str, Any]]:
+        out = {}
+        for name, runs in self.runs.items():
+            ranked = sorted(runs, key=lambda r: r["cpu_s"])
+            median = dict(ranked[(len(ranked) - 1) // 2])  # the lower median of an even count
+            if len(runs) > 1:
+                median["cpu_s_runs"] = [r["cpu_s"] for r in runs]
+                median["wall_s_runs"] = [r["wall_s"] for r in runs]
+            out[name] = median
+        return out
 
     def step(self, name: str, args: list[str], watch: Path | None = None) -> dict[str, Any]:
         res = _measured(args, watch)
-        kept = {k: v for k, v in res.items() if k != "stdout"}
-        if name not in self.results or kept["cpu_s"] < self.results[name]["cpu_s"]:
-            self.results[name] = kept  # a repeated step keeps its best (least CPU) run
-        print(f"[scale] {name}: {self.results[name]}", file=sys.stderr)
+        self.runs.setdefault(name, []).append({k: v for k, v in res.items() if k != "stdout"})
+        print(f"[scale] {name}: {self.runs[name][-1]}", file=sys.stderr)
         return res
 
 
@@ -225,7 +241,7 @@ def main() -> int:
                     help="work folder (default: a temporary one, removed at the end)")
     ap.add_argument("--skip-upload", action="store_true", help="skip upload.py --dry-run")
     ap.add_argument("--repeat", type=int, default=3,
-                    help="runs of each validate/card step, best kept (default: 3)")
+                    help="runs of each validate/card step, the median kept (default: 3)")
     args = ap.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="llm-powertrace-scale-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -247,15 +263,17 @@ def _bench(args: argparse.Namespace, work: Path, r: Runner) -> dict[str, Any]:
     csv_bytes = sum(p.stat().st_size for p in files)
     small, mid = files[: max(1, n // 10)], files[: max(1, n // 3)]
 
+    r.step("import_one", import_cmd(work / "ds-one", files[:1]))
     r.step("import_small", import_cmd(work / "ds-small", small))
     r.step("import_mid", import_cmd(work / "ds-mid", mid))
     big = r.step("import", import_cmd(work / "ds", files))
     imported = json.loads(big["stdout"])
     got_samples = sum(row["samples"] for row in imported)
-    sizes = {"small": len(small), "mid": len(mid), "": n}
-    for name, folder in (("small", work / "ds-small"), ("mid", work / "ds-mid"), ("", work / "ds")):
+    sizes = {"one": 1, "small": len(small), "mid": len(mid), "": n}
+    for name, folder in (("one", work / "ds-one"), ("small", work / "ds-small"),
+                         ("mid", work / "ds-mid"), ("", work / "ds")):
         suffix = f"_{name}" if name else ""
-        for _ in range(args.repeat):  # best of --repeat: CPU time on a shared machine is noisy
+        for _ in range(args.repeat):  # median of --repeat: CPU time on a shared machine is noisy
             r.step(f"validate{suffix}", cli("validate", str(folder), "--format", "json"))
             r.step(f"card{suffix}", cli("card", str(folder)))
     data_bytes = tree_bytes(work / "ds" / "data")
@@ -268,7 +286,7 @@ def _bench(args: argparse.Namespace, work: Path, r: Runner) -> dict[str, Any]:
                                        str(work / "ds"),
                                        "--repo-id", "bench/llm-powertrace", "--dry-run",
                                        "--allow-proxy", "--format", "json"], watch=scratch)
-        r.results["upload_dry_run"]["reported"] = _upload_report(up["stdout"])
+        r.runs["upload_dry_run"][-1]["reported"] = _upload_report(up["stdout"])
     # The fixed cost of one CLI call: one more file into a folder of `existing` short runs.
     existing = work / "ds-existing"
     e_files, _ = generate(work / "csv-existing", args.existing, args.seed + 1, 0.2, 0.5,
@@ -276,8 +294,10 @@ def _bench(args: argparse.Namespace, work: Path, r: Runner) -> dict[str, Any]:
     for chunk in range(0, len(e_files), 250):
         r.step("fill_existing", import_cmd(existing, e_files[chunk:chunk + 250]))
     r.step("card_existing", cli("card", str(existing)))
-    one, _ = generate(work / "csv-one", 1, args.seed + 2, 30, 30, offset=200_000)
-    r.step("single_file_import", import_cmd(existing, one))
+    ones, _ = generate(work / "csv-one", max(1, args.repeat), args.seed + 2, 30, 30,
+                       offset=200_000)
+    for one in ones:  # median of --repeat files, each into the (growing) 1,000-run folder
+        r.step("single_file_import", import_cmd(existing, [one]))
 
     res = r.results
     ratio = {
@@ -285,6 +305,7 @@ def _bench(args: argparse.Namespace, work: Path, r: Runner) -> dict[str, Any]:
         "single_file_import_wall_s": res["single_file_import"]["wall_s"],
         "validate_per_run_ratio": per_run_ratio(res, "validate", sizes),
         "card_per_run_ratio": per_run_ratio(res, "card", sizes),
+
         "import_rss_ratio": round(res["import"]["peak_rss_mib"]
                                   / res["import_small"]["peak_rss_mib"], 3),
         "bytes_per_sample": round(data_bytes / got_samples, 2),
@@ -301,23 +322,38 @@ def _bench(args: argparse.Namespace, work: Path, r: Runner) -> dict[str, Any]:
                for k, v in ratio.items()}
     return {"runs": n, "samples": got_samples, "csv_bytes": csv_bytes, "data_bytes": data_bytes,
             "generate_wall_s": round(gen_s, 1), "cpus": os.cpu_count(), "ratios": ratio,
+            "per_run_ms": {step: per_run_ms(res, step, sizes) for step in ("validate", "card")},
             "targets": {k: f"{op} {v:g}" for k, (op, v) in targets.items()},
             "meets_target": verdict, "steps": res}
 
 
+def per_run_ms(res: dict[str, dict[str, Any]], step: str,
+               sizes: dict[str, int]) -> dict[str, float]:
+    """CPU milliseconds per run at N/10, N/3 and N: (t(k) − t(1)) / (k − 1).
+
+    The one-run folder's call is the fixed cost (interpreter, imports, one run); what the step
+    spends on the other k − 1 runs, per run, is its cost per run at size k.
+    """
+    one = res[f"{step}_one"]["cpu_s"]
+    out = {}
+    for name in ("small", "mid", ""):
+        k = sizes[name]
+        t = res[f"{step}_{name}" if name else step]["cpu_s"]
+        out[f"n{k}"] = round(1000 * (t - one) / max(1, k - 1), 3)
+    return out
+
+
 def per_run_ratio(res: dict[str, dict[str, Any]], step: str,
                   sizes: dict[str, int]) -> float | None:
-    """Marginal CPU seconds per run between N/3 and N, over that between N/10 and N/3.
+    """CPU seconds per run at N over that at N/3 (1.0 = linear; quadratic gives about 3).
 
-    A CLI call has a fixed cost (interpreter, imports) that would make "time / runs" fall with
-    N whatever the algorithm; the slope between folder sizes is the cost per run, and a ratio
-    of slopes near 1 means linear (quadratic gives about (N + N/3) / (N/3 + N/10) = 3.1).
+    Per run at size k is (t(k) − t(1)) / (k − 1) (:func:`per_run_ms`): the fixed cost of a CLI
+    call cancels, and both sizes share the one-run baseline, so the ratio is not the quotient
+    of two small differences (the slope between N/10 and N/3 is too noisy on a shared machine).
     """
-    small, mid, big = (res[f"{step}_small"]["cpu_s"], res[f"{step}_mid"]["cpu_s"],
-                       res[step]["cpu_s"])
-    low = (mid - small) / max(1, sizes["mid"] - sizes["small"])
-    high = (big - mid) / max(1, sizes[""] - sizes["mid"])
-    return round(high / low, 3) if low > 0 else None  # too small an N to see a slope
+    ms = per_run_ms(res, step, sizes)
+    low, high = ms[f"n{sizes['mid']}"], ms[f"n{sizes['']}"]
+    return round(high / low, 3) if low > 0 else None  # too small an N to see a cost per run
 
 
 def _upload_report(stdout: str) -> Any:

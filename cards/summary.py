@@ -24,6 +24,8 @@ from llm_powertrace_ds import layout, schema
 from llm_powertrace_ds.errors import ShardError
 from llm_powertrace_ds.shards import iter_file_batches, write_text_atomic
 
+from . import runs_cache
+
 log = logging.getLogger(__name__)
 
 DEVICE_COLUMNS = ("run_id", "platform", "node_index", "gpu_index", "gpu_name", "power_limit_w",
@@ -203,14 +205,18 @@ def summarize(root: str | Path) -> FolderSummary:
     cache: dict[Path, tuple[int, list[dict[str, Any]]]] = {}
     runs_rows: dict[str, _Rows] = {}
     runs_sha256: dict[Path, str | None] = {}
-    for workload in schema.WORKLOADS:  # each runs file read once: hash, row count and rows
+    for workload in schema.WORKLOADS:  # each changed runs file read once: hash, count, rows
         config = f"{workload}_runs"
         if config not in globs:
             continue
+        by_folder: dict[Path, list[Path]] = {}
         for path in layout.shard_files(root, config, None, folders):
-            runs_sha256[path], table = _read_runs_file(path)
-            runs_rows.setdefault(workload, _Rows()).add(table)
-            cache[path] = (table.num_rows, [])
+            by_folder.setdefault(path.parent, []).append(path)
+        for folder, paths in by_folder.items():
+            for got in runs_cache.read_folder(folder, paths, _read_runs_file):
+                runs_sha256[got.path] = got.sha256
+                runs_rows.setdefault(workload, _Rows()).add(got.table)
+                cache[got.path] = (got.table.num_rows, [])
     rows: dict[str, dict[str, int]] = {}
     for config, splits in globs.items():
         trace = schema.base_config(config) in schema.TRACE_CONFIGS

@@ -136,7 +136,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from .hooks import rebuild_card
+    from .hooks import card_writers, rebuild_card
     from .importers.publish import ImportOptions, import_stream
 
     out_dir(args.out)
@@ -150,7 +150,8 @@ def cmd_import(args: argparse.Namespace) -> int:
                             platform=args.platform, num_gpus=args.num_gpus, tz=args.tz)
     results = []
     try:
-        for res in import_stream(args.files, args.out, options):
+        # with a card writer, rebuild_card below writes the configs block: one walk of data/
+        for res in import_stream(args.files, args.out, options, configs_block=not card_writers()):
             results.append({"run_id": res.run_id, "platform": res.platform,
                             "num_gpus": res.num_gpus, "samples": res.samples,
                             "flags": list(res.flags), "files": list(res.files)})

@@ -44,6 +44,10 @@ def rebuild_card(root: str | Path) -> Path:
     root = Path(root)
     if not _card_writers:
         return write_configs_block(root)
-    for writer in _card_writers.values():
-        writer(root)
+    try:
+        for writer in _card_writers.values():
+            writer(root)
+    except BaseException:
+        write_configs_block(root)  # whatever failed, the folder's YAML lists what is in data/
+        raise
     return root / "README.md"

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from . import schema
@@ -59,19 +60,33 @@ def requests_path(root: str | Path, platform: str, run_id: str) -> Path:
     return data_root(root) / schema.REQUESTS_CONFIG / platform / f"{run_id}{SHARD_SUFFIX}"
 
 
-def _shards(folder: Path) -> list[Path]:
-    if not folder.is_dir():
+def _is_shard(entry: os.DirEntry) -> bool:
+    name = entry.name
+    return (not name.startswith(".") and os.path.splitext(name)[1] in READ_SUFFIXES
+            and entry.is_file())
+
+
+def _entries(folder: Path) -> list[os.DirEntry]:
+    """The folder's entries (``os.scandir``: file types without a ``stat`` per entry)."""
+    try:
+        with os.scandir(folder) as it:
+            return list(it)
+    except (FileNotFoundError, NotADirectoryError):
         return []
-    return sorted(p for p in folder.iterdir()
-                  if p.is_file() and p.suffix in READ_SUFFIXES and not p.name.startswith("."))
+
+
+def _shards(folder: Path) -> list[Path]:
+    return [folder / name for name in sorted(e.name for e in _entries(folder) if _is_shard(e))]
+
+
+def _subdirs(folder: Path) -> list[Path]:
+    return [folder / name for name in sorted(e.name for e in _entries(folder)
+                                             if not e.name.startswith(".") and e.is_dir())]
 
 
 def has_shards(folder: Path) -> bool:
     """Whether a folder holds at least one shard (stops at the first)."""
-    if not folder.is_dir():
-        return False
-    return any(p.suffix in READ_SUFFIXES and not p.name.startswith(".") and p.is_file()
-               for p in folder.iterdir())
+    return any(_is_shard(e) for e in _entries(folder))
 
 
 def shard_folders(root: str | Path) -> dict[str, dict[str, list[Path]]]:
@@ -82,19 +97,15 @@ def shard_folders(root: str | Path) -> dict[str, dict[str, list[Path]]]:
     data = data_root(root)
     out: dict[str, dict[str, list[Path]]] = {}
     for config in schema.ALL_CONFIGS:
-        cdir = data / config
-        if not cdir.is_dir():
-            continue
-        for pdir in sorted(p for p in cdir.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        for pdir in _subdirs(data / config):
             split = pdir.name
             if config in schema.TRACE_CONFIGS:
-                for fdir in sorted(p for p in pdir.iterdir() if p.is_dir()
-                                   and not p.name.startswith(".")):
-                    if _shards(fdir):
+                for fdir in _subdirs(pdir):
+                    if has_shards(fdir):
                         out.setdefault(config, {}).setdefault(split, []).append(fdir)
                         fam = f"{config}-{fdir.name}"
                         out.setdefault(fam, {}).setdefault(split, []).append(fdir)
-            elif _shards(pdir):
+            elif has_shards(pdir):
                 out.setdefault(config, {}).setdefault(split, []).append(pdir)
     return out
 
@@ -146,23 +157,30 @@ def _config_order(config: str) -> tuple[int, str]:
     return (schema.ALL_CONFIGS.index(base), config)
 
 
-def files_fingerprint(splits: dict[str, list[Path]]) -> str:
+def files_fingerprint(splits: dict[str, list[Path]], *,
+                      stats: dict[Path, bytes] | None = None) -> str:
     """16 hex digits of SHA-256 over the (name, size, mtime_ns) of every shard of a config.
 
     ``datasets`` keys a local folder's cache on the config's YAML (its globs), not on the files
     they match, so a folder whose files changed could load stale rows or fail its split-size
     check. This fingerprint, written as the config's ``description`` (a ``BuilderConfig`` field
     that enters the cache key), changes whenever a shard is added, removed or rewritten.
+    ``stats``: a dict shared by the calls of one walk (a family config's folders are its
+    workload's), so each folder's files are statted once.
     """
     import hashlib
 
     digest = hashlib.sha256()
     for split in sorted(splits):
         for folder in splits[split]:
-            for path in _shards(folder):
-                st = path.stat()
-                digest.update(f"{split}/{folder.name}/{path.name}:{st.st_size}:"
-                              f"{st.st_mtime_ns}\n".encode())
+            lines = None if stats is None else stats.get(folder)
+            if lines is None:  # a family config's folders are its workload's: stat them once
+                lines = b"".join(f"{path.name}:{st.st_size}:{st.st_mtime_ns}\n".encode()
+                                 for path in _shards(folder) for st in (path.stat(),))
+                if stats is not None:
+                    stats[folder] = lines
+            prefix = f"{split}/{folder.name}/".encode()
+            digest.update(b"".join(prefix + line + b"\n" for line in lines.splitlines()))
     return digest.hexdigest()[:16]
 
 
@@ -176,9 +194,10 @@ def configs_metadata(root: str | Path) -> list[dict]:
     folders = shard_folders(root)  # one walk of data/ for the globs and the fingerprints
     globs = config_globs(root, folders)
     entries = []
+    stats: dict[Path, bytes] = {}  # each folder's files statted once for all its configs
     for config, splits in globs.items():
-        entry: dict = {"config_name": config,
-                       "description": f"files {files_fingerprint(folders.get(config, {}))}"}
+        fingerprint = files_fingerprint(folders.get(config, {}), stats=stats)
+        entry: dict = {"config_name": config, "description": f"files {fingerprint}"}
         entry["data_files"] = [{"split": split, "path": paths} for split, paths in splits.items()]
         entry["features"] = schema.features_for(config)._to_yaml_list()
         entries.append(entry)

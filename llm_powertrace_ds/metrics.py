@@ -27,6 +27,7 @@ there is no per-sample Python loop.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable
@@ -662,8 +663,9 @@ def _group_ramps(al: Aligned | None, cap: float | None, out: _Out) -> None:
                 out.set(n, 100.0 * v / cap)
 
 
-_UNION_BLOCK = 1 << 16
-"""Union points summed per block in :func:`_seed_union_total` (fits a core's cache)."""
+_UNION_BLOCK = 1 << 20
+"""Union points summed per block in :func:`_seed_union_total`: 8 MB temporaries, below the
+allocator's mmap threshold, so they are reused instead of freshly faulted in for every device."""
 
 
 def _seed_union_total(devs: list[_Dev]) -> tuple[np.ndarray, np.ndarray] | None:
@@ -673,34 +675,42 @@ def _seed_union_total(devs: list[_Dev]) -> tuple[np.ndarray, np.ndarray] | None:
     Linear time: the readings after the common start are merged once (one stable argsort of
     the concatenated, already sorted per-device times), each reading's place in the union comes
     from the inverse permutation, and each device's carried-forward values are one
-    ``numpy.repeat`` of its readings by the union points they hold for (no search per point).
+    ``numpy.repeat`` of its readings by the union points they hold for (no search per point),
+    added to the total in device order (the same floating-point sums as a per-point loop).
     """
     start = max(int(d.t_ms[0]) for d in devs)
     first = [int(np.searchsorted(d.t_ms, start, side="right")) - 1 for d in devs]
     tails = [d.t_ms[i0 + 1:] for d, i0 in zip(devs, first, strict=True)]  # all > start
+    # Union-sized buffers are reused where they can be: fresh memory costs more than the work.
     merged = np.concatenate(tails)
     order = np.argsort(merged, kind="stable")
-    ordered = merged[order]
+    ordered = np.take(merged, order)
     new = np.ones(len(ordered), dtype=bool)
-    new[1:] = ordered[1:] != ordered[:-1]
-    times = np.concatenate(([start], ordered[new]))
-    if len(times) < 2:
+    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
+    n = int(np.count_nonzero(new)) + 1
+    if n < 2:
         return None
-    where = np.empty(len(merged), dtype=np.int64)
-    where[order] = np.cumsum(new)  # union index of every reading (index 0 is the start)
-    n = len(times)
+    times = np.empty(n, dtype=np.int64)
+    times[0] = start
+    np.compress(new, ordered, out=times[1:])
+    np.cumsum(new, out=merged)  # union index of each sorted reading (index 0 is the start)
+    where = ordered  # reused: the union index of every reading, in the input order
+    where[order] = merged
+    del order, new, merged
     bounds = np.cumsum([0, *(len(tail) for tail in tails)])
     held = [(d.p[i0:], where[lo:hi]) for d, i0, lo, hi
             in zip(devs, first, bounds[:-1], bounds[1:], strict=True)]
     total = np.zeros(n)
-    for b0 in range(0, n, _UNION_BLOCK):  # cache-sized blocks: the same sums, in device order
+    for b0 in range(0, n, _UNION_BLOCK):  # blocks: temporaries the allocator reuses
         b1 = min(n, b0 + _UNION_BLOCK)
         block = total[b0:b1]
-        for values, pos in held:
+        for values, pos in held:  # device order: the same sums as a per-point loop
             k0, k1 = np.searchsorted(pos, (b0, b1), side="right")  # readings held at b0, b1 - 1
             cuts = np.concatenate(([b0], pos[k0:k1], [b1]))
             block += np.repeat(values[k0:k1 + 1], np.diff(cuts))
-    return times / 1000.0, total
+    times_s = times.astype(np.float64)
+    times_s /= 1000.0
+    return times_s, total
 
 
 def _seed_tick_total(devs: list[_Dev], grid_ms: int = GRID_MS) -> tuple[np.ndarray, np.ndarray] | None:
@@ -729,8 +739,10 @@ def seed_ramps(t_s: np.ndarray, p: np.ndarray, delta_s: float) -> np.ndarray:
     first = int(np.searchsorted(t_s, t_s[0] + delta_s, side="left"))
     if first >= len(t_s):
         return np.zeros(0)
-    anchors = t_s[first:]
-    return (p[first:] - np.interp(anchors - delta_s, t_s, p)) / delta_s
+    r = np.interp(t_s[first:] - delta_s, t_s, p)  # P(t − δ); then in place (no temporaries)
+    np.subtract(p[first:], r, out=r)
+    r /= delta_s
+    return r
 
 
 def _tick_ramps(tick: tuple[np.ndarray, np.ndarray], delta_s: float,
@@ -785,7 +797,8 @@ def _group_seed_ramps(devs: list[_Dev | None], out: _Out) -> None:
             out.null(up_names, f"no up-ramps{over}")
         if tag == "1s":  # 5 s / 10 s keep the per-tick r: no published values to match there
             r = seed_ramps(*union, delta) if union is not None else np.zeros(0)
-        down = -r[r < 0]
+        down = r[r < 0]
+        np.negative(down, out=down)
         if down.size:
             out.set(f"ramp_down_p99_{tag}_w_per_s", np.percentile(down, 99, overwrite_input=True))
         else:
@@ -1154,7 +1167,7 @@ def _group_sampling(devs: list[_Dev | None], out: _Out) -> None:
         out.null(SAMPLING_NAMES, "no device has 2 readings")
         return
     dt = np.concatenate(diffs) / 1000.0
-    med, p95 = np.percentile(dt, [50, 95])
+    med, p95 = np.percentile(dt, [50, 95], overwrite_input=True)  # dt is ours: no copy
     out.set("sampling_interval_observed_median_s", med)
     out.set("sampling_interval_observed_p95_s", p95)
 
@@ -1176,7 +1189,25 @@ def compute_run_metrics(run: Run, *, grid_ms: int = GRID_MS) -> dict[str, Any]:
 
     Returns:
         ``{metric: value}`` plus ``metric_notes`` (list of ``"<metric>: <reason>"``).
+
+    numpy's BLAS runs on one thread here (``threadpoolctl``): a run's arrays are too small for threads to
+    pay (OpenBLAS worker threads spun for up to 3x the metrics' own CPU time on a loaded 2-core
+    machine), and a multi-threaded dot product sums in an order that depends on the thread
+    count, so the last digits of ``gpu_energy_j`` and the like varied from machine to machine.
     """
+    with _blas_controller().limit(limits=1, user_api="blas"):
+        return _compute(run, grid_ms)
+
+
+@functools.lru_cache(maxsize=1)
+def _blas_controller() -> Any:
+    """The process's ``threadpoolctl`` controller (inspecting the loaded libraries costs ~1 ms)."""
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
+def _compute(run: Run, grid_ms: int) -> dict[str, Any]:
     out = _Out()
     notes: list[str] = []
     devs = [_prepare_device(run, d, i, notes) for i, d in enumerate(run.devices)]

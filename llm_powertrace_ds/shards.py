@@ -113,9 +113,15 @@ def _restricted_features(config: str, names: tuple[str, ...]) -> Features:
     return Features({k: features[k] for k in names})
 
 
+@functools.lru_cache(maxsize=64)
+def _arrow_schema(config: str) -> pa.Schema:
+    """The config's ``Features.arrow_schema`` (built once: the property deep-copies each time)."""
+    return schema.FEATURES[config].arrow_schema
+
+
 def _table(config: str, rows: dict[str, list], extra: dict[str, pa.Array] | None = None) -> pa.Table:
     features = schema.FEATURES[config]
-    arrow_schema = features.arrow_schema
+    arrow_schema = _arrow_schema(config)
     n = len(next(iter(rows.values()))) if rows else 0
     full = {name: rows.get(name, [None] * n) for name in features if name not in (extra or {})}
     # The exact Features object of the config, restricted to the columns not built from numpy.

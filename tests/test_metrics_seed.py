@@ -104,3 +104,50 @@ def test_seed_ramps_reproduce_the_authors_catalog(external_dir, run_id):
         assert m["idle_fraction"] is not None and m["limit_utilisation"] is not None
     else:  # bare "h200": SXM (700 W) or NVL (600 W) - no guess
         assert "power_limit_from_spec" not in run.flags
+
+
+def _union_reference(devs):  # noqa: ANN001, ANN202 - the definition, point by point
+    start = max(int(d.t_ms[0]) for d in devs)
+    times = sorted({int(t) for d in devs for t in d.t_ms if t > start} | {start})
+    total = []
+    for t in times:
+        acc = 0.0
+        for d in devs:  # device order, like the vectorised sum
+            acc += float(d.p[int(np.searchsorted(d.t_ms, t, side="right")) - 1])
+        total.append(acc)
+    return np.array(times) / 1000.0, np.array(total)
+
+
+@pytest.mark.parametrize("block", [1, 7, 1 << 20])
+def test_union_total_is_the_per_point_definition(monkeypatch, block):
+    rng = np.random.default_rng(block)
+    devs = []
+    for g in range(3):
+        t = np.cumsum(rng.integers(1, 250, 400)) + g * 37  # shared and unshared timestamps
+        t[::9] = t[::9] - t[::9] % 50
+        t = np.unique(t)
+        devs.append(metrics._Dev(g, t.astype(np.int64), rng.normal(300, 80, len(t)), 100.0,
+                                 np.zeros(0, dtype=np.int64)))
+    monkeypatch.setattr(metrics, "_UNION_BLOCK", block)
+    got = metrics._seed_union_total(devs)
+    want = _union_reference(devs)
+    assert got is not None
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])  # the same sums, bit for bit
+
+
+def test_metrics_run_blas_on_one_thread(monkeypatch):
+    # a threaded dot product sums in a thread-count-dependent order: one thread, on every machine
+    from threadpoolctl import threadpool_info
+
+    seen = []
+    real = metrics._group_energy
+
+    def spy(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        seen.extend(i["num_threads"] for i in threadpool_info()  # numpy's: np.dot, @
+                    if i["user_api"] == "blas" and "numpy" in i["filepath"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(metrics, "_group_energy", spy)
+    metrics.compute_run_metrics(one_device(np.full(50, 300.0)))
+    assert seen and set(seen) == {1}

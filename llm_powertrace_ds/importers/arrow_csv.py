@@ -18,7 +18,6 @@ decide runs the exact per-value parser on that column, which names the offending
 from __future__ import annotations
 
 import codecs
-import io
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -92,8 +91,8 @@ class ArrowCsvReader:
         data = self._bytes()
         raw = np.frombuffer(data, dtype=np.uint8)
         newline = np.flatnonzero(raw == _NL)
-        cr = np.flatnonzero(raw == _CR)
-        if len(cr) and not np.isin(cr + 1, newline).all():
+        has_cr = b"\r" in data  # memchr: no numpy pass over the bytes for the usual LF file
+        if has_cr and not np.isin(np.flatnonzero(raw == _CR) + 1, newline).all():
             raise _Fallback("bare carriage returns")
         # Line k (0-based) spans [starts[k], ends[k]) without its terminator.
         starts = np.r_[0, newline + 1]
@@ -103,7 +102,10 @@ class ArrowCsvReader:
         terminated = len(ends) and ends[-1] < len(data)
         lengths = ends - starts
         crlf = lengths > 0
-        crlf[crlf] = raw[ends[crlf] - 1] == _CR
+        if has_cr:
+            crlf[crlf] = raw[ends[crlf] - 1] == _CR
+        else:
+            crlf[:] = False
         blank = (lengths - crlf) == 0
         first = self.header_line  # lines after the header (1-based header_line = 0-based first)
         body = np.arange(first, len(starts))
@@ -117,15 +119,16 @@ class ArrowCsvReader:
         width = len(self.header)
         if len(rows) == 0:
             return self._table(lines, np.zeros(0, np.int32), {}, converters, len(starts))
-        chunk = data[starts[rows[0]]:ends[rows[-1]]]
-        if (raw[starts[rows[0]]:ends[rows[-1]]] == _QUOTE).any():  # the header was read already
+        lo, hi = int(starts[rows[0]]), int(ends[rows[-1]])
+        if data.find(b'"', lo, hi) != -1:  # the header was read already
             raise _Fallback("quoted cells")
+        chunk = pa.py_buffer(data).slice(lo, hi - lo)  # no copy of the file's bytes
         wanted = sorted({0, *(index for index, _ in converters.values())})
         names = [f"f{i}" for i in range(width)]
         try:
             table = pacsv.read_csv(
-                io.BytesIO(chunk),
-                read_options=pacsv.ReadOptions(column_names=names),
+                pa.BufferReader(chunk),
+                read_options=pacsv.ReadOptions(column_names=names, use_threads=False),
                 parse_options=pacsv.ParseOptions(newlines_in_values=False,
                                                  ignore_empty_lines=True),
                 convert_options=pacsv.ConvertOptions(
@@ -151,6 +154,8 @@ class ArrowCsvReader:
         """Rows that repeat the header (appended logs): segment starts, not data."""
         import pyarrow.compute as pc
 
+        if not pc.any(pc.match_substring(first_col, self.header[0])).as_py():
+            return np.zeros(len(first_col), dtype=bool)  # the usual case: one pass, no copy
         cand = np.asarray(pc.equal(pc.utf8_trim_whitespace(first_col), self.header[0])
                           .to_numpy(zero_copy_only=False), dtype=bool)
         for k in np.flatnonzero(cand):

@@ -45,7 +45,8 @@ def null_mask(cells: Cells) -> np.ndarray:
 
 
 def _to_float(arr: Cells) -> np.ndarray:
-    return np.array(arr.to_numpy(zero_copy_only=False), dtype=np.float64)  # a writable copy
+    out = np.asarray(arr.to_numpy(zero_copy_only=False), dtype=np.float64)
+    return out if out.flags.writeable else out.copy()  # writable, copied only when needed
 
 
 def numbers(values: Cells, units: frozenset[str] | None) -> np.ndarray | None:
@@ -145,3 +146,106 @@ def distinct(values: Cells) -> tuple[list[str], np.ndarray]:
     inverse = np.asarray(pc.index_in(values, value_set=uniq).to_numpy(zero_copy_only=False),
                          dtype=np.int64)
     return uniq.to_pylist(), inverse
+
+
+# Fixed-width timestamps (every cell the same length: what loggers write) are parsed straight
+# from the string array's bytes with numpy: a digit matrix, no per-cell string work.
+_DIGITS_DATE = (0, 1, 2, 3, 5, 6, 8, 9)
+_DIGITS_TIME = (11, 12, 14, 15, 17, 18)
+_YEAR_MIN, _YEAR_MAX = 1678, 2261  # inside Arrow's timestamp[ns] range, like the cast path
+_MONTH_DAYS = np.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], np.int64)
+
+
+def fixed_width_ms(values: Cells) -> tuple[np.ndarray, bool] | None:
+    """Fixed-width ``YYYY?MM?DD[T ]hh:mm:ss[.f…][Z]`` cells to int64 ms; whether they end in Z.
+
+    ``?`` is ``-`` or ``/``; 1 to 9 fraction digits, truncated to ms (as the cast path does).
+    Returns ``None`` for anything else — cells of different lengths, surrounding whitespace, a
+    zone offset, a date or time out of range — and the caller takes the general path, which
+    decides those cells (so this path accepts a subset of what that one accepts, with the same
+    values).
+    """
+    chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+    parts: list[np.ndarray] = []
+    zulu: bool | None = None
+    for chunk in chunks:
+        if len(chunk) == 0:
+            continue
+        got = _fixed_chunk(chunk)
+        if got is None or (zulu is not None and got[1] != zulu):
+            return None
+        parts.append(got[0])
+        zulu = got[1]
+    if zulu is None:
+        return None
+    return (np.concatenate(parts) if len(parts) > 1 else parts[0]), zulu
+
+
+def _fixed_matrix(chunk: pa.Array) -> np.ndarray | None:
+    """The cells of a string chunk as an (n, width) uint8 matrix, if they share one width."""
+    if chunk.null_count or chunk.type != pa.string():
+        return None
+    n = len(chunk)
+    bufs = chunk.buffers()
+    offsets = np.frombuffer(bufs[1], dtype=np.int32, count=chunk.offset + n + 1)[chunk.offset:]
+    width = int(offsets[1] - offsets[0])
+    if width < 19 or int(offsets[-1] - offsets[0]) != n * width \
+            or (np.diff(offsets) != width).any():
+        return None
+    data = np.frombuffer(bufs[2], dtype=np.uint8, count=int(offsets[-1]))
+    return data[int(offsets[0]):int(offsets[-1])].reshape(n, width)
+
+
+def _number(d: np.ndarray, cols: range | tuple[int, ...]) -> np.ndarray:
+    out = np.zeros(len(d), np.int64)
+    for c in cols:
+        out = out * 10 + d[:, c]
+    return out
+
+
+def _fixed_chunk(chunk: pa.Array) -> tuple[np.ndarray, bool] | None:
+    m = _fixed_matrix(chunk)
+    if m is None:
+        return None
+    width = m.shape[1]
+    zulu = m[0, -1] == ord("Z")
+    end = width - 1 if zulu else width  # bytes before the zone
+    frac = end - 20  # fraction digits after "ss."
+    if not (frac == -1 or 1 <= frac <= 9):
+        return None
+    d = m - np.uint8(48)  # digits are 0..9; every other byte wraps to > 9
+    digit_cols = [*_DIGITS_DATE, *_DIGITS_TIME, *range(20, end)]
+    if (d[:, digit_cols] > 9).any():
+        return None
+    if zulu and (m[:, -1] != ord("Z")).any():
+        return None
+    dash, slash = ord("-"), ord("/")
+    for c, (one, other) in ((4, (dash, slash)), (7, (dash, slash)), (10, (ord("T"), ord(" "))),
+                            (13, (ord(":"), ord(":"))), (16, (ord(":"), ord(":")))):
+        col = m[:, c]
+        if not ((col == one) | (col == other)).all():
+            return None
+    if frac > 0 and (m[:, 19] != ord(".")).any():
+        return None
+    year, month, day = _number(d, (0, 1, 2, 3)), _number(d, (5, 6)), _number(d, (8, 9))
+    hour, minute, sec = _number(d, (11, 12)), _number(d, (14, 15)), _number(d, (17, 18))
+    leap = ((year % 4 == 0) & (year % 100 != 0)) | (year % 400 == 0)
+    if ((year < _YEAR_MIN) | (year > _YEAR_MAX) | (month < 1) | (month > 12)).any():
+        return None
+    month_days = _MONTH_DAYS[month] + ((month == 2) & leap)
+    if ((day < 1) | (day > month_days) | (hour > 23) | (minute > 59) | (sec > 59)).any():
+        return None
+    ms = _number(d, range(20, 20 + min(frac, 3))) if frac > 0 else np.zeros(len(m), np.int64)
+    ms *= 10 ** max(0, 3 - max(frac, 0))
+    return (_days_from_civil(year, month, day) * 86_400_000 + hour * 3_600_000
+            + minute * 60_000 + sec * 1000 + ms), bool(zulu)
+
+
+def _days_from_civil(y: np.ndarray, m: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """Days since 1970-01-01 of proleptic Gregorian dates (H. Hinnant's ``days_from_civil``)."""
+    y = y - (m <= 2)
+    era = np.floor_divide(y, 400)
+    yoe = y - era * 400
+    doy = (153 * (m + np.where(m > 2, -3, 9)) + 2) // 5 + d - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146_097 + doe - 719_468

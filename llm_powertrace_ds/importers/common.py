@@ -693,6 +693,9 @@ def timestamp_converter(*, file: Path, field: str, zone: dt.tzinfo) -> Converter
 
     def convert(values: Any, lines: np.ndarray) -> np.ndarray:
         if isinstance(values, (pa.Array, pa.ChunkedArray)):
+            fixed = arrow_values.fixed_width_ms(values)
+            if fixed is not None:
+                return fixed[0] if fixed[1] else local_to_utc_ms(fixed[0], zone)
             utc = arrow_values.utc_z_ms(values)
             if utc is not None:
                 return utc

@@ -203,7 +203,8 @@ def build_devices(table: common.Table, path: Path) -> list[DeviceData]:
                          line=int(table.lines[row]), field="gpu_id")
     devices = []
     # one stable sort by GPU, then each device is a slice (file order kept within a GPU)
-    order = np.argsort(gpu, kind="stable")
+    small = gpu.max() < 2**15  # whole numbers >= 0 (checked): int16 keys sort by radix
+    order = np.argsort(gpu.astype(np.int16) if small else gpu, kind="stable")
     keys, starts = np.unique(gpu[order], return_index=True)
     bounds = np.r_[starts, len(order)]
     sorted_cols = {k: v[order] for k, v in cols.items() if k.startswith("signal:") or k == "ts"}

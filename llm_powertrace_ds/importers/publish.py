@@ -60,14 +60,17 @@ def _read(path: Path, options: ImportOptions) -> Run:
                        platform=options.platform, num_gpus=options.num_gpus, tz=options.tz)
 
 
-def import_stream(paths: Sequence[Path], root: Path, options: ImportOptions
-                  ) -> Iterator[ImportedFile]:
+def import_stream(paths: Sequence[Path], root: Path, options: ImportOptions, *,
+                  configs_block: bool = True) -> Iterator[ImportedFile]:
     """Import every file (staged one at a time), then publish them all; yield each result.
 
     Args:
         paths: the log files.
         root: the dataset folder.
         options: how to read them.
+        configs_block: write the card's YAML ``configs:`` block at the end; ``False`` when the
+            caller rebuilds the whole card right after (``hooks.rebuild_card``, which writes the
+            block itself, also when a card writer fails), so the folder is walked once.
 
     Raises:
         InputError: a bad file; nothing is published and the staged files are removed.
@@ -92,5 +95,5 @@ def import_stream(paths: Sequence[Path], root: Path, options: ImportOptions
                                num_gpus=num_gpus, samples=samples, flags=tuple(res.flags),
                                files=tuple(res.files))
     finally:
-        if staged:  # once for the batch: the commits above are renames, seconds at most
+        if staged and configs_block:  # once for the batch: the commits above are renames
             write_configs_block(root)

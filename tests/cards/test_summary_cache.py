@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from conftest import synthetic_run
 
-from cards import summary
+from cards import runs_cache, summary
 from llm_powertrace_ds import layout, shards
 
 
@@ -51,3 +51,64 @@ def test_corrupt_cache_is_ignored(tmp_path):
     cache = summary.summary_cache_path(layout.runs_path(root, "finetune", "l40s", "r0"))
     cache.write_text("{not json")
     assert len(summary.summarize(root).devices["r0"]) == 2
+
+
+def _runs_reads(monkeypatch) -> list[str]:  # noqa: ANN001 - records runs-file reads
+    read: list[str] = []
+    real = summary._read_runs_file
+
+    def spy(path):  # noqa: ANN001, ANN202
+        read.append(path.name)
+        return real(path)
+
+    monkeypatch.setattr(summary, "_read_runs_file", spy)
+    return read
+
+
+def test_unchanged_runs_files_come_from_the_folder_cache(tmp_path, monkeypatch):
+    root = tmp_path / "ds"
+    for i in range(3):
+        shards.publish_run(root, synthetic_run(f"r{i}", n=40, seed=i))
+    first = summary.summarize(root)
+    folder = layout.runs_path(root, "finetune", "l40s", "r0").parent
+    assert runs_cache.cache_path(folder).is_file()
+    read = _runs_reads(monkeypatch)
+    assert summary.summarize(root).runs == first.runs
+    assert read == []
+    shards.publish_run(root, synthetic_run("r3", n=40, seed=3))
+    changed = synthetic_run("r1", n=40, seed=9)
+    changed.meta["seed"] = 99
+    shards.publish_run(root, changed)  # republished: a new file under the same name
+    again = summary.summarize(root)
+    assert sorted(read) == ["r1.arrow", "r3.arrow"]
+    assert [r["run_id"] for r in again.runs["finetune"]] == ["r0", "r1", "r2", "r3"]
+    assert again.runs["finetune"][1]["seed"] == 99
+    assert again.runs["finetune"][0] == first.runs["finetune"][0]
+
+
+def test_folder_cache_gives_what_the_files_give(tmp_path):
+    root = tmp_path / "ds"
+    for i in range(4):
+        shards.publish_run(root, synthetic_run(f"r{i}", n=40, seed=i))
+    summary.summarize(root)
+    cached = summary.summarize(root)  # every row from the cache
+    folder = layout.runs_path(root, "finetune", "l40s", "r0").parent
+    runs_cache.cache_path(folder).unlink()
+    fresh = summary.summarize(root)
+    assert cached.runs == fresh.runs and cached.rows == fresh.rows
+    assert cached.devices == fresh.devices
+
+
+def test_removed_run_and_corrupt_folder_cache(tmp_path, monkeypatch):
+    root = tmp_path / "ds"
+    for i in range(3):
+        shards.publish_run(root, synthetic_run(f"r{i}", n=40, seed=i))
+    summary.summarize(root)
+    layout.runs_path(root, "finetune", "l40s", "r2").unlink()
+    assert [r["run_id"] for r in summary.summarize(root).runs["finetune"]] == ["r0", "r1"]
+    folder = layout.runs_path(root, "finetune", "l40s", "r0").parent
+    runs_cache.cache_path(folder).write_bytes(b"not arrow")
+    read = _runs_reads(monkeypatch)
+    assert [r["run_id"] for r in summary.summarize(root).runs["finetune"]] == ["r0", "r1"]
+    assert sorted(read) == ["r0.arrow", "r1.arrow"]
+    assert not any(p.name.startswith(".") for p in layout.shard_files(root, "finetune_runs"))

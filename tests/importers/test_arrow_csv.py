@@ -8,6 +8,7 @@ Clean logs must take the vectorised path (the row reader is made to fail to prov
 
 from __future__ import annotations
 
+import datetime as dt
 import tempfile
 from pathlib import Path
 
@@ -144,3 +145,62 @@ def test_fuzz_powertrace_csv_same_outcome(rows):
 
 def test_stamp_helper_is_nvidia_smi_format():
     assert stamp(0) == "2024/04/03 10:55:35.013"
+
+
+# Fixed-width timestamps: the byte-matrix fast path gives the cast path's values, or declines.
+
+def _cast_path(cells: list[str]):  # noqa: ANN202 - the general vectorised path
+    import pyarrow as pa
+
+    from llm_powertrace_ds.importers import arrow_values
+
+    arr = pa.array(cells)
+    utc = arrow_values.utc_z_ms(arr)
+    if utc is not None:
+        return utc, True
+    local = arrow_values.naive_ms(arr)
+    return None if local is None else (local, False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.datetimes(min_value=dt.datetime(1680, 1, 1),
+                             max_value=dt.datetime(2260, 12, 31)),
+                min_size=1, max_size=6),
+       st.sampled_from([0, 1, 2, 3, 4, 6, 9]), st.sampled_from("T "), st.sampled_from("-/"),
+       st.sampled_from(["", "Z"]), st.integers(0, 10**6))
+def test_fixed_width_stamps_equal_the_cast_path(stamps, digits, sep, dash, zone, corrupt):
+    import pyarrow as pa
+
+    from llm_powertrace_ds.importers import arrow_values
+
+    cells = []
+    for t in stamps:
+        text = t.strftime(f"%Y{dash}%m{dash}%d{sep}%H:%M:%S")
+        if digits:
+            text += "." + (t.strftime("%f") + "987")[:digits]
+        cells.append(text + zone)
+    if corrupt % 3 == 0:  # one byte replaced: the fast path must decline or agree
+        row = corrupt % len(cells)
+        pos = corrupt % len(cells[row])
+        cells[row] = cells[row][:pos] + "0:-/ TZx."[corrupt % 9] + cells[row][pos + 1:]
+    fast = arrow_values.fixed_width_ms(pa.array(cells))
+    if corrupt % 3:
+        assert fast is not None  # clean fixed-width stamps take the fast path
+    if fast is not None:
+        slow = _cast_path(cells)
+        assert slow is not None
+        assert fast[1] == slow[1]
+        np.testing.assert_array_equal(fast[0], slow[0])
+
+
+@pytest.mark.parametrize("cell", ["2023-02-29T10:00:00.000Z", "2024-13-01 10:00:00",
+                                  "2024-12-31 24:00:00", "2024-12-31 23:59:60",
+                                  "1900-02-29T00:00:00Z", " 2024-04-03 10:55:35",
+                                  "2024-04-03T10:55:35+02:00", "2024-04-03T10:55:35.Z",
+                                  "2024-04-03T10:55:35.1234567890Z"])
+def test_fixed_width_stamps_decline_what_they_do_not_decide(cell):
+    import pyarrow as pa
+
+    from llm_powertrace_ds.importers import arrow_values
+
+    assert arrow_values.fixed_width_ms(pa.array([cell])) is None
