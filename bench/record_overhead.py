@@ -23,8 +23,10 @@ permutations, cycled), so drifts of a shared machine fall on every arm alike. Pe
 Each is the rounds' mean with a two-sided 95 % Student-t interval (``scipy.stats.t``); the
 acceptance is ``slowdown_pct``'s upper bound <= 1 %. ``others_cpu_pct`` is the share of the
 machine's CPU time, during each child's timed window, used by anything but the child
-(``/proc/stat``; the sampler included in its arm): a loaded machine shows there and in the load
-averages printed before and after. Start-up latency is measured twice:
+(``/proc/stat``; the sampler included in its arm), ``steal_pct`` the share the hypervisor gave
+to others: a loaded machine shows there and in the load averages printed before and after; on
+such a machine ``cpu_slowdown_pct`` and ``slowdown_pct_of_fastest`` (the fastest child of each
+arm, the one least disturbed) say more than the wall-time interval. Start-up latency is measured twice:
 
 * ``start_latency_s``: from the call of ``record_command`` to the release of the child, less
   the idle padding (``--settle-s``): the sampler's spawn and first tick, the staging files;
@@ -57,21 +59,21 @@ if str(REPO) not in sys.path:
 
 CHILD = """\
 import json, sys, time
-def busy():
+def stat():
     v = [int(x) for x in open("/proc/stat").readline().split()[1:]]
-    return sum(v) - v[3] - v[4]
+    return sum(v[:8]) - v[3] - v[4], v[7]
 x = 0
 for i in range(int(sys.argv[3])):
     x += i
-b0, t0, c0 = busy(), time.monotonic_ns(), time.process_time_ns()
+s0, t0, c0 = stat(), time.monotonic_ns(), time.process_time_ns()
 for i in range(int(sys.argv[2])):
     x += i
-t1, c1, b1 = time.monotonic_ns(), time.process_time_ns(), busy()
-json.dump({"start_ns": t0, "end_ns": t1, "cpu_ns": c1 - c0, "busy_jiffies": b1 - b0},
-          open(sys.argv[1], "w"))
+t1, c1, s1 = time.monotonic_ns(), time.process_time_ns(), stat()
+json.dump({"start_ns": t0, "end_ns": t1, "cpu_ns": c1 - c0, "busy_jiffies": s1[0] - s0[0],
+           "steal_jiffies": s1[1] - s0[1]}, open(sys.argv[1], "w"))
 """
-"""The child: warm-up, then the timed loop; also the machine's busy time (all CPUs, all but
-idle and iowait, in clock ticks) over its timed window."""
+"""The child: warm-up, then the timed loop; also the machine's busy time (all CPUs: user, nice,
+system, irq, softirq, steal; clock ticks) and its steal time over the timed window."""
 ARMS = ("sampler", "null", "plain")
 
 
@@ -126,7 +128,8 @@ class Child:
         cpu = t["cpu_ns"] / 1e9
         ncpu = len(os.sched_getaffinity(0))
         others = max(0.0, t["busy_jiffies"] / self.hz - cpu) / (wall * ncpu) * 100.0
-        return {"wall_s": wall, "cpu_s": cpu, "others_cpu_pct": others,
+        steal = t["steal_jiffies"] / self.hz / (wall * ncpu) * 100.0
+        return {"wall_s": wall, "cpu_s": cpu, "others_cpu_pct": others, "steal_pct": steal,
                 "latency_s": latency if latency is not None else float("nan")}
 
 
@@ -189,6 +192,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                              for a in ARMS},
         "others_cpu_pct_mean": {a: round(statistics.fmean(
             r[a]["others_cpu_pct"] for r in rounds), 1) for a in ARMS},
+        "steal_pct_mean": {a: round(statistics.fmean(r[a]["steal_pct"] for r in rounds), 1)
+                           for a in ARMS},
+        "slowdown_pct_of_fastest": round(100.0 * (
+            min(r["sampler"]["wall_s"] for r in rounds)
+            / min(r["null"]["wall_s"] for r in rounds) - 1.0), 3),
         "start_latency_s_mean": round(statistics.fmean(latencies), 3),
         "start_latency_s_max": round(max(latencies), 3),
         "start_latency_ok_le_1s": bool(max(latencies) <= 1.0),
