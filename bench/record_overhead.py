@@ -12,8 +12,10 @@ A CPU-bound child (an untimed warm-up, then ``--iterations`` loop iterations tha
 Before the child is released every arm waits ``--settle-s`` (the ``sampler`` arm as its idle
 padding, with the sampler ticking): without it the ``sampler`` arm's child started right after
 the sampler's start-up burst and the ``plain`` one right after the previous arm's publish, so the
-two children met the CPU in different states. Rounds take the arms in every order in turn (all
-permutations, cycled), so drifts of a shared machine fall on every arm alike. Per round::
+two children met the CPU in different states (``--settle-s 0 --warmup 0`` brings back the
+earlier bench's conditions; its ``sampler`` vs ``plain`` ratio is ``old_bench_pct``). Rounds take
+the arms in every order in turn (all permutations, cycled), so drifts of a shared machine fall on
+every arm alike. Per round::
 
     slowdown_pct     = 100 * (wall_sampler / wall_null - 1)      (the result)
     cpu_slowdown_pct = 100 * (cpu_sampler / cpu_null - 1)         (less sensitive to other load)
@@ -22,12 +24,12 @@ permutations, cycled), so drifts of a shared machine fall on every arm alike. Pe
 
 Each is the rounds' mean with a two-sided 95 % Student-t interval (``scipy.stats.t``) and their
 median with its order-statistic interval; the acceptance is the upper bound of
-``slowdown_pct``'s mean interval <= 1 %. ``others_cpu_pct`` is the share of the
-machine's CPU time, during each child's timed window, used by anything but the child
-(``/proc/stat``; the sampler included in its arm), ``steal_pct`` the share the hypervisor gave
-to others: a loaded machine shows there and in the load averages printed before and after; on
-such a machine ``cpu_slowdown_pct`` and ``slowdown_pct_of_fastest`` (the fastest child of each
-arm, the one least disturbed) say more than the wall-time interval. Start-up latency is measured twice:
+``slowdown_pct``'s mean interval <= 1 %. ``others_cpu_pct`` is the share of the machine's CPU
+time, during each child's timed window, used by anything but the child (``/proc/stat``; the
+sampler included in its arm), ``steal_pct`` the share the hypervisor gave to others: a loaded
+machine shows there, in the load averages printed before and after, and in ``verdict``. On such
+a machine ``cpu_slowdown_pct`` and ``slowdown_pct_of_fastest`` (the fastest child of each arm,
+the least disturbed) say more than the wall-time interval. Start-up latency is measured twice:
 
 * ``start_latency_s``: from the call of ``record_command`` to the release of the child, less
   the idle padding (``--settle-s``): the sampler's spawn and first tick, the staging files;
@@ -76,6 +78,9 @@ json.dump({"start_ns": t0, "end_ns": t1, "cpu_ns": c1 - c0, "busy_jiffies": s1[0
 """The child: warm-up, then the timed loop; also the machine's busy time (all CPUs: user, nice,
 system, irq, softirq, steal; clock ticks) and its steal time over the timed window."""
 ARMS = ("sampler", "null", "plain")
+BUSY_PCT = 10.0
+"""Above this share of the CPU used by others during the sampler-free children, a machine is
+called busy in the verdict."""
 
 
 class NullRecording:
@@ -172,6 +177,17 @@ def _ratio_pct(rounds: list[dict[str, dict[str, float]]], a: str, b: str, key: s
     return [100.0 * (r[a][key] / r[b][key] - 1.0) for r in rounds]
 
 
+def _verdict(slowdown: dict[str, Any], others_pct: float) -> str:
+    """One line that says what the numbers can be taken for."""
+    high = slowdown["ci95"][1]
+    if others_pct > BUSY_PCT:
+        return (f"machine busy: other programs used {others_pct:.0f} % of its CPU during the "
+                "sampler-free children, so the wall-time interval measures them more than the "
+                f"sampler (upper bound {high:+.2f} %); rerun on an idle machine")
+    ok = "meets" if high <= 1.0 else "does not meet"
+    return f"idle machine: the slowdown's upper 95 % bound is {high:+.2f} %, which {ok} <= 1 %"
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Run the rounds and summarise them (see the module docstring)."""
     load_before = os.getloadavg()
@@ -186,7 +202,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         cli = _cli_latency(Path(tmp), args.sampler)
     slowdown = _interval(_ratio_pct(rounds, "sampler", "null", "wall_s"))
     latencies = [r["sampler"]["latency_s"] for r in rounds]
+    others = statistics.fmean(r[a]["others_cpu_pct"] for r in rounds for a in ("null", "plain"))
     return {
+        "verdict": _verdict(slowdown, others),
         "what": "child wall time under `record` (sampler on) vs the same record_command path "
                 "without a sampler; ABC rounds in all orders",
         "slowdown_pct": slowdown,
