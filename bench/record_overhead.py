@@ -132,7 +132,7 @@ class Child:
         t = json.loads(self.out.read_text())
         wall = (t["end_ns"] - t["start_ns"]) / 1e9
         cpu = t["cpu_ns"] / 1e9
-        ncpu = len(os.sched_getaffinity(0))
+        ncpu = os.cpu_count() or 1  # /proc/stat's first line counts every CPU
         others = max(0.0, t["busy_jiffies"] / self.hz - cpu) / (wall * ncpu) * 100.0
         steal = t["steal_jiffies"] / self.hz / (wall * ncpu) * 100.0
         return {"wall_s": wall, "cpu_s": cpu, "others_cpu_pct": others, "steal_pct": steal,
