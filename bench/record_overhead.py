@@ -29,7 +29,8 @@ time, during each child's timed window, used by anything but the child (``/proc/
 sampler included in its arm), ``steal_pct`` the share the hypervisor gave to others: a loaded
 machine shows there, in the load averages printed before and after, and in ``verdict``. On such
 a machine ``cpu_slowdown_pct`` and ``slowdown_pct_of_fastest`` (the fastest child of each arm,
-the least disturbed) say more than the wall-time interval. Start-up latency is measured twice:
+the least disturbed) say more than the wall-time interval, and ``rounds_for_1pct_half_width``
+says how many rounds this machine's spread would need for a +-1 % interval. Start-up latency is measured twice:
 
 * ``start_latency_s``: from the call of ``record_command`` to the release of the child, less
   the idle padding (``--settle-s``): the sampler's spawn and first tick, the staging files;
@@ -47,6 +48,7 @@ import argparse
 import itertools
 import json
 import logging
+import math
 import os
 import statistics
 import subprocess
@@ -177,6 +179,13 @@ def _ratio_pct(rounds: list[dict[str, dict[str, float]]], a: str, b: str, key: s
     return [100.0 * (r[a][key] / r[b][key] - 1.0) for r in rounds]
 
 
+def _rounds_needed(values: list[float]) -> int | None:
+    """Rounds for a +-1 % half-width at this spread: ``(1.96 * sd / 1 %)^2``."""
+    if len(values) < 2:
+        return None
+    return math.ceil((1.96 * statistics.stdev(values)) ** 2)
+
+
 def _verdict(slowdown: dict[str, Any], others_pct: float) -> str:
     """One line that says what the numbers can be taken for."""
     high = slowdown["ci95"][1]
@@ -209,6 +218,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 "without a sampler; ABC rounds in all orders",
         "slowdown_pct": slowdown,
         "slowdown_ok_le_1pct": bool(slowdown["ci95"][1] <= 1.0),
+        "rounds_for_1pct_half_width": _rounds_needed(_ratio_pct(rounds, "sampler", "null",
+                                                                "wall_s")),
         "cpu_slowdown_pct": _interval(_ratio_pct(rounds, "sampler", "null", "cpu_s")),
         "launch_path_pct_null_vs_plain": _interval(_ratio_pct(rounds, "null", "plain",
                                                               "wall_s")),
