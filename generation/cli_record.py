@@ -60,7 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--requests", default=None, metavar="FORMAT:FILE",
                    help="request log the command writes, put on the run clock after it ends: "
                    "vllm:FILE (vllm bench serve --save-result --save-detailed), sglang:FILE "
-                   "(sglang.bench_serving --output-file F --output-details), csv:FILE")
+                   "(the stdout of sglang.bench_serving --print-requests), csv:FILE")
     p.add_argument("--keep-failed", action="store_true",
                    help="publish the run even when the command fails (default: keep it failed "
                    "in .staging/)")

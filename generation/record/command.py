@@ -156,8 +156,13 @@ def _terminate(child: subprocess.Popen[bytes]) -> None:
         child.wait()
 
 
+def _default_recording(config: RecordConfig, pids: list[int]) -> Recording:
+    return Recording(config=config, pids=pids)
+
+
 def record_command(cmd: Sequence[str], config: RecordConfig, *,
-                   requests_from: Callable[..., list[dict[str, Any]]] | None = None
+                   requests_from: Callable[..., list[dict[str, Any]]] | None = None,
+                   recording: Callable[[RecordConfig, list[int]], Any] | None = None
                    ) -> CommandOutcome:
     """Run ``cmd`` under the sampler as one run (see the module docstring).
 
@@ -167,6 +172,10 @@ def record_command(cmd: Sequence[str], config: RecordConfig, *,
         requests_from: called after the command ended with the staging folder (and
             ``run_id``, ``platform``, ``run_end_ms``), returns the request rows on the run clock
             (:func:`generation.record.requests.loader`).
+        recording: makes the recording from the config and the command's pid (default
+            :class:`Recording`); anything with its ``start()``, ``stop(error)``, ``exit_code``
+            and ``requests_from``. ``bench/record_overhead.py`` passes one without a sampler,
+            so that its two arms run the command through this same function.
 
     Returns:
         A :class:`CommandOutcome`.
@@ -194,7 +203,7 @@ def record_command(cmd: Sequence[str], config: RecordConfig, *,
         os.close(read_fd)
     forwarder = _Forwarder(child)
     forwarder.install()
-    rec = Recording(config=config, pids=[child.pid])
+    rec = (recording or _default_recording)(config, [child.pid])
     rec.requests_from = requests_from
     child_start = child_end = None
     try:

@@ -1,16 +1,19 @@
-"""SGLang's benchmark client: ``python -m sglang.bench_serving --output-file F --output-details``.
+"""SGLang's benchmark client (``python -m sglang.bench_serving``, now ``sglang.benchmark.serving``).
 
-The output file is JSON Lines: each benchmark run *appends* one object (so the last line is the
-most recent run, the one read here). With ``--output-details`` the object holds the per-request
-arrays of vLLM's client, from which SGLang's is adapted (SGLang's
-``docs/developer_guide/bench_serving.md``): ``input_lens``, ``output_lens``, ``ttfts``, ``itls``,
-``generated_texts``, ``errors``.
+Two files of the client are read (``sglang:FILE`` tells them apart by content):
 
-**Start times.** SGLang's upstream ``bench_serving`` does not save when each request was sent
-(its per-request ``RequestFuncOutput`` keeps only durations), so its requests cannot be placed on
-the run clock from the documented arrays alone: such a file is refused with an error naming the
-missing ``start_times`` field. A client that adds ``start_times`` (``time.perf_counter()``
-seconds, as vLLM's does) is read exactly like vLLM's file (:mod:`.requests_vllm`).
+* **the ``--print-requests`` log** (its stdout, ``--backend sglang-oai-chat``): per request, the
+  time it was sent and its TTFT and latency as the client measured them — placed on the run
+  clock exactly (:mod:`.requests_sglang_log`). This is the recipe for SGLang runs.
+* **the ``--output-file F --output-details`` result**: JSON Lines, each benchmark run *appends*
+  one object (the last line, the most recent run, is read). Its details are the per-request
+  arrays of vLLM's client, from which SGLang's is adapted: ``input_lens``, ``output_lens``,
+  ``ttfts``, ``itls``, ``generated_texts``, ``errors`` (re-read in SGLang 0.5.23's
+  ``sglang/benchmark/serving.py``) — and **no start times**: its ``RequestFuncOutput`` keeps a
+  ``start_time`` but the details leave it out, and the arrivals cannot be rebuilt from durations
+  (they depend on the event loop, the concurrency limit and the request-rate draws). Such a file
+  is refused with an error naming ``start_times``; one that carries ``start_times``
+  (``time.perf_counter()`` seconds, as vLLM's does) is read like vLLM's (:mod:`.requests_vllm`).
 """
 
 from __future__ import annotations
@@ -20,25 +23,27 @@ from pathlib import Path
 
 from ..errors import InputError
 from .requests_common import RequestLog
+from .requests_sglang_log import is_print_requests_log, read_print_requests_log
 from .requests_vllm import requests_from_arrays
 
 FORMAT = "sglang"
 
 
 def read_sglang_requests(path: str | Path) -> RequestLog:
-    """Read the last run of an SGLang ``bench_serving`` JSONL output file.
+    """Read SGLang's ``--print-requests`` log, or the last run of its JSONL result file.
 
     Raises:
-        InputError: unreadable file or line, no run in it, no per-request details, or no
-            ``start_times`` (see the module docstring).
+        InputError: unreadable file or line, no run in it, no per-request details, or a result
+            file without ``start_times`` (see the module docstring).
     """
     path = Path(path)
     try:
-        lines = [(i, line) for i, line in
-                 enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
-                 if line.strip()]
+        text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"Failed to read: {type(exc).__name__}: {exc}", file=path) from None
+    if is_print_requests_log(text):
+        return read_print_requests_log(path, text, fmt=FORMAT)
+    lines = [(i, line) for i, line in enumerate(text.splitlines(), start=1) if line.strip()]
     if not lines:
         raise InputError("no benchmark run in the file", file=path)
     lineno, last = lines[-1]
@@ -52,9 +57,10 @@ def read_sglang_requests(path: str | Path) -> RequestLog:
         raise InputError("no per-request details: run bench_serving with --output-details",
                          file=path, line=lineno, field="ttfts")
     if "start_times" not in data:
-        raise InputError("SGLang's bench_serving saves no per-request start times, so its "
-                         "requests cannot be placed on the run clock; use a client that saves "
-                         "start_times (perf_counter seconds), or vllm bench serve",
+        raise InputError("SGLang's --output-details result saves no per-request start times, so "
+                         "its requests cannot be placed on the run clock: give the client's "
+                         "stdout of --backend sglang-oai-chat --print-requests instead (the "
+                         "README's 'Record your own runs')",
                          file=path, line=lineno, field="start_times")
     return requests_from_arrays(data, file=path, fmt=FORMAT)
 

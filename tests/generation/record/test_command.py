@@ -230,3 +230,36 @@ def test_an_unusable_sampler_never_starts_the_command(tmp_path):
         record_command([sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
                        _cfg(tmp_path / "ds", sampler="nvml"))
     assert not marker.exists() and _data_files(tmp_path / "ds") == []
+
+
+def test_a_recording_factory_runs_the_command_through_the_same_path(tmp_path):
+    """``recording=`` (the overhead bench's sampler-free arm): same gate, same environment."""
+    made: list = []
+
+    class NoSampler:
+        def __init__(self, config, pids):
+            self.config, self.pids = config, pids
+            self.exit_code = None
+            self.requests_from = None
+            self.calls: list[str] = []
+            made.append(self)
+
+        def start(self):
+            self.calls.append("start")
+
+        def stop(self, error=None):
+            self.calls.append(f"stop:{error}")
+
+    out = tmp_path / "env.json"
+    code = "import json, os, sys; json.dump({'pid': os.getpid(), 'pgid': os.getpgid(0), " \
+           "'dir': os.environ.get('LLM_POWERTRACE_RECORD_DIR')}, open(sys.argv[1], 'w')); " \
+           "sys.exit(3)"
+    outcome = record_command([sys.executable, "-c", code, str(out)], _cfg(tmp_path / "ds"),
+                             recording=NoSampler)
+    seen = json.loads(out.read_text())
+    rec = made[0]
+    assert rec.pids == [seen["pid"]] and seen["pgid"] == seen["pid"]  # the gate became the command
+    assert seen["dir"].endswith(outcome.run_id)
+    assert rec.calls == ["start", f"stop:{Path(sys.executable).name} exited with status 3"]
+    assert rec.exit_code == 3
+    assert outcome.exit_code == 3 and outcome.status == "failed" and _data_files(tmp_path) == []
