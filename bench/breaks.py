@@ -23,7 +23,8 @@ from mutation import _copy_tree  # noqa: E402
 
 M = "llm_powertrace_ds/metrics.py"
 V = "llm_powertrace_ds/validate.py"
-S = "llm_powertrace_ds/scaling.py"
+S = "llm_powertrace_ds/scaling/common.py"
+SL = "llm_powertrace_ds/scaling/loglinear.py"
 SH = "llm_powertrace_ds/shards.py"
 C = "llm_powertrace_ds/importers/common.py"
 N = "llm_powertrace_ds/importers/nvidia_smi.py"
@@ -61,7 +62,7 @@ BREAKS: list[tuple[str, str, str, str, str]] = [
     ("plot device label", "llm_powertrace_ds/plots.py", 'label=f"gpu {d.node_index}:{d.gpu_index}")', 'label=f"gpu {d.gpu_index}")', "tests/test_plots.py::test_plot_run_writes_png"),
     ("plot total halved", "llm_powertrace_ds/plots.py", 'ax_t.plot(t[::s], p[::s],', 'ax_t.plot(t[::s], p[::s] / 2,', "tests/test_plots.py::test_plot_run_writes_png"),
     ("ramp p99 -> p95", M, "list(np.percentile(np.abs(r, out=r), [95, 99]", "list(np.percentile(np.abs(r, out=r), [95, 95]", "tests/test_metrics_behaviour.py"),
-    ("loglinear r2 lost", S, 'r2=float(data["r2_log"]), notes=list(data.get("notes", [])),', 'r2=0.0, notes=list(data.get("notes", [])),', "tests/test_scaling_behaviour.py"),
+    ("loglinear r2 lost", SL, 'r2=float(data["r2_log"]), notes=list(data.get("notes", [])),', 'r2=0.0, notes=list(data.get("notes", [])),', "tests/test_scaling_behaviour.py"),
     ("energy x2 (convert publish)", M, "energy = 0.5 * float(np.dot(dt, p[:-1] + p[1:])) / 1000.0", "energy = float(np.dot(dt, p[:-1] + p[1:])) / 1000.0", "tests/generation/sampler/test_convert.py::test_converted_run_publishes_and_reads_back"),
 ]
 

@@ -57,7 +57,7 @@ TARGETS: dict[str, Target] = {
                          "tests/importers/test_malformed.py", "tests/importers/test_behaviour.py")),
     "validate": Target("llm_powertrace_ds/validate.py",
                        ("tests/test_validate.py", "tests/test_validate_behaviour.py")),
-    "scaling": Target("llm_powertrace_ds/scaling.py",
+    "scaling": Target("llm_powertrace_ds/scaling/*.py",
                       ("tests/test_scaling.py", "tests/test_scaling_behaviour.py")),
     "shards": Target("llm_powertrace_ds/shards.py",
                      ("tests/test_shards.py", "tests/test_shards_behaviour.py")),
