@@ -34,7 +34,7 @@ from datasets import Features
 from filelock import FileLock, Timeout
 
 from . import audit, checks, layout, schema
-from .atomic import write_text_atomic
+from .atomic import atomic_path, write_text_atomic
 from .errors import InputError, LockTimeout, RunNotFound, ShardError
 from .run import SIGNAL_KEYS, DeviceSeries, Run, events_from_dicts
 from .staging import Staging
@@ -199,14 +199,24 @@ def _tmp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
+def _write_stream(dest: Path, table: pa.Table) -> None:
+    """Write ``table`` as one Arrow IPC stream file at ``dest`` (no rename, no fsync)."""
+    with pa.OSFile(str(dest), "wb") as sink, \
+            ipc.new_stream(sink, table.schema, options=ipc_options(table.nbytes)) as writer:
+        writer.write_table(table, max_chunksize=max(1, min(table.num_rows, 1024)))
+
+
 def _write_tmp(path: Path, table: pa.Table) -> Path:
-    """Write ``table`` to ``path``'s hidden temporary name (fsynced); return that name."""
+    """Write ``table`` to ``path``'s hidden temporary name (fsynced); return that name.
+
+    The first half of :func:`write_tables_all_or_nothing`'s two phases (every file written
+    before any is renamed), which :func:`~llm_powertrace_ds.atomic.atomic_path` (one file,
+    renamed as its block ends) does not cover.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _tmp_name(path)
     try:
-        with pa.OSFile(str(tmp), "wb") as sink, \
-                ipc.new_stream(sink, table.schema, options=ipc_options(table.nbytes)) as writer:
-            writer.write_table(table, max_chunksize=max(1, min(table.num_rows, 1024)))
+        _write_stream(tmp, table)
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
     except BaseException:
@@ -217,11 +227,8 @@ def _write_tmp(path: Path, table: pa.Table) -> Path:
 
 def write_table_atomic(path: Path, table: pa.Table) -> None:
     """Write ``table`` as an Arrow IPC stream to a hidden temporary name, then rename it."""
-    tmp = _write_tmp(path, table)
-    try:
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with atomic_path(path, fsync=True) as tmp:
+        _write_stream(tmp, table)
 
 
 def write_tables_all_or_nothing(tables: dict[Path, pa.Table | Path]) -> None:
@@ -855,24 +862,15 @@ def write_batches_atomic(path: Path, schema_: pa.Schema, batches: Iterable[pa.Re
     Raises:
         ShardError: a batch's schema differs.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     n = 0
-    try:
-        with pa.OSFile(str(tmp), "wb") as sink, \
-                ipc.new_stream(sink, schema_, options=ipc_options()) as writer:
-            for batch in batches:
-                if not batch.schema.equals(schema_):
-                    raise ShardError(f"cannot pack into '{path.name}': a batch's schema differs "
-                                     "from the first file's")
-                writer.write_batch(batch)
-                n += batch.num_rows
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with atomic_path(path, fsync=True) as tmp, pa.OSFile(str(tmp), "wb") as sink, \
+            ipc.new_stream(sink, schema_, options=ipc_options()) as writer:
+        for batch in batches:
+            if not batch.schema.equals(schema_):
+                raise ShardError(f"cannot pack into '{path.name}': a batch's schema differs "
+                                 "from the first file's")
+            writer.write_batch(batch)
+            n += batch.num_rows
     return n
 
 
