@@ -59,7 +59,7 @@ TARGETS: dict[str, Target] = {
                        ("tests/test_validate.py", "tests/test_validate_behaviour.py")),
     "scaling": Target("llm_powertrace_ds/scaling/*.py",
                       ("tests/test_scaling.py", "tests/test_scaling_behaviour.py")),
-    "shards": Target("llm_powertrace_ds/shards.py",
+    "shards": Target("llm_powertrace_ds/shards/*.py",
                      ("tests/test_shards.py", "tests/test_shards_behaviour.py")),
     "process": Target("generation/sampler/process.py",
                       ("tests/generation/sampler/test_process.py",

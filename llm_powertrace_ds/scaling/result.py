@@ -71,7 +71,7 @@ class FitResult:
 
     def save(self, path: str | Path) -> None:
         """Write the JSON (temporary name, then rename)."""
-        from ..shards import write_text_atomic
+        from ..atomic import write_text_atomic
 
         write_text_atomic(Path(path), json.dumps(self.to_json(), indent=2))
 
