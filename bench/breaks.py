@@ -26,7 +26,8 @@ V = "llm_powertrace_ds/validate.py"
 S = "llm_powertrace_ds/scaling/common.py"
 SL = "llm_powertrace_ds/scaling/loglinear.py"
 SH = "llm_powertrace_ds/shards/write.py"
-C = "llm_powertrace_ds/importers/common.py"
+C = "llm_powertrace_ds/importers/csv_reader.py"
+CT = "llm_powertrace_ds/importers/timestamps.py"
 N = "llm_powertrace_ds/importers/nvidia_smi.py"
 BREAKS: list[tuple[str, str, str, str, str]] = [
     # (name, file, line as it is, the mistake, tests that must catch it)
@@ -37,7 +38,7 @@ BREAKS: list[tuple[str, str, str, str, str]] = [
     ("declared period ignored", M, "period = max(float(declared), median) if declared else median", "period = median", "tests/test_metrics_behaviour.py"),
     ("duration from latest first", M, "first = min(int(d.t_ms[0]) for d in valid)", "first = max(int(d.t_ms[0]) for d in valid)", "tests/test_metrics_behaviour.py"),
     ("gap at exactly threshold", M, "np.flatnonzero(dt > limit) if dt.max() > limit", "np.flatnonzero(dt >= limit) if dt.max() >= limit", "tests/test_metrics_behaviour.py"),
-    ("offset ignored", C, "ms[offset_row] = _explicit_utc_ms(texts[offset_row])", "pass", "tests/importers/test_behaviour.py"),
+    ("offset ignored", CT, "ms[offset_row] = _explicit_utc_ms(texts[offset_row])", "pass", "tests/importers/test_behaviour.py"),
     ("no restart after header", N, "return _positions(table.segments) % count", "return np.arange(len(table.segments)) % count", "tests/importers/test_behaviour.py"),
     ("infer: extra row", N, "if gap > 0 and spread <= 0.5 * gap:", "if gap > 0 and spread <= 0.5 * gap and len(ts) % n == 0:", "tests/importers/test_behaviour.py"),
     ("cut-off only if unterminated", C, "return not st.terminated or len(row) < len(self.header)", "return not st.terminated", "tests/importers/test_behaviour.py"),
