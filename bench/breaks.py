@@ -59,7 +59,7 @@ BREAKS: list[tuple[str, str, str, str, str]] = [
         with pa.OSFile(str(tmp), "wb") as sink, ipc.new_stream(sink, table.schema) as writer:""", "tests/test_shards_behaviour.py"),
     ("kv cache dropped", "generation/workloads/quant.py", """    return {"cache_implementation": "quantized",""", """    return {}
     return {"cache_implementation": "quantized",""", "tests/generation/workloads/test_inference.py::test_quantised_kv_cache_run"),
-    ("page index off", "upload.py", 'opts["write_page_index"] = True', 'opts["write_page_index"] = False', "tests/test_upload.py::test_parquet_copy_loads_and_equals_arrow_row_for_row"),
+    ("page index off", "llm_powertrace_ds/hub_upload.py", 'opts["write_page_index"] = True', 'opts["write_page_index"] = False', "tests/test_upload.py::test_parquet_copy_loads_and_equals_arrow_row_for_row"),
     ("plot device label", "llm_powertrace_ds/plots.py", 'label=f"gpu {d.node_index}:{d.gpu_index}")', 'label=f"gpu {d.gpu_index}")', "tests/test_plots.py::test_plot_run_writes_png"),
     ("plot total halved", "llm_powertrace_ds/plots.py", 'ax_t.plot(t[::s], p[::s],', 'ax_t.plot(t[::s], p[::s] / 2,', "tests/test_plots.py::test_plot_run_writes_png"),
     ("ramp p99 -> p95", M, "list(np.percentile(np.abs(r, out=r), [95, 99]", "list(np.percentile(np.abs(r, out=r), [95, 95]", "tests/test_metrics_behaviour.py"),
