@@ -39,18 +39,22 @@ from __future__ import annotations
 import argparse
 import difflib
 import glob
-import inspect
 import json
 import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llm_powertrace_ds.errors import PowerTraceError
+from llm_powertrace_ds.hub_upload import (
+    UploadError,
+    check_loads,
+    check_shards,
+    write_parquet_copy,
+)
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 LOGIN_HINT = ("run `hf auth login` (or set the HF_TOKEN environment variable to a token with "
@@ -62,12 +66,8 @@ MAX_COMMIT_BYTES = 4 * 1024**3
 NEVER_UPLOAD = [".staging/**", "**/.staging/**", "*.lock", "**/*.lock", ".*", "**/.*"]
 """Passed as ``ignore_patterns`` on every upload, whatever the plan says."""
 CARD_FILES = ("README.md",)
-PARQUET_ROW_GROUP_BYTES = 64 * 1024**2
 DIFF_MAX_LINES = 400
 
-
-class UploadError(PowerTraceError):
-    """A failure reported as one line (exit code 1)."""
 
 
 class _Printer:
@@ -191,136 +191,6 @@ def publishable_folder(root: Path, *, allow_proxy: bool) -> FolderCheck:
             "activity, not GPU measurements); pass --allow-proxy to publish them anyway")
     return check
 
-
-def check_loads(root: Path, cache_dir: Path) -> list[tuple[str, str]]:
-    """Load every (config, split) of the card with ``load_dataset``; return the pairs.
-
-    Each split is loaded with ``streaming=True`` and its first row read: the same loader and
-    card path as a user's ``load_dataset``, without preparing a cached copy of the data (which
-    cost up to 5x the dataset in temporary disk, issue 13). Every shard's schema and row count
-    are checked at the Arrow level by :func:`check_shards`.
-
-    Raises:
-        UploadError: naming the first (config, split) that does not load.
-    """
-    import datasets
-    from huggingface_hub import DatasetCard
-
-    datasets.disable_progress_bars()
-    datasets.logging.set_verbosity_error()
-    card = DatasetCard.load(root / "README.md")
-    pairs = []
-    for entry in card.data.to_dict().get("configs") or []:
-        config = entry["config_name"]
-        for files in entry["data_files"]:
-            split = files["split"]
-            try:
-                stream = datasets.load_dataset(str(root), config, split=split, streaming=True,
-                                               cache_dir=str(cache_dir))
-                first_row = next(iter(stream), None)
-            except Exception as exc:  # any loader failure is reported as one line
-                first = str(exc).splitlines()[0] if str(exc) else ""
-                raise UploadError(f"config {config!r} split {split!r} of '{root}' does not "
-                                  f"load: {type(exc).__name__}: {first}") from exc
-            if first_row is None:
-                raise UploadError(f"config {config!r} split {split!r} of '{root}' loads no rows")
-            pairs.append((config, split))
-    return pairs
-
-
-def check_shards(root: Path) -> list[tuple[str, str]]:
-    """Arrow-level check of every shard the folder's configs declare; return the pairs.
-
-    Every shard must carry its config's exact schema (``Features.arrow_schema``, with the
-    ``huggingface`` metadata) and every split must hold rows. Nothing is copied or cached.
-
-    Raises:
-        UploadError: naming the first file or (config, split) that fails.
-    """
-    from llm_powertrace_ds import layout, schema
-    from llm_powertrace_ds.errors import ShardError
-    from llm_powertrace_ds.shards import count_rows, file_schema
-
-    pairs = []
-    for config, splits in layout.config_globs(root).items():
-        expected = schema.features_for(config).arrow_schema
-        for split in splits:
-            rows = 0
-            for path in layout.shard_files(root, config, split):
-                try:
-                    if not file_schema(path).equals(expected, check_metadata=True):
-                        raise UploadError(f"'{path}' does not have the schema of config "
-                                          f"{config!r} (written by another schema version?)")
-                    rows += count_rows(path)
-                except ShardError as exc:
-                    raise UploadError(str(exc)) from None
-            if rows == 0:
-                raise UploadError(f"config {config!r} split {split!r} of '{root}' has no rows")
-            pairs.append((config, split))
-    return pairs
-
-
-# ---------------------------------------------------------------------------------------------
-# The upload copy
-# ---------------------------------------------------------------------------------------------
-
-def parquet_writer_options() -> dict[str, Any]:
-    """Content-defined chunking and the page index, where the installed pyarrow has them."""
-    import pyarrow.parquet as pq
-
-    params = inspect.signature(pq.ParquetWriter.__init__).parameters
-    opts: dict[str, Any] = {"compression": "zstd"}
-    if "use_content_defined_chunking" in params:
-        opts["use_content_defined_chunking"] = True
-    if "write_page_index" in params:
-        opts["write_page_index"] = True
-    return opts
-
-
-def write_parquet_copy(src: Path, dst: Path, *, remove_source: bool = False,
-                       on_file: Callable[[], None] | None = None) -> int:
-    """Write every Arrow shard of ``src`` as Parquet under the same path in ``dst``.
-
-    Each Parquet file is read back and compared with its Arrow shard (same schema, including the
-    ``huggingface`` metadata, and same rows).
-
-    Args:
-        src: the packed Arrow folder.
-        dst: the Parquet folder.
-        remove_source: delete each Arrow shard once its Parquet twin is checked, so the two
-            copies never coexist (temporary disk: one dataset plus one shard).
-        on_file: called after each file (e.g. to measure the temporary disk).
-
-    Returns:
-        The number of files written.
-
-    Raises:
-        UploadError: a file does not round-trip.
-    """
-    import pyarrow.parquet as pq
-
-    from llm_powertrace_ds.shards import read_table
-
-    opts = parquet_writer_options()
-    n = 0
-    for path in sorted((src / "data").rglob("*.arrow")):
-        if any(part.startswith(".") for part in path.relative_to(src).parts):
-            continue
-        table = read_table(path)
-        out = dst / path.relative_to(src).with_suffix(".parquet")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        row_bytes = table.nbytes / max(1, table.num_rows)
-        rows_per_group = max(1, int(PARQUET_ROW_GROUP_BYTES // max(1.0, row_bytes)))
-        pq.write_table(table, out, row_group_size=rows_per_group, **opts)
-        back = pq.read_table(out)
-        if back.schema.metadata != table.schema.metadata or not back.equals(table):
-            raise UploadError(f"'{out}' does not round-trip to '{path}'")
-        n += 1
-        if on_file is not None:
-            on_file()
-        if remove_source:
-            path.unlink()
-    return n
 
 
 def upload_files(root: Path) -> list[tuple[str, int]]:

@@ -90,7 +90,7 @@ def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
 def test_the_graph_is_read():
     edges = graph()
     assert "llm_powertrace_ds.schema" in edges["llm_powertrace_ds.layout"]
-    assert "llm_powertrace_ds.shards" in edges["cards.builder"]
+    assert "llm_powertrace_ds.shards" in edges["cards.render"]
     assert "llm_powertrace_ds.importers.common" in edges["llm_powertrace_ds.importers.nvidia_smi"]
     assert "llm_powertrace_ds.staging" in edges["generation.runner"]
     assert "generation.workloads.inference.engines" in edges["generation.workloads.inference.serve"]

@@ -20,7 +20,7 @@ from huggingface_hub.utils import filter_repo_objects
 
 from cards import figures
 from cards.builder import CardOptions, refresh_card, write_card
-from llm_powertrace_ds import layout, shards
+from llm_powertrace_ds import hub_upload, layout, shards
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # upload.py lives at the repo root
@@ -265,7 +265,7 @@ def test_parquet_copy_loads_and_equals_arrow_row_for_row(env, make_run, no_figur
     meta = pq.ParquetFile(hub / data[0]).metadata
     col = meta.row_group(0).column(0)
     # pyproject requires pyarrow >= 15, which writes the page index: it must be there.
-    assert upload.parquet_writer_options()["write_page_index"] is True
+    assert hub_upload.parquet_writer_options()["write_page_index"] is True
     assert col.has_offset_index and col.has_column_index
 
 

@@ -240,14 +240,34 @@ def _watch_stdin(loop: TickLoop, stream: IO[str]) -> None:
                                      "(stdin closed)")
 
 
-def child_main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the sampler process (``python -m generation.sampler``)."""
+def _child_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse the sampler process's command line (the parent builds it)."""
     parser = argparse.ArgumentParser(prog="python -m generation.sampler")
     parser.add_argument("--staging", required=True)
     parser.add_argument("--source", required=True, choices=("nvml", "cpu_proxy"))
     parser.add_argument("--config", required=True, help="SamplerConfig as JSON")
     parser.add_argument("--parent-pid", type=int, required=True)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def _write_provenance(staging: Path, source: Source, config: SamplerConfig, priority: str,
+                      devices: Sequence[DeviceInfo]) -> None:
+    """Write the run's sampler provenance (source, period, devices, loaded heavy modules)."""
+    provenance = {
+        **source.provenance(),
+        "sample_period_ms": config.period_ms,
+        "priority": priority,
+        "devices": [d.to_dict() for d in devices],
+        "sampler_pid": os.getpid(),
+        "python": sys.version.split()[0],
+        "heavy_modules_loaded": sorted(m for m in HEAVY_MODULES if m in sys.modules),
+    }
+    write_json_atomic(staging / PROVENANCE_FILE, provenance)
+
+
+def child_main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the sampler process (``python -m generation.sampler``)."""
+    args = _child_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s sampler[%(process)d] %(levelname)s %(message)s")
     config = SamplerConfig.from_dict(json.loads(args.config))
@@ -273,16 +293,7 @@ def child_main(argv: Sequence[str] | None = None) -> int:
         print(f"ERROR {exc}", flush=True)
         return 2
     writer.set_devices([d.to_dict() for d in devices])
-    provenance = {
-        **source.provenance(),
-        "sample_period_ms": config.period_ms,
-        "priority": priority,
-        "devices": [d.to_dict() for d in devices],
-        "sampler_pid": os.getpid(),
-        "python": sys.version.split()[0],
-        "heavy_modules_loaded": sorted(m for m in HEAVY_MODULES if m in sys.modules),
-    }
-    write_json_atomic(staging / PROVENANCE_FILE, provenance)
+    _write_provenance(staging, source, config, priority, devices)
 
     def ready(t_start_ns: int) -> None:
         try:

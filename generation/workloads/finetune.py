@@ -410,6 +410,33 @@ class Prepared:
         self.columns = columns
 
 
+def _train_eval_datasets(r: dict[str, Any], ctx: RunContext, vocab_size: int) -> tuple[Any, Any]:
+    """The training dataset and, when the row evaluates, a small synthetic evaluation set."""
+    n_seq = data_mod.sequences_needed(r["max_steps"] or 1000, r["global_batch_size"])
+    ids = data_mod.token_ids(r.get("_dataset_path"), n_seq, r["seq_len"],
+                             vocab_size=vocab_size, seed=int(r["seed"]))
+    train_ds = data_mod.to_dataset(ids)
+    eval_ds = None
+    if r.get("eval_every_steps"):
+        n_eval = max(2, r["batch_size"] * ctx.world_size * 2)
+        eval_ds = data_mod.to_dataset(data_mod.synthetic_token_ids(
+            n_eval, r["seq_len"], vocab_size=vocab_size, seed=int(r["seed"]) + 1))
+    return train_ds, eval_ds
+
+
+def _sft_config(r: dict[str, Any], ctx: RunContext) -> Any:
+    """The row's ``SFTConfig`` (checkpointing keywords renamed where transformers >= 5 wants)."""
+    from trl import SFTConfig
+
+    output_dir = Path(ctx.checkpoint_dir or (ctx.staging_dir / "checkpoints"))
+    kwargs = sft_config_kwargs(r, ctx, output_dir)
+    if "activation_checkpointing" in SFTConfig.__dataclass_fields__:  # transformers >= 5.x
+        kwargs["activation_checkpointing"] = kwargs.pop("gradient_checkpointing")
+        if "gradient_checkpointing_kwargs" in kwargs:
+            kwargs["activation_checkpointing_kwargs"] = kwargs.pop("gradient_checkpointing_kwargs")
+    return SFTConfig(**kwargs)
+
+
 def setup(r: dict[str, Any], ctx: RunContext) -> Prepared:
     """Build everything a run needs, outside the measured window (issue 11, item 2).
 
@@ -423,7 +450,7 @@ def setup(r: dict[str, Any], ctx: RunContext) -> Prepared:
     """
     import torch
     from peft import LoraConfig
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTTrainer
 
     spec = models.get_spec(r["model"])
     cuda = ctx.device == "cuda"
@@ -452,28 +479,14 @@ def setup(r: dict[str, Any], ctx: RunContext) -> Prepared:
             model, use_gradient_checkpointing=bool(r["gradient_checkpointing"]))
     tokenizer = models.build_tokenizer()
 
-    n_seq = data_mod.sequences_needed(r["max_steps"] or 1000, r["global_batch_size"])
-    ids = data_mod.token_ids(r.get("_dataset_path"), n_seq, r["seq_len"],
-                             vocab_size=spec.vocab_size, seed=int(r["seed"]))
-    train_ds = data_mod.to_dataset(ids)
-    eval_ds = None
-    if r.get("eval_every_steps"):
-        n_eval = max(2, r["batch_size"] * ctx.world_size * 2)
-        eval_ds = data_mod.to_dataset(data_mod.synthetic_token_ids(
-            n_eval, r["seq_len"], vocab_size=spec.vocab_size, seed=int(r["seed"]) + 1))
+    train_ds, eval_ds = _train_eval_datasets(r, ctx, spec.vocab_size)
     peft_config = None
     if r["method"] in ("lora", "qlora"):
         peft_config = LoraConfig(r=int(r["lora_rank"]), lora_alpha=float(r["lora_alpha"]),  # type: ignore[arg-type]  # PEFT annotates int; the scaling alpha/r takes a float
                                  target_modules=r["lora_targets"].split(","), lora_dropout=0.0,
                                  bias="none", task_type="CAUSAL_LM",
                                  fan_in_fan_out=spec.arch == "gpt2")  # GPT-2's Conv1D
-    output_dir = Path(ctx.checkpoint_dir or (ctx.staging_dir / "checkpoints"))
-    kwargs = sft_config_kwargs(r, ctx, output_dir)
-    if "activation_checkpointing" in SFTConfig.__dataclass_fields__:  # transformers >= 5.x
-        kwargs["activation_checkpointing"] = kwargs.pop("gradient_checkpointing")
-        if "gradient_checkpointing_kwargs" in kwargs:
-            kwargs["activation_checkpointing_kwargs"] = kwargs.pop("gradient_checkpointing_kwargs")
-    args = SFTConfig(**kwargs)
+    args = _sft_config(r, ctx)
     duration = None
     if r["target_duration_s"] is not None:
         duration = int(r["target_duration_s"] * 1e9)

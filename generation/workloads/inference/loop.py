@@ -160,15 +160,8 @@ class ServingLoop:
             # admit up to the concurrency (static: only when no batch is running)
             if waiting and (engine.admits_while_busy or not busy) \
                     and len(in_flight) < self.concurrency:
-                jobs = []
-                while waiting and len(in_flight) < self.concurrency:
-                    req, rec = waiting.popleft()
-                    rec.start_ns = time.monotonic_ns()
-                    in_flight[req.request_id] = req
-                    jobs.append(Job(req.request_id, self.prompts(req), req.output_tokens))
-                self.max_in_flight = max(self.max_in_flight, len(in_flight))
                 busy = True
-                engine.submit(jobs)
+                self._admit(waiting, in_flight)
             if not in_flight and not waiting and next_req is None and exhausted:
                 break
             # wait for results, or until the next arrival is due
@@ -188,6 +181,22 @@ class ServingLoop:
                     if follow is not None:
                         waiting.append((follow, self._arrive(follow, t)))
             busy = bool(in_flight)
+        return self._request_log(errors)
+
+    def _admit(self, waiting: deque[tuple[arr.Request, RequestRecord]],
+               in_flight: dict[str, arr.Request]) -> None:
+        """Start waiting requests, up to the concurrency, as one submission to the engine."""
+        jobs = []
+        while waiting and len(in_flight) < self.concurrency:
+            req, rec = waiting.popleft()
+            rec.start_ns = time.monotonic_ns()
+            in_flight[req.request_id] = req
+            jobs.append(Job(req.request_id, self.prompts(req), req.output_tokens))
+        self.max_in_flight = max(self.max_in_flight, len(in_flight))
+        self.engine.submit(jobs)
+
+    def _request_log(self, errors: list[str]) -> list[RequestRecord]:
+        """The request records in arrival order; ``RuntimeError`` when every request failed."""
         records = sorted(self.records.values(), key=lambda r: (r.arrival_ns, r.request_id))
         if records and all(r.status == "error" for r in records):
             raise RuntimeError(f"every request failed; first error: {errors[0] if errors else '?'}")

@@ -1,0 +1,120 @@
+"""Render the card (front matter + sections) and write ``README.md`` atomically."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import yaml
+
+from llm_powertrace_ds.privacy import strip_control
+from llm_powertrace_ds.shards import folder_lock, write_text_atomic
+
+from . import analysis
+from . import figures as figures_mod
+from .card_text import CardOptions
+from .front_matter import _YAML_DUMPER, card_metadata
+from .sections_data import (
+    _axes_section,
+    _configs_section,
+    _families_section,
+    _figures_section,
+    _how_to_use,
+    _intro,
+    _long_rows_note,
+    _platforms_section,
+)
+from .sections_method import (
+    _dictionary_section,
+    _facility_section,
+    _licence_citation_changelog,
+    _limitations_section,
+    _measurement_section,
+    _metrics_section,
+    _quality_section,
+)
+from .summary import FolderSummary, summarize
+
+# ---------------------------------------------------------------------------------------------
+# Entry points
+# ---------------------------------------------------------------------------------------------
+
+def render_card(root: str | Path, options: CardOptions | None = None, *,
+                summary: FolderSummary | None = None,
+                figures: list[figures_mod.Figure] | None = None) -> str:
+    """Render the card's text (YAML front matter + Markdown body).
+
+    Args:
+        root: the dataset folder.
+        options: card options (default ``CardOptions()``).
+        summary: a precomputed ``summarize(root)``.
+        figures: the figures to link (default: those already current in ``root/figures``;
+            :func:`write_card` draws missing ones first).
+
+    Returns:
+        The card text; the same folder and options always give the same text.
+    """
+    options = options or CardOptions()
+    summary = summary or summarize(root)
+    if figures is None:
+        figures = [f for f in figures_mod.planned_figures(summary) if f.available]
+    meta = yaml.dump(card_metadata(root, options, summary), Dumper=_YAML_DUMPER,
+                     sort_keys=False, allow_unicode=True, width=1000)
+    body: list[str] = []
+    for section in (_intro(summary, options), _configs_section(summary), _long_rows_note(summary),
+                    _how_to_use(summary, options), _figures_section(figures, summary),
+                    _platforms_section(summary), _families_section(summary),
+                    _axes_section(summary), _measurement_section(summary),
+                    _quality_section(summary), _limitations_section(summary),
+                    _metrics_section() + analysis.seed_note(), _facility_section(),
+                    analysis.scaling_section(summary.root), analysis.sources_section(summary.all_runs),
+                    _dictionary_section(summary),
+                    _licence_citation_changelog(summary, options.repo_id)):
+        body += section
+    while body and body[-1] == "":
+        body.pop()
+    return "\n".join(["---", meta.rstrip(), "---", "", *body, ""])
+
+
+def write_card(root: str | Path, options: CardOptions | None = None, *,
+               out_dir: str | Path | None = None) -> Path:
+    """Draw missing figures, then write ``README.md`` atomically; return its path.
+
+    Unchanged text is not rewritten, so a second call changes nothing.
+
+    Args:
+        root: the dataset folder the card describes.
+        options: card options (default ``CardOptions()``).
+        out_dir: write the card (and copy the figures) into this folder instead — e.g. a
+            Parquet copy of ``root`` whose card must describe the same data.
+
+    Returns:
+        The path of the written ``README.md``.
+    """
+    options = options or CardOptions()
+    root = Path(root)
+    summary = summarize(root)
+    draw = options.figures if options.figures is not None else figures_mod.drawing_enabled()
+    figs = figures_mod.update_figures(summary, render=draw)
+    text = render_card(root, options, summary=summary, figures=figs)
+    dest = Path(out_dir) if out_dir is not None else root
+    if dest.resolve() != root.resolve():
+        for fig in figs:
+            target = dest / fig.path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(root / fig.path, target)
+    path = dest / "README.md"
+    text = strip_control(text)  # no ESC sequence or CR from old data reaches the card
+    if not path.exists() or path.read_text(encoding="utf-8") != text:
+        write_text_atomic(path, text)
+    return path
+
+
+def refresh_card(root: str | Path, options: CardOptions | None = None) -> Path:
+    """:func:`write_card` under the folder lock: what a command calls once, at its end.
+
+    Raises:
+        LockTimeout: another process holds the folder's card.
+    """
+    with folder_lock(root):
+        return write_card(root, options)

@@ -1,0 +1,77 @@
+"""Shard I/O: encode a ``Run`` to Arrow tables, publish atomically, pack, and read back.
+
+Every shard is an Arrow IPC **stream** file whose schema is the config's
+``Features.arrow_schema`` (it carries the ``huggingface`` metadata, so list and struct types
+round-trip through ``datasets``). Scalar and event columns go through ``features.encode_batch``;
+the per-tick signal lists are built directly from numpy (offsets + values), which is what
+``encode_batch`` would produce, without a Python object per sample.
+
+Publishing follows the run lifecycle of docs/design.md: ``.staging/<run_id>/status.json`` says
+``complete`` then ``published``; each file is written under a hidden temporary name in its final
+folder and renamed into place; a crash in between is repaired by publishing again (idempotent).
+"""
+
+from __future__ import annotations
+
+from ..atomic import write_text_atomic
+from ..errors import ShardError
+from .encode import (
+    COMPRESS_MIN_BYTES,
+    DEFAULT_MAX_SHARD_BYTES,
+    LOCK_TIMEOUT_S,
+    PACKED_RE,
+    SHARD_COMPRESSION,
+    ipc_options,
+    log,
+    requests_table,
+    runs_table,
+    trace_table,
+)
+from .pack import PackResult, pack
+from .publish import (
+    CARD_PENDING,
+    PreparedRun,
+    PublishResult,
+    commit_run,
+    discard_staged,
+    existing_run_files,
+    prepare_run,
+    publish_run,
+    read_status,
+    repair_folder,
+    set_status,
+    split_front_matter,
+    stage_run,
+    write_configs_block,
+)
+from .read import (
+    count_rows,
+    file_schema,
+    iter_batches,
+    iter_file_batches,
+    iter_rows,
+    iter_runs,
+    list_runs,
+    read_run,
+    read_table,
+    run_from_rows,
+    runs_from_table,
+)
+from .write import (
+    folder_lock,
+    write_batches_atomic,
+    write_table_atomic,
+    write_tables_all_or_nothing,
+)
+
+__all__ = [
+    "CARD_PENDING", "COMPRESS_MIN_BYTES", "DEFAULT_MAX_SHARD_BYTES", "LOCK_TIMEOUT_S",
+    "PACKED_RE", "PackResult", "PreparedRun", "PublishResult", "SHARD_COMPRESSION",
+    "ShardError", "commit_run", "count_rows", "discard_staged", "existing_run_files",
+    "file_schema", "folder_lock", "ipc_options", "iter_batches", "iter_file_batches",
+    "iter_rows", "iter_runs", "list_runs", "log", "pack", "prepare_run", "publish_run",
+    "read_run", "read_status", "read_table", "repair_folder", "requests_table", "run_from_rows",
+    "runs_from_table", "runs_table", "set_status", "split_front_matter", "stage_run",
+    "trace_table", "write_batches_atomic", "write_configs_block", "write_table_atomic",
+    "write_tables_all_or_nothing", "write_text_atomic",
+]

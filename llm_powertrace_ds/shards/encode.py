@@ -1,0 +1,167 @@
+"""Encode a ``Run`` to Arrow tables in the configs' ``Features.arrow_schema``."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+from datasets import Features
+
+from .. import schema
+from ..run import DeviceSeries, Run
+
+log = logging.getLogger(__name__)
+
+LOCK_TIMEOUT_S = 600.0
+PACKED_RE = re.compile(r"-\d{5}-of-\d{5}\.(arrow|parquet)$")
+"""Names of ``pack``'s shards (``<platform>-NNNNN-of-MMMMM.arrow``)."""
+DEFAULT_MAX_SHARD_BYTES = 500 * 1024 * 1024
+SHARD_COMPRESSION = "zstd" if pa.Codec.is_available("zstd") else None
+"""Buffer compression of every shard written (Arrow IPC's own, read transparently by pyarrow and
+``datasets``): per-tick lists of regularly spaced ``t_ms`` and slowly varying signals shrink
+2-3x, which is what brings an import below 12 bytes per sample (issue 13)."""
+
+
+COMPRESS_MIN_BYTES = 256 * 1024
+"""Tables smaller than this (a runs row, a request log) are written uncompressed: their hundred
+small column buffers cost more to decompress on every read than they save on disk."""
+
+
+def ipc_options(nbytes: int | None = None) -> ipc.IpcWriteOptions:
+    """The IPC write options of a shard of ``nbytes`` (``SHARD_COMPRESSION`` unless small)."""
+    small = nbytes is not None and nbytes < COMPRESS_MIN_BYTES
+    return ipc.IpcWriteOptions(compression=None if small else SHARD_COMPRESSION)
+
+_ARROW_TYPES = {
+    "float32": pa.float32(), "float64": pa.float64(), "int16": pa.int16(), "int32": pa.int32(),
+    "int64": pa.int64(),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoding
+# ---------------------------------------------------------------------------------------------
+
+def _signal_array(devices: list[DeviceSeries], name: str, dtype: str) -> pa.Array:
+    """A ``list<dtype>`` column: one list per device, nulls where NaN.
+
+    A device whose source never reported the signal (absent, or NaN at every tick) gets a
+    **null cell**, not a list of nulls: the cell costs its validity bit and no value buffer, so
+    an all-null signal column costs nothing on disk (issue 13). Readers treat a null cell as
+    "every tick null" (``run_from_rows``; ``traces.align_signal`` for Arrow consumers).
+    """
+    lengths = np.array([len(d.t_ms) for d in devices], dtype=np.int64)
+    parts: list[np.ndarray] = []
+    if name == "t_ms":
+        valid = np.ones(len(devices), dtype=bool)
+        parts = [np.asarray(d.t_ms, dtype=np.int64) for d in devices]
+    else:
+        found = [d.signals.get(name) for d in devices]
+        valid = np.array([p is not None and len(p) > 0 and not np.isnan(p).all() for p in found],
+                         dtype=bool)
+        lengths = np.where(valid, lengths, 0)
+        parts = [p for p, ok in zip(found, valid, strict=True) if ok and p is not None]
+    offsets = np.zeros(len(devices) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    if name == "t_ms":
+        values = pa.array(np.concatenate(parts) if parts else np.zeros(0, np.int64),
+                          type=pa.int64())
+    else:
+        raw = np.concatenate(parts) if parts else np.zeros(0)
+        mask = np.isnan(raw)
+        if dtype.startswith("int"):
+            raw = np.where(mask, 0, np.rint(raw))
+        arr_np = raw.astype(dtype)
+        values = pa.array(arr_np, type=_ARROW_TYPES[dtype], mask=mask if mask.any() else None)
+    return pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), values,
+                                    mask=None if valid.all() else pa.array(~valid))
+
+
+@functools.lru_cache(maxsize=64)
+def _restricted_features(config: str, names: tuple[str, ...]) -> Features:
+    """The config's ``Features`` restricted to ``names`` (built once: construction deep-copies)."""
+    features = schema.FEATURES[config]
+    return Features({k: features[k] for k in names})
+
+
+@functools.lru_cache(maxsize=64)
+def _arrow_schema(config: str) -> pa.Schema:
+    """The config's ``Features.arrow_schema`` (built once: the property deep-copies each time)."""
+    return schema.FEATURES[config].arrow_schema
+
+
+def _table(config: str, rows: dict[str, list], extra: dict[str, pa.Array] | None = None) -> pa.Table:
+    features = schema.FEATURES[config]
+    arrow_schema = _arrow_schema(config)
+    n = len(next(iter(rows.values()))) if rows else 0
+    full = {name: rows.get(name, [None] * n) for name in features if name not in (extra or {})}
+    # The exact Features object of the config, restricted to the columns not built from numpy.
+    encoded = _restricted_features(config, tuple(full)).encode_batch(full) if full else {}
+    arrays = []
+    for fld in arrow_schema:
+        if extra and fld.name in extra:
+            arrays.append(extra[fld.name].cast(fld.type))
+        elif fld.name in encoded:
+            arrays.append(pa.array(encoded[fld.name], type=fld.type))
+        else:
+            arrays.append(pa.nulls(n, type=fld.type))
+    return pa.Table.from_arrays(arrays, schema=arrow_schema)
+
+
+def _scalar_meta(run: Run, config: str) -> dict[str, Any]:
+    names = {c.name for c in schema.COLUMNS[config]}
+    meta = {k: v for k, v in run.meta.items() if k in names}
+    meta.setdefault("schema_version", schema.SCHEMA_VERSION)
+    meta.setdefault("num_gpus", len(run.devices))
+    meta.setdefault("quality_flags", [])
+    return meta
+
+
+def trace_table(run: Run) -> pa.Table:
+    """The trace-config rows of a run: one row per device."""
+    config = run.workload
+    meta = _scalar_meta(run, config)
+    n = len(run.devices)
+    rows: dict[str, list] = {k: [v] * n for k, v in meta.items()}
+    for key in ("node_index", "gpu_index", "gpu_name", "gpu_uuid_hash", "power_limit_w",
+                "default_power_limit_w"):
+        rows[key] = [getattr(d, key) for d in run.devices]
+    rows["events"] = [[e.as_dict() for e in run.device_events(d)] for d in run.devices]
+    extra = {}
+    for col in schema.SIGNALS:
+        dtype = col.feature.feature.dtype
+        extra[col.name] = _signal_array(run.devices, col.name, dtype)
+    rows.update({k: [None] * n for k in extra})
+    return _table(config, rows, extra)
+
+
+def runs_table(run: Run, metrics: dict[str, Any]) -> pa.Table:
+    """The runs-config row of a run: its scalar metadata and its metrics."""
+    config = f"{run.workload}_runs"
+    meta = _scalar_meta(run, config)
+    limits = {d.power_limit_w for d in run.devices}
+    defaults = {d.default_power_limit_w for d in run.devices}
+    names = {d.gpu_name for d in run.devices}
+    meta.setdefault("gpu_name", names.pop() if len(names) == 1 else None)
+    meta["power_limit_w"] = limits.pop() if len(limits) == 1 else None
+    meta["default_power_limit_w"] = defaults.pop() if len(defaults) == 1 else None
+    valid = {c.name for c in schema.COLUMNS[config]}
+    meta.update({k: v for k, v in metrics.items() if k in valid})
+    return _table(config, {k: [v] for k, v in meta.items()})
+
+
+def requests_table(run: Run) -> pa.Table:
+    """The ``inference_requests`` rows of a run."""
+    reqs = run.requests or []
+    names = [c.name for c in schema.REQUEST_COLUMNS]
+    rows: dict[str, list] = {k: [] for k in names}
+    for r in reqs:
+        r = {**r, "run_id": run.run_id, "platform": run.platform}
+        for k in names:
+            rows[k].append(r.get(k))
+    return _table(schema.REQUESTS_CONFIG, rows)

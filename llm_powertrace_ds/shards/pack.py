@@ -1,0 +1,122 @@
+"""Pack a folder's per-run files into size-bounded shards in a new folder."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from .. import audit, layout
+from ..errors import ShardError
+from .encode import DEFAULT_MAX_SHARD_BYTES
+from .publish import write_configs_block
+from .read import count_rows, file_schema, iter_file_batches
+from .write import write_batches_atomic
+
+# ---------------------------------------------------------------------------------------------
+# Packing
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class PackResult:
+    """What ``pack`` wrote: rows and shards per folder (relative path)."""
+
+    rows: dict[str, int]
+    shards: dict[str, int]
+
+
+def pack(src: str | Path, dst: str | Path, *,
+         max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES, refresh_card: bool = True) -> PackResult:
+    """Merge a folder's per-run files into ``<platform>-NNNNN-of-MMMMM.arrow`` shards in a new folder.
+
+    Rows are never lost or duplicated: the row count of every output folder is checked against
+    its input. ``dst`` must not exist (or be empty); ``src`` is never modified.
+
+    Args:
+        src: dataset folder to read.
+        dst: new folder to write.
+        max_shard_bytes: upper bound of a shard's in-memory Arrow size.
+        refresh_card: write the new folder's ``README.md`` (the caller may write it itself).
+
+    Raises:
+        ShardError: ``dst`` is not empty, or a count does not match.
+    """
+    src, dst = Path(src), Path(dst)
+    if dst.exists() and any(dst.iterdir()):
+        raise ShardError(f"'{dst}' exists and is not empty; pack writes a new folder")
+    if dst.resolve() == src.resolve():
+        raise ShardError("pack never works in place: choose another --out")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    # Everything is written into a hidden sibling folder and renamed into place at the end, so
+    # a failed pack leaves nothing behind and can simply be run again.
+    work = Path(tempfile.mkdtemp(prefix=f".{dst.name}.packing-", dir=dst.parent))
+    try:
+        result = _pack_into(src, work, max_shard_bytes=max_shard_bytes, refresh_card=refresh_card)
+        if dst.exists():
+            dst.rmdir()  # empty (checked above)
+        os.replace(work, dst)
+    finally:
+        if work.exists():
+            shutil.rmtree(work)
+    return result
+
+
+def _pack_into(src: Path, dst: Path, *, max_shard_bytes: int, refresh_card: bool) -> PackResult:
+    audit.check_tree(src)  # no symlink, no stray file: name it instead of failing inside
+    rows: dict[str, int] = {}
+    shards: dict[str, int] = {}
+    data = layout.data_root(src)
+    folders = sorted({p.parent for p in data.rglob(f"*{layout.SHARD_SUFFIX}")
+                      if not p.name.startswith(".")}) if data.is_dir() else []
+    for folder in folders:
+        rel = folder.relative_to(src)
+        parts = rel.parts  # data/<config>/<platform>[/<family>]
+        platform = parts[2]
+        files = sorted(p for p in folder.glob(f"*{layout.SHARD_SUFFIX}")
+                       if not p.name.startswith("."))
+        groups = _group_by_size(files, max_shard_bytes)
+        total = len(groups)
+        in_rows = out_rows = 0
+        for i, group in enumerate(groups):
+            out = dst / rel / f"{platform}-{i:05d}-of-{total:05d}{layout.SHARD_SUFFIX}"
+            in_rows += write_batches_atomic(out, file_schema(group[0]), _stream_files(group))
+            out_rows += count_rows(out)
+        if out_rows != in_rows:
+            raise ShardError(f"pack lost rows in '{rel}': {in_rows} in, {out_rows} out")
+        rows[rel.as_posix()] = out_rows
+        shards[rel.as_posix()] = total
+    if folders and refresh_card:
+        write_configs_block(dst)
+    return PackResult(rows=rows, shards=shards)
+
+
+def _group_by_size(files: list[Path], max_shard_bytes: int) -> list[list[Path]]:
+    """Consecutive files grouped so that each group's bytes on disk stay under the bound.
+
+    An Arrow IPC stream file's size is its in-memory Arrow size plus a small framing, so file
+    sizes bound the shards without reading any file.
+    """
+    groups: list[list[Path]] = [[]]
+    size = 0
+    for f in files:
+        nbytes = f.stat().st_size
+        if groups[-1] and size + nbytes > max_shard_bytes:
+            groups.append([])
+            size = 0
+        groups[-1].append(f)
+        size += nbytes
+    return groups
+
+
+def _stream_files(files: list[Path]) -> Iterator[pa.RecordBatch]:
+    for f in files:
+        try:
+            yield from iter_file_batches(f)
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise ShardError(f"Failed to read '{f}': {type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0] if str(exc) else ''}") from None

@@ -1,0 +1,284 @@
+"""Publish a run through the staging lifecycle, the card's front matter, folder repair."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import yaml
+from filelock import FileLock, Timeout
+
+from .. import audit, checks, layout, schema
+from ..atomic import write_text_atomic
+from ..errors import InputError, LockTimeout, ShardError
+from ..run import Run
+from ..staging import Staging
+from .encode import PACKED_RE, requests_table, runs_table, trace_table
+from .write import _lock, folder_lock, write_table_atomic, write_tables_all_or_nothing
+
+# ---------------------------------------------------------------------------------------------
+# Publishing
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class PublishResult:
+    """What ``publish_run`` wrote.
+
+    Attributes:
+        run_id: the run.
+        files: paths written (relative to the dataset root).
+        flags: the run's quality flags after validation.
+        metrics: the runs-row metrics.
+        replaced: stale files of an earlier version of the run that were removed.
+    """
+
+    run_id: str
+    files: list[str]
+    flags: list[str]
+    metrics: dict[str, Any]
+    replaced: list[str] = field(default_factory=list)
+
+
+def set_status(root: Path, run_id: str, status: str, **extra: Any) -> None:
+    """Write ``.staging/<run_id>/status.json`` atomically (:meth:`staging.Staging.set_status`)."""
+    Staging(root, run_id).set_status(status, **extra)
+
+
+def read_status(root: Path, run_id: str) -> dict[str, Any] | None:
+    """The run's staging status, or ``None`` (:meth:`staging.Staging.status_record`)."""
+    return Staging(root, run_id).status_record()
+
+
+def existing_run_files(root: Path, run_id: str) -> list[Path]:
+    """Every per-run file of ``run_id`` under ``data/`` (any config, platform, family)."""
+    name = f"{run_id}{layout.SHARD_SUFFIX}"
+    data = layout.data_root(root)
+    if not data.is_dir():
+        return []
+    # data/<config>/<platform>/[<family>/]<run_id>.arrow: O(folders), never a walk of every file
+    found = [*data.glob(f"*/*/{name}"), *data.glob(f"*/*/*/{name}")]
+    return sorted(p for p in found if p.is_file())
+
+
+@dataclass
+class PreparedRun:
+    """A validated run's files, ready to be committed into ``data/``.
+
+    Attributes:
+        run_id: the run.
+        flags: its quality flags after validation.
+        metrics: its runs-row metrics.
+        files: destination -> the table, or a staged file holding it (:func:`stage_run`), in
+            writing order (the trace file last).
+    """
+
+    run_id: str
+    flags: list[str]
+    metrics: dict[str, Any]
+    files: dict[Path, pa.Table | Path]
+
+
+def publish_run(root: str | Path, run: Run, *, refresh_card: bool = True) -> PublishResult:
+    """Validate a complete run, compute its metrics and publish its files atomically.
+
+    Writes ``data/<workload>/<platform>/<family>/<run_id>.arrow``,
+    ``data/<workload>_runs/<platform>/<run_id>.arrow`` and, for inference runs with a request
+    log, ``data/inference_requests/<platform>/<run_id>.arrow``. Publishing the same run again
+    replaces it (no duplicate rows, even when its platform or family changed). Finally the YAML
+    ``configs:`` block of ``README.md`` is brought up to date (:func:`write_configs_block`), so
+    the folder always loads; the full card is the caller's, once per command (``cards``).
+
+    Args:
+        root: the dataset folder.
+        run: a complete run.
+        refresh_card: update the card's YAML ``configs:`` block afterwards (cheap).
+
+    Returns:
+        A ``PublishResult``.
+
+    Raises:
+        InputError: the run has error-level quality problems or bad metadata.
+    """
+    return commit_run(root, prepare_run(root, run), refresh_card=refresh_card)
+
+
+def prepare_run(root: str | Path, run: Run) -> PreparedRun:
+    """Validate a run, compute its metrics and build its tables (nothing is written).
+
+    Raises:
+        InputError: the run has error-level quality problems or bad metadata.
+        ShardError: a destination folder holds packed shards.
+    """
+    from .. import metrics as metrics_mod
+    from ..validate import validate_run
+
+    root = Path(root)
+    schema.check_split_name(run.platform)
+    checks.check_publishable(run)
+    if run.workload not in schema.WORKLOADS:
+        raise InputError(f"workload {run.workload!r} is not one of {schema.WORKLOADS}",
+                         field="workload")
+    report = validate_run(run)
+    run.add_flags(*report.flags)
+    if report.errors:
+        raise InputError(f"run {run.run_id} failed validation: {'; '.join(report.messages)}",
+                         field="quality_flags")
+    run_metrics = metrics_mod.compute_run_metrics(run)
+    # Written in this order: the trace file last, so that "its trace file exists" (the
+    # definition of a done run, staging.is_done) implies that its runs row and requests exist too.
+    tables: dict[Path, pa.Table | Path] = {
+        layout.runs_path(root, run.workload, run.platform, run.run_id):
+        runs_table(run, run_metrics)}
+    if run.workload == "inference" and run.requests:
+        tables[layout.requests_path(root, run.platform, run.run_id)] = requests_table(run)
+    tables[layout.trace_path(root, run.workload, run.platform, run.model_family, run.run_id)] = \
+        trace_table(run)
+
+    for path in tables:
+        if path.parent.is_dir() and any(PACKED_RE.search(p.name) for p in path.parent.iterdir()):
+            raise ShardError(f"'{path.parent.relative_to(root)}' holds packed shards: a packed "
+                             "folder is for reading and publishing; add runs to the unpacked "
+                             "folder and pack again")
+    return PreparedRun(run_id=run.run_id, flags=run.flags, metrics=run_metrics, files=tables)
+
+
+def stage_run(root: str | Path, prepared: PreparedRun) -> PreparedRun:
+    """Write a prepared run's tables into ``.staging/<run_id>/publish/`` (hidden from globs).
+
+    Returns the same run with files instead of tables, so a batch of runs can be written one at
+    a time in bounded memory and committed together later (:func:`commit_run` renames them).
+    """
+    sdir = layout.staging_dir(root, prepared.run_id) / "publish"
+    staged: dict[Path, pa.Table | Path] = {}
+    for i, (dest, table) in enumerate(prepared.files.items()):
+        if isinstance(table, Path):
+            staged[dest] = table
+            continue
+        path = sdir / f"{i}{layout.SHARD_SUFFIX}"
+        write_table_atomic(path, table)
+        staged[dest] = path
+    return PreparedRun(run_id=prepared.run_id, flags=prepared.flags, metrics=prepared.metrics,
+                       files=staged)
+
+
+def discard_staged(root: str | Path, prepared: PreparedRun) -> None:
+    """Remove what :func:`stage_run` wrote for a run that will not be committed."""
+    sdir = layout.staging_dir(root, prepared.run_id) / "publish"
+    if sdir.exists():
+        shutil.rmtree(sdir)
+    if sdir.parent.is_dir() and not any(sdir.parent.iterdir()):
+        sdir.parent.rmdir()  # the run's staging folder existed only for this
+
+
+def commit_run(root: str | Path, prepared: PreparedRun, *,
+               refresh_card: bool = True) -> PublishResult:
+    """Put a prepared (or staged) run's files into ``data/`` under its lock, atomically per file.
+
+    Tables are written to a temporary name and renamed; staged files are renamed. Stale files of
+    an earlier version of the run are removed, then the staging folder.
+    """
+    root = Path(root)
+    run_id = prepared.run_id
+    tables = prepared.files
+    try:
+        with _lock(root, run_id):
+            set_status(root, run_id, "complete")
+            write_tables_all_or_nothing(tables)
+            stale = [p for p in existing_run_files(root, run_id) if p not in tables]
+            for p in stale:
+                p.unlink()
+            set_status(root, run_id, "published")
+            Staging(root, run_id).remove_after_publish()
+    except Timeout as exc:
+        raise LockTimeout(f"run {run_id} is locked by another process") from exc
+    if refresh_card:
+        # The block carries a fingerprint of the files (datasets' cache key, issue 12), so it
+        # changes with every publish; writing it stats the shards (no shard is read). Batch
+        # publishers (import) pass refresh_card=False and rebuild once per command.
+        write_configs_block(root)
+    return PublishResult(
+        run_id=run_id,
+        files=[p.relative_to(root).as_posix() for p in tables],
+        flags=prepared.flags,
+        metrics=prepared.metrics,
+        replaced=[p.relative_to(root).as_posix() for p in stale],
+    )
+
+
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_YAML_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+"""libyaml's safe loader and dumper where PyYAML has them (the same documents, ~10x faster)."""
+
+CARD_PENDING = ("This folder's full dataset card (summaries, figures) has not been built yet: "
+                "run `llm-powertrace card DIR`. The YAML `configs:` block above is current, so "
+                "the folder loads with `datasets.load_dataset`.")
+
+
+def split_front_matter(text: str) -> tuple[dict[str, Any], str]:
+    """A card's YAML front matter (a mapping) and its Markdown body."""
+    if text.startswith("---\n"):
+        end = text.find("\n---\n", 4)
+        if end != -1:
+            meta = yaml.load(text[4:end], Loader=_YAML_LOADER) or {}
+            if isinstance(meta, dict):
+                return meta, text[end + 5:]
+    return {}, text
+
+
+def write_configs_block(root: str | Path) -> Path:
+    """Keep ``README.md``'s YAML ``configs:`` list current; leave the rest of the card as it is.
+
+    This is what publishing a run does to the card: O(folders), no shard is read. The full card
+    (summaries, figures) is rebuilt by the layer above, once per command (``cards``). Written
+    under the folder lock, atomically.
+
+    Returns:
+        The path of ``README.md``.
+    """
+    root = Path(root)
+    path = root / "README.md"
+    with folder_lock(root):
+        old = path.read_text(encoding="utf-8") if path.exists() else ""
+        meta, body = split_front_matter(old)
+        meta["configs"] = layout.configs_metadata(root)
+        if not body.strip():
+            body = "\n" + CARD_PENDING + "\n"
+        text = "---\n" + yaml.dump(meta, Dumper=_YAML_DUMPER, sort_keys=False,
+                                    allow_unicode=True, width=1000).rstrip() + "\n---\n" + body
+        if text != old:
+            write_text_atomic(path, text)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# Repair
+# ---------------------------------------------------------------------------------------------
+
+def repair_folder(root: str | Path) -> list[str]:
+    """Remove what an interrupted publish left behind; return what was removed (relative paths).
+
+    Removed: hidden temporary files of writers that are gone, and the runs row and requests of
+    a run whose trace file is missing (a publish from before all-or-nothing writes, or one
+    stopped between two renames) unless that run is being published now (its lock is held).
+    Traces without a runs row are reported by ``validate`` and left alone: they hold the
+    measurement.
+    """
+    root = Path(root)
+    removed = audit.remove_leftovers(root)
+    found = audit.audit_folder(root)
+    for run_id in found.orphan_rows:
+        try:
+            with FileLock(str(layout.lock_path(root, run_id)), timeout=0):
+                data = layout.data_root(root)
+                if any(p.relative_to(data).parts[0] in schema.TRACE_CONFIGS
+                       for p in existing_run_files(root, run_id)):
+                    continue
+                for p in existing_run_files(root, run_id):
+                    p.unlink()
+                    removed.append(p.relative_to(root).as_posix())
+        except Timeout:
+            continue
+    return removed

@@ -1,0 +1,243 @@
+"""Read shards back: tables, record batches, rows and ``Run`` objects."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
+
+from .. import layout, schema
+from ..errors import RunNotFound, ShardError
+from ..run import SIGNAL_KEYS, DeviceSeries, Run, events_from_dicts
+from .encode import PACKED_RE
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+# ---------------------------------------------------------------------------------------------
+
+def read_table(path: str | Path) -> pa.Table:
+    """Read one shard, or raise ``ShardError`` naming the file."""
+    try:
+        if Path(path).suffix == ".parquet":
+            return pq.read_table(str(path))
+        with pa.OSFile(str(path), "rb") as source:
+            return ipc.open_stream(source).read_all()
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise ShardError(f"Failed to read '{path}': {type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
+
+
+def iter_file_batches(path: str | Path, columns: list[str] | None = None
+                      ) -> Iterator[pa.RecordBatch]:
+    """Record batches of one shard: an Arrow IPC stream (memory-mapped) or a Parquet file.
+
+    With ``columns``, only those columns are read: the other columns' buffers are neither
+    decompressed nor decoded (IPC ``included_fields``), so reading a few scalar columns of a
+    trace shard costs a fraction of reading its signals.
+    """
+    if Path(path).suffix == ".parquet":
+        yield from pq.ParquetFile(str(path)).iter_batches(columns=columns)
+        return
+    with pa.memory_map(str(path), "r") as source:
+        if columns is None:
+            yield from ipc.open_stream(source)
+            return
+        schema_ = ipc.open_stream(source).schema
+        wanted = [schema_.get_field_index(c) for c in columns if c in schema_.names]
+        source.seek(0)
+        yield from ipc.open_stream(source, options=ipc.IpcReadOptions(included_fields=wanted))
+
+
+def iter_batches(root: str | Path, config: str, split: str | None = None,
+                 columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+    """Stream record batches of a config without loading everything."""
+    for path in layout.shard_files(root, config, split):
+        try:
+            for batch in iter_file_batches(path, columns):
+                yield batch.select(columns) if columns else batch
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise ShardError(f"Failed to read '{path}': {type(exc).__name__}: {exc}") from None
+
+
+def iter_rows(root: str | Path, config: str, split: str | None = None,
+              columns: list[str] | None = None) -> Iterator[dict[str, Any]]:
+    """Iterate rows (as dicts) of a config, one record batch in memory at a time."""
+    for batch in iter_batches(root, config, split, columns):
+        yield from batch.to_pylist()
+
+
+def list_runs(root: str | Path) -> list[dict[str, Any]]:
+    """One dict per published run (from the runs configs), sorted by run id."""
+    out = []
+    for config in schema.RUNS_CONFIGS:
+        for row in iter_rows(root, config):
+            out.append(row)
+    return sorted(out, key=lambda r: r["run_id"])
+
+
+def read_run(root: str | Path, run_id: str) -> Run:
+    """Load one published run back into a ``Run``.
+
+    A per-run file is found by its path (``<run_id>.arrow`` in one family folder), so this
+    reads one file; packed shards are scanned by their ``run_id`` column only.
+
+    Raises:
+        RunNotFound: no trace file of that run id.
+    """
+    root = Path(root)
+    name = f"{run_id}{layout.SHARD_SUFFIX}"
+    for workload in schema.TRACE_CONFIGS:
+        wdir = layout.data_root(root) / workload
+        if not wdir.is_dir():
+            continue
+        direct = sorted(wdir.glob(f"*/*/{name}"))
+        packed = sorted(p for p in wdir.glob("*/*/*") if PACKED_RE.search(p.name))
+        for path in direct + packed:
+            for found in runs_from_table(read_table(path), root=root, only=run_id):
+                return found
+    raise RunNotFound(f"run {run_id!r} is not in {root}")
+
+
+def iter_runs(root: str | Path) -> Iterator[Run]:
+    """Every published run of a folder, one trace file in memory at a time.
+
+    One walk of ``data/`` (``layout.shard_files`` per trace config); rows are decoded from
+    Arrow with numpy (no Python object per sample). In packed shards the rows of a run are
+    consecutive (``pack`` appends whole per-run files).
+    """
+    root = Path(root)
+    for workload in schema.TRACE_CONFIGS:
+        for path in layout.shard_files(root, workload):
+            yield from runs_from_table(read_table(path), root=root)
+
+
+_PER_DEVICE = ("node_index", "gpu_index", "gpu_name", "gpu_uuid_hash", "power_limit_w",
+               "default_power_limit_w", "events")
+
+
+def _signal_values(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A list column as (flat float64 values with NaN for null, offsets, row validity)."""
+    arr = pa.concat_arrays(col.chunks) if isinstance(col, pa.ChunkedArray) else col
+    offsets = arr.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
+    values = arr.values
+    if pa.types.is_floating(values.type):
+        flat = values.to_numpy(zero_copy_only=False).astype(np.float64)
+    else:
+        flat = values.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    valid = arr.is_valid().to_numpy(zero_copy_only=False)
+    return flat, offsets, valid
+
+
+def runs_from_table(table: pa.Table, root: str | Path | None = None,
+                    only: str | None = None) -> Iterator[Run]:
+    """Rebuild the ``Run`` of each run id in a trace-config table (rows of a run consecutive).
+
+    Signals are sliced from the Arrow buffers with numpy; only scalar and event columns become
+    Python objects.
+
+    Args:
+        table: trace-config rows.
+        root: the dataset folder (for an inference run's request log).
+        only: rebuild just this run id.
+    """
+    if table.num_rows == 0:
+        return
+    ids = table.column("run_id").to_pylist()
+    signal_cols = {k: _signal_values(table.column(k)) for k in SIGNAL_KEYS
+                   if k in table.column_names}
+    t_flat, t_off, _ = _signal_values(table.column("t_ms"))
+    scalar_names = [n for n in table.column_names
+                    if n not in _PER_DEVICE and n not in schema.SIGNAL_NAMES]
+    start = 0
+    for end in range(1, len(ids) + 1):
+        if end < len(ids) and ids[end] == ids[start]:
+            continue
+        if only is None or ids[start] == only:
+            part = table.slice(start, end - start)
+            yield _run_from_slice(part, start, scalar_names, t_flat, t_off, signal_cols, root)
+        start = end
+
+
+def _run_from_slice(part: pa.Table, start: int, scalar_names: list[str], t_flat: np.ndarray,
+                    t_off: np.ndarray,
+                    signal_cols: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
+                    root: str | Path | None) -> Run:
+    meta = {k: v for k, v in part.select(scalar_names).slice(0, 1).to_pylist()[0].items()}
+    per_dev = part.select([c for c in _PER_DEVICE if c in part.column_names]).to_pylist()
+    devices = []
+    events: dict[tuple, Any] = {}
+    for i, r in enumerate(per_dev):
+        row = start + i
+        t_ms = t_flat[t_off[row]:t_off[row + 1]].astype(np.int64)
+        signals = {}
+        for key, (flat, off, valid) in signal_cols.items():
+            if not valid[row]:
+                continue
+            values = flat[off[row]:off[row + 1]]
+            if len(values) and not np.isnan(values).all():
+                signals[key] = values
+        devices.append(DeviceSeries(
+            gpu_index=r["gpu_index"], t_ms=t_ms, signals=signals,
+            node_index=r.get("node_index") or 0, gpu_name=r.get("gpu_name"),
+            gpu_uuid_hash=r.get("gpu_uuid_hash"), power_limit_w=r.get("power_limit_w"),
+            default_power_limit_w=r.get("default_power_limit_w")))
+        for e in events_from_dicts(r.get("events") or []):
+            events.setdefault((e.t_ms, e.kind, e.step, e.rank, e.request_id, e.label), e)
+    run = Run(meta=meta, devices=devices, events=sorted(events.values(), key=lambda e: e.t_ms))
+    _attach_requests(run, root)
+    return run
+
+
+def _attach_requests(run: Run, root: str | Path | None) -> None:
+    if root is not None and run.workload == "inference":
+        path = layout.requests_path(root, run.platform, run.run_id)
+        if path.exists():
+            run.requests = [
+                {k: v for k, v in r.items() if k not in ("run_id", "platform")}
+                for r in read_table(path).to_pylist()
+            ]
+
+
+def run_from_rows(rows: list[dict[str, Any]], root: str | Path | None = None) -> Run:
+    """Rebuild a ``Run`` from its trace-config rows (one per device, as Python dicts)."""
+    first = rows[0]
+    per_device = {*_PER_DEVICE, *schema.SIGNAL_NAMES}
+    meta = {k: v for k, v in first.items() if k not in per_device}
+    devices = []
+    events: dict[tuple, Any] = {}
+    for r in rows:
+        signals = {}
+        for key in SIGNAL_KEYS:
+            values = r.get(key)
+            if values is not None and any(v is not None for v in values):
+                signals[key] = np.array([np.nan if v is None else v for v in values], dtype=float)
+        devices.append(DeviceSeries(
+            gpu_index=r["gpu_index"], t_ms=np.asarray(r["t_ms"], dtype=np.int64),
+            signals=signals, node_index=r["node_index"] or 0, gpu_name=r["gpu_name"],
+            gpu_uuid_hash=r["gpu_uuid_hash"], power_limit_w=r["power_limit_w"],
+            default_power_limit_w=r["default_power_limit_w"]))
+        for e in events_from_dicts(r["events"] or []):
+            events.setdefault((e.t_ms, e.kind, e.step, e.rank, e.request_id, e.label), e)
+    run = Run(meta=meta, devices=devices, events=sorted(events.values(), key=lambda e: e.t_ms))
+    _attach_requests(run, root)
+    return run
+
+
+def file_schema(path: str | Path) -> pa.Schema:
+    """The schema of one Arrow IPC stream shard, or ``ShardError`` naming the file."""
+    try:
+        with pa.memory_map(str(path), "r") as source:
+            return ipc.open_stream(source).schema
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise ShardError(f"Failed to read '{path}': {type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
+
+
+def count_rows(path: str | Path) -> int:
+    """Rows of one shard, counted from its record batches (one small column decoded)."""
+    return sum(b.num_rows for b in iter_file_batches(path, ["run_id"]))
