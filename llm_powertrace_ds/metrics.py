@@ -37,11 +37,10 @@ from typing import Any
 import numpy as np
 
 from .run import DeviceSeries, Event, Run
+from .schema import GAP_PERIODS
 
 GRID_MS = 100
 """Step of the common grid of the node total (ms)."""
-GAP_PERIODS = 3.0
-"""An interval longer than this many sample periods is a gap."""
 RAMP_WINDOWS: tuple[tuple[str, float], ...] = (("100ms", 0.1), ("1s", 1.0), ("5s", 5.0),
                                                ("10s", 10.0))
 """Ramp horizons δ (name as written in the metric, seconds)."""
@@ -462,20 +461,7 @@ def _group_energy(run: Run, devs: list[_Dev | None], out: _Out, ev: _EventIndex)
             span = (d.t_ms[-1] - d.t_ms[0]) / 1000.0
             means.append(float(e / span) if span > 0 else None)
             peaks.append(float(d.p.max()))
-        c = dev.signals.get("energy_mj")
-        if c is None or len(c) != len(dev.t_ms):
-            counters.append(None)
-            continue
-        ok = np.isfinite(c)
-        if np.count_nonzero(ok) < 2:
-            counters.append(None)
-        else:
-            ct, cv = (dev.t_ms, c) if ok.all() else (dev.t_ms[ok], c[ok])
-            if not np.all(ct[1:] > ct[:-1]):
-                cv = cv[np.argsort(ct, kind="stable")]
-            steps = np.diff(cv)
-            resets = steps[steps < 0]  # a counter reset loses its interval, never adds
-            counters.append(float((cv[-1] - cv[0] - resets.sum()) / 1000.0))
+        counters.append(counter_energy_j(dev.t_ms, dev.signals.get("energy_mj")))
     out.set("gpu_energy_j", energies)
     out.set("gpu_energy_counter_j", counters)
     out.set("gpu_mean_power_w", means)
@@ -502,7 +488,7 @@ def _group_energy(run: Run, devs: list[_Dev | None], out: _Out, ev: _EventIndex)
         elif counter <= 0:
             out.null("energy_mismatch_pct", "energy counter did not advance")
         else:
-            out.set("energy_mismatch_pct", 100.0 * (energy - counter) / counter)
+            out.set("energy_mismatch_pct", mismatch_pct(energy, counter))
     tokens = _tokens(run)
     if energy is None:
         out.null("energy_per_token_j", "energy_j is null")
@@ -1246,13 +1232,58 @@ def _compute(run: Run, grid_ms: int) -> dict[str, Any]:
 def device_energy_j(dev: DeviceSeries) -> float | None:
     """Trapezoid energy of one device on its own timestamps: E = Σ (P_i + P_i+1)/2 · Δt_i.
 
-    Missing readings are dropped first, so the integral bridges them (and gaps).
+    Missing readings are dropped first, so the integral bridges them (and gaps). ``None`` with
+    fewer than 2 finite power readings.
     """
     p = dev.power_w
     ok = np.isfinite(p)
     if ok.sum() < 2:
         return None
     return float(np.trapezoid(p[ok], dev.t_ms[ok] / 1000.0))
+
+
+def counter_energy_j(t_ms: np.ndarray, energy_mj: np.ndarray | None) -> float | None:
+    """Energy the device's cumulative counter reports (J), or ``None``.
+
+    E_counter = Σ_i max(0, E_i+1 − E_i) / 1000 over the finite counter readings (mJ) in time
+    order: a counter reset (a step down) loses its interval, it never adds. ``None`` when there
+    is no counter, its length differs from ``t_ms``, or it has fewer than 2 finite readings.
+    The one counter rule of the project: metrics, ``validate`` and the generator's conversion
+    all call it.
+    """
+    if energy_mj is None or len(energy_mj) != len(t_ms):
+        return None
+    ok = np.isfinite(energy_mj)
+    if np.count_nonzero(ok) < 2:
+        return None
+    ct, cv = (t_ms, energy_mj) if ok.all() else (t_ms[ok], energy_mj[ok])
+    if not np.all(ct[1:] > ct[:-1]):
+        cv = cv[np.argsort(ct, kind="stable")]
+    steps = np.diff(cv)
+    resets = steps[steps < 0]
+    return float((cv[-1] - cv[0] - resets.sum()) / 1000.0)
+
+
+def mismatch_pct(energy_j: float | None, counter_j: float | None) -> float | None:
+    """Signed mismatch 100 · (energy_j − counter_j) / counter_j (%), or ``None``.
+
+    ``None`` when either energy is ``None`` or the counter did not advance (counter_j ≤ 0).
+    """
+    if energy_j is None or counter_j is None or counter_j <= 0:
+        return None
+    return 100.0 * (energy_j - counter_j) / counter_j
+
+
+def device_mismatch_pct(dev: DeviceSeries) -> float | None:
+    """:func:`mismatch_pct` of one device: its power integral against its energy counter.
+
+    mismatch = 100 · (device_energy_j − counter_energy_j) / counter_energy_j; ``None`` as in
+    :func:`device_energy_j`, :func:`counter_energy_j` and :func:`mismatch_pct`.
+    """
+    counter_j = counter_energy_j(dev.t_ms, dev.signals.get("energy_mj"))
+    if counter_j is None:
+        return None
+    return mismatch_pct(device_energy_j(dev), counter_j)
 
 
 _GROUPS: tuple[Callable[..., Any], ...] = (
