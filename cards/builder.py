@@ -35,12 +35,13 @@ from llm_powertrace_ds import facility, layout, schema
 from llm_powertrace_ds.formatting import human_number
 from llm_powertrace_ds.privacy import strip_control
 from llm_powertrace_ds.run import Event
+from llm_powertrace_ds.schema import is_cpu_proxy
 from llm_powertrace_ds.shards import folder_lock, write_text_atomic
 
 from . import analysis
 from . import figures as figures_mod
 from .metric_docs import attribute_docs, metric_groups
-from .summary import FolderSummary, is_cpu_proxy, summarize
+from .summary import FolderSummary, summarize
 from .vocab import meaning
 
 _YAML_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml: same text, 4x faster
