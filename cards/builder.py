@@ -304,7 +304,7 @@ def _long_rows_note(summary: FolderSummary) -> list[str]:
             f"{fmt_value(run.get('sample_period_ms'))} ms: about {ticks:,.0f} ticks per device, "
             f"about {mb:.1f} MB per row in memory with every signal). The Hub's dataset viewer "
             "reads pages of rows, so the trace configs stay the default (`load_dataset(repo)` "
-            "keeps returning traces, as DESIGN.md fixes) and the runs configs "
+            "keeps returning traces) and the runs configs "
             "(`finetune_runs`, `inference_runs`: one small row per run, with its metrics) are "
             "the quick overview to open first.", ""]
 

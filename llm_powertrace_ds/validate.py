@@ -1,4 +1,4 @@
-"""Quality checks of a run, in DESIGN.md's flag vocabulary.
+"""Quality checks of a run, in the flag vocabulary of ``schema.FLAG_DESCRIPTIONS`` (docs/design.md).
 
 Error-level flags (``empty``, ``nonmonotonic_time``, ``unequal_lengths``, ``negative_power``)
 stop a run from being published; warnings are recorded in ``quality_flags`` and counted by the
