@@ -19,8 +19,10 @@ Conventions
     is ``None`` and ``metric_notes`` gets ``"<metric>: <reason>"`` — never a crash, never a
     made-up number.
 
-The formulas are in the docstrings of the ``_group`` functions below, one ``- ``name`` =``
-line per metric; :func:`metric_formulas` returns them (the dataset card prints the same text).
+The formulas are in the docstrings of the ``_group`` functions of this package's modules
+(``energy``, ``ramps``, ``spectral``, ``states``; :data:`METRIC_GROUPS` lists them in column
+order), one ``- ``name`` =`` line per metric; :func:`metric_formulas` returns them (the dataset
+card prints the same text).
 Everything is vectorised (interpolation, lagged differences, cumulative sums, filters, FFTs);
 there is no per-sample Python loop.
 """
