@@ -21,7 +21,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mutation import _copy_tree  # noqa: E402
 
-M = "llm_powertrace_ds/metrics.py"
+MC = "llm_powertrace_ds/metrics/core.py"
+MR = "llm_powertrace_ds/metrics/ramps.py"
+MS = "llm_powertrace_ds/metrics/states.py"
 V = "llm_powertrace_ds/validate.py"
 S = "llm_powertrace_ds/scaling/common.py"
 SL = "llm_powertrace_ds/scaling/loglinear.py"
@@ -31,13 +33,13 @@ CT = "llm_powertrace_ds/importers/timestamps.py"
 N = "llm_powertrace_ds/importers/nvidia_smi.py"
 BREAKS: list[tuple[str, str, str, str, str]] = [
     # (name, file, line as it is, the mistake, tests that must catch it)
-    ("p99->p95", M, "np.percentile(x, [5, 50, 95, 99]", "np.percentile(x, [5, 50, 95, 95]", "tests/test_metrics_behaviour.py"),
-    ("ramp freq per second", M, "/ (duration / 60))", "/ duration)", "tests/test_metrics_behaviour.py"),
-    ("par_1s uses 60s peak", M, '("par_1s", "peak_power_1s_w")', '("par_1s", "peak_power_60s_w")', "tests/test_metrics_behaviour.py"),
-    ("nested gaps: end of last", M, "np.maximum.at(ce, cluster, e)", "ce[cluster] = e", "tests/test_metrics_behaviour.py"),
-    ("declared period ignored", M, "period = max(float(declared), median) if declared else median", "period = median", "tests/test_metrics_behaviour.py"),
-    ("duration from latest first", M, "first = min(int(d.t_ms[0]) for d in valid)", "first = max(int(d.t_ms[0]) for d in valid)", "tests/test_metrics_behaviour.py"),
-    ("gap at exactly threshold", M, "np.flatnonzero(dt > limit) if dt.max() > limit", "np.flatnonzero(dt >= limit) if dt.max() >= limit", "tests/test_metrics_behaviour.py"),
+    ("p99->p95", MR, "np.percentile(x, [5, 50, 95, 99]", "np.percentile(x, [5, 50, 95, 95]", "tests/test_metrics_behaviour.py"),
+    ("ramp freq per second", MR, "/ (duration / 60))", "/ duration)", "tests/test_metrics_behaviour.py"),
+    ("par_1s uses 60s peak", MR, '("par_1s", "peak_power_1s_w")', '("par_1s", "peak_power_60s_w")', "tests/test_metrics_behaviour.py"),
+    ("nested gaps: end of last", MS, "np.maximum.at(ce, cluster, e)", "ce[cluster] = e", "tests/test_metrics_behaviour.py"),
+    ("declared period ignored", MC, "period = max(float(declared), median) if declared else median", "period = median", "tests/test_metrics_behaviour.py"),
+    ("duration from latest first", MR, "first = min(int(d.t_ms[0]) for d in valid)", "first = max(int(d.t_ms[0]) for d in valid)", "tests/test_metrics_behaviour.py"),
+    ("gap at exactly threshold", MC, "np.flatnonzero(dt > limit) if dt.max() > limit", "np.flatnonzero(dt >= limit) if dt.max() >= limit", "tests/test_metrics_behaviour.py"),
     ("offset ignored", CT, "ms[offset_row] = _explicit_utc_ms(texts[offset_row])", "pass", "tests/importers/test_behaviour.py"),
     ("no restart after header", N, "return _positions(table.segments) % count", "return np.arange(len(table.segments)) % count", "tests/importers/test_behaviour.py"),
     ("infer: extra row", N, "if gap > 0 and spread <= 0.5 * gap:", "if gap > 0 and spread <= 0.5 * gap and len(ts) % n == 0:", "tests/importers/test_behaviour.py"),
@@ -46,8 +48,8 @@ BREAKS: list[tuple[str, str, str, str, str]] = [
     ("stall >=", V, "if (dt > STALL_S * 1000).any():", "if (dt > STALL_S * 1000 + 5).any():", "tests/test_validate_behaviour.py"),
     ("irregular CV 0.35", V, "IRREGULAR_CV = 0.25", "IRREGULAR_CV = 0.35", "tests/test_validate_behaviour.py"),
     ("irregular CV 0.15", V, "IRREGULAR_CV = 0.25", "IRREGULAR_CV = 0.15", "tests/test_validate_behaviour.py"),
-    ("mismatch 10%", V, "ENERGY_MISMATCH_PCT = 5.0", "ENERGY_MISMATCH_PCT = 10.0", "tests/test_validate_behaviour.py"),
-    ("gap 5 periods", V, "GAP_PERIODS = 3.0", "GAP_PERIODS = 5.0", "tests/test_validate_behaviour.py"),
+    ("mismatch 10%", "llm_powertrace_ds/schema.py", "ENERGY_MISMATCH_PCT = 5.0", "ENERGY_MISMATCH_PCT = 10.0", "tests/test_validate_behaviour.py"),
+    ("gap 5 periods", "llm_powertrace_ds/schema.py", "GAP_PERIODS = 3.0", "GAP_PERIODS = 5.0", "tests/test_validate_behaviour.py"),
     ("cpu_proxy and", V, 'run.meta.get("sampler") == "cpu_proxy" or run.platform', 'run.meta.get("sampler") == "cpu_proxy" and run.platform', "tests/test_validate_behaviour.py"),
     ("mdape mean", S, "return float(np.median(errs)) if errs else None", "return float(np.mean(errs)) if errs else None", "tests/test_scaling_behaviour.py"),
     ("holdout leaks", S, "evaluation = _evaluate(train, test, target, holdout, n_boot, seed)", "evaluation = _evaluate(use, test, target, holdout, n_boot, seed)", "tests/test_scaling_behaviour.py"),
@@ -62,9 +64,9 @@ BREAKS: list[tuple[str, str, str, str, str]] = [
     ("page index off", "llm_powertrace_ds/hub_upload.py", 'opts["write_page_index"] = True', 'opts["write_page_index"] = False', "tests/test_upload.py::test_parquet_copy_loads_and_equals_arrow_row_for_row"),
     ("plot device label", "llm_powertrace_ds/plots.py", 'label=f"gpu {d.node_index}:{d.gpu_index}")', 'label=f"gpu {d.gpu_index}")', "tests/test_plots.py::test_plot_run_writes_png"),
     ("plot total halved", "llm_powertrace_ds/plots.py", 'ax_t.plot(t[::s], p[::s],', 'ax_t.plot(t[::s], p[::s] / 2,', "tests/test_plots.py::test_plot_run_writes_png"),
-    ("ramp p99 -> p95", M, "list(np.percentile(np.abs(r, out=r), [95, 99]", "list(np.percentile(np.abs(r, out=r), [95, 95]", "tests/test_metrics_behaviour.py"),
+    ("ramp p99 -> p95", MR, "list(np.percentile(np.abs(r, out=r), [95, 99]", "list(np.percentile(np.abs(r, out=r), [95, 95]", "tests/test_metrics_behaviour.py"),
     ("loglinear r2 lost", SL, 'r2=float(data["r2_log"]), notes=list(data.get("notes", [])),', 'r2=0.0, notes=list(data.get("notes", [])),', "tests/test_scaling_behaviour.py"),
-    ("energy x2 (convert publish)", M, "energy = 0.5 * float(np.dot(dt, p[:-1] + p[1:])) / 1000.0", "energy = float(np.dot(dt, p[:-1] + p[1:])) / 1000.0", "tests/generation/sampler/test_convert.py::test_converted_run_publishes_and_reads_back"),
+    ("energy x2 (convert publish)", MC, "energy = 0.5 * float(np.dot(dt, p[:-1] + p[1:])) / 1000.0", "energy = float(np.dot(dt, p[:-1] + p[1:])) / 1000.0", "tests/generation/sampler/test_convert.py::test_converted_run_publishes_and_reads_back"),
 ]
 
 

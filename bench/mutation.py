@@ -49,7 +49,7 @@ class Target:
 
 
 TARGETS: dict[str, Target] = {
-    "metrics": Target("llm_powertrace_ds/metrics.py",
+    "metrics": Target("llm_powertrace_ds/metrics/*.py",
                       ("tests/test_metrics.py", "tests/test_metrics_behaviour.py")),
     "importers": Target("llm_powertrace_ds/importers/*.py",
                         ("tests/importers/test_nvidia_smi.py",

@@ -19,12 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.ipc as ipc
 
 from llm_powertrace_ds import layout, schema
-from llm_powertrace_ds.shards import run_from_rows
+from llm_powertrace_ds.atomic import atomic_path
+from llm_powertrace_ds.shards import read_table, run_from_rows
 
 from .summary import FolderSummary
 
@@ -142,8 +141,7 @@ def _trace_rows(root: Path, workload: str, platform: str, run_id: str) -> list[d
     files = layout.shard_files(root, workload, platform)
     files.sort(key=lambda p: p.stem != run_id)
     for path in files:
-        with pa.memory_map(str(path), "r") as source:
-            table = ipc.open_stream(source).read_all()
+        table = read_table(path)  # an .arrow or a .parquet shard (layout.READ_SUFFIXES)
         rows = table.filter(pc.equal(table["run_id"], run_id)).to_pylist()
         if rows:
             return rows
@@ -167,15 +165,9 @@ def render_trace(rows: list[dict[str, Any]], path: Path, key: str) -> None:
     from llm_powertrace_ds.plots import plot_run
 
     run = run_from_rows(rows)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.png")
-    try:
+    with atomic_path(path, suffix=".png") as tmp:  # plot_run picks the format from the suffix
         plot_run(run, tmp)
         tmp.write_bytes(with_png_text(tmp.read_bytes(), KEY_FIELD, key))
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def update_figures(summary: FolderSummary, *, render: bool = True) -> list[Figure]:

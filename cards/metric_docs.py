@@ -4,7 +4,7 @@ The formulas are written once, in the docstrings of the metrics module; the card
 
 - ``metrics.metric_formulas()`` gives ``{metric: formula}`` (parsed from the metric groups'
   docstrings);
-- the metric groups (``metrics.METRIC_GROUPS``, else ``metrics._GROUPS``) give each group's
+- the metric groups (``metrics.METRIC_GROUPS``) give each group's
   title and the definitions its formulas use (e.g. the ramp ``r_δ(t)``);
 - the module docstring's indented sections (alignment, conventions) explain the node total.
 

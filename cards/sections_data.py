@@ -6,6 +6,7 @@ from collections import Counter
 from typing import Any
 
 from llm_powertrace_ds import schema
+from llm_powertrace_ds.schema import is_cpu_proxy
 
 from . import figures as figures_mod
 from .card_text import (
@@ -23,7 +24,7 @@ from .card_text import (
     human_count,
     plural,
 )
-from .summary import FolderSummary, is_cpu_proxy
+from .summary import FolderSummary
 from .vocab import meaning
 
 # ---------------------------------------------------------------------------------------------
@@ -116,7 +117,7 @@ def _long_rows_note(summary: FolderSummary) -> list[str]:
             f"{fmt_value(run.get('sample_period_ms'))} ms: about {ticks:,.0f} ticks per device, "
             f"about {mb:.1f} MB per row in memory with every signal). The Hub's dataset viewer "
             "reads pages of rows, so the trace configs stay the default (`load_dataset(repo)` "
-            "keeps returning traces, as DESIGN.md fixes) and the runs configs "
+            "keeps returning traces) and the runs configs "
             "(`finetune_runs`, `inference_runs`: one small row per run, with its metrics) are "
             "the quick overview to open first.", ""]
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from llm_powertrace_ds import facility, schema
 from llm_powertrace_ds.run import Event
+from llm_powertrace_ds.schema import is_cpu_proxy
 
 from .card_text import (
     PAPER_TITLE,
@@ -22,7 +23,7 @@ from .card_text import (
 )
 from .metric_docs import attribute_docs, metric_groups
 from .sections_data import _proxy_warning
-from .summary import FolderSummary, is_cpu_proxy
+from .summary import FolderSummary
 from .vocab import meaning
 
 

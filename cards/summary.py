@@ -63,7 +63,7 @@ class FolderSummary:
 
     @property
     def has_cpu_proxy(self) -> bool:
-        return any(is_cpu_proxy(r) for r in self.all_runs) or "cpu_proxy" in self.platforms
+        return any(schema.is_cpu_proxy(r) for r in self.all_runs) or "cpu_proxy" in self.platforms
 
     def platform_runs(self, workload: str | None = None) -> Counter:
         """Run counts per platform (of one workload, or all)."""
@@ -74,11 +74,6 @@ class FolderSummary:
         """Rows over the base configs (family configs repeat their workload's rows)."""
         return sum(sum(splits.values()) for config, splits in self.rows.items()
                    if config in schema.ALL_CONFIGS)
-
-
-def is_cpu_proxy(run: dict[str, Any]) -> bool:
-    """Whether a runs row (or run metadata) is ``cpu_proxy`` data, not a GPU measurement."""
-    return schema.is_cpu_proxy(run)
 
 
 def _read_file(path: Path, columns: tuple[str, ...]) -> tuple[int, list[dict[str, Any]]]:

@@ -5,8 +5,7 @@ and meta files, the sampler's spool headers, request logs, pid files, the GPU-se
 the card, exports, merged files, facility profiles), so a reader sees the old file or the new
 one, never half of one, and a failed write leaves no litter. Standard library only: the sampler
 process imports it without paying for ``datasets``. (Arrow shards are written by ``shards.py``,
-which writes several files before renaming them together; ``cards/figures.py`` and
-``generation/record/session.py`` still have their own copy of the pattern.)
+which writes several files before renaming them together.)
 
 Temporary names are ``.<name>.t<thread>.<pid>.tmp``: hidden from every dataset glob, unique per
 writing thread, and with the pid last where ``audit``'s leftover sweep reads it.

@@ -8,47 +8,18 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
 from . import schema
 from .cli_core import FORMATS, add_format, emit
-from .errors import InputError, RunNotFound, UsageError
+from .errors import InputError, UsageError
 from .hub import resolve_dataset
+from .metrics.rows import iter_run_rows, run_metrics_rows, runs_configs
 
 TABLE_METRICS = ["run_id", "num_gpus", "duration_s", "energy_j", "mean_power_w", "peak_power_w",
                  "par", "swing_w", "ramp_abs_p99_1s_w_per_s", "dominant_freq_hz",
                  "coincidence_factor", "energy_per_token_j"]
-
-
-def _runs_configs(config: str | None) -> list[str]:
-    """The runs config(s) behind ``--config`` (an unknown name lists the valid ones)."""
-    from .names import check_name, known_configs
-
-    if config is None:
-        return list(schema.RUNS_CONFIGS)
-    valid = [c for c in known_configs() if c != schema.REQUESTS_CONFIG]
-    check_name(config, valid, what="config", field="--config")
-    if config in schema.RUNS_CONFIGS:
-        return [config]
-    return [f"{schema.base_config(config)}_runs"]
-
-
-def iter_run_rows(root: Path, config: str | None = None, split: str | None = None
-                  ) -> Iterator[dict[str, Any]]:
-    """Rows of the runs configs (one per run) of a dataset folder.
-
-    Raises:
-        UnknownName: an unknown config, or a split the folder does not hold for it.
-    """
-    from .names import check_split
-    from .shards import iter_rows
-
-    configs = _runs_configs(config)
-    check_split(root, split, configs)
-    for cfg in configs:
-        yield from iter_rows(root, cfg, split)
 
 
 def check_columns(names: dict[str, str | None], config: str | None) -> None:
@@ -63,7 +34,7 @@ def check_columns(names: dict[str, str | None], config: str | None) -> None:
     """
     from .names import check_name
 
-    valid = {c.name for cfg in _runs_configs(config) for c in schema.COLUMNS[cfg]}
+    valid = {c.name for cfg in runs_configs(config) for c in schema.COLUMNS[cfg]}
     for option, value in names.items():
         if value is not None:
             check_name(value, valid, what=option.lstrip("-"), field=option)
@@ -82,34 +53,6 @@ def check_settings(settings: dict[str, Any]) -> None:
     valid |= set(AXES.values())
     for key in settings:
         check_name(key, valid, what="axis", field="--set")
-
-
-def run_metrics_rows(root: Path, *, config: str | None = None, split: str | None = None,
-                     run_id: str | None = None, recompute: bool = False) -> list[dict[str, Any]]:
-    """One dict per run: ``run_id``, ``num_gpus``, every node-total metric, ``metric_notes``.
-
-    Stored runs rows are used when they carry every metric of this version; otherwise (older
-    schema) or with ``recompute`` the metrics are computed again from the trace rows.
-    """
-    from .metrics import METRIC_NAMES, compute_run_metrics
-    from .shards import read_run
-
-    out = []
-    for row in iter_run_rows(root, config, split):
-        if run_id is not None and row["run_id"] != run_id:
-            continue
-        values: dict[str, Any] = dict(row)
-        if recompute or any(name not in row for name in METRIC_NAMES):
-            values.update(compute_run_metrics(read_run(root, row["run_id"])))
-        obj = {"run_id": row["run_id"], "workload": row.get("workload"),
-               "platform": row.get("platform"), "num_gpus": row.get("num_gpus")}
-        obj.update({name: values.get(name) for name in METRIC_NAMES})
-        obj["metric_notes"] = values.get("metric_notes") or []
-        out.append(obj)
-    if run_id is not None and not out:
-        raise RunNotFound(f"run {run_id!r} is not in {root}"
-                          + (f" (config {config}, split {split})" if config or split else ""))
-    return sorted(out, key=lambda r: r["run_id"])
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -1,4 +1,4 @@
-"""Quality checks of a run, in DESIGN.md's flag vocabulary.
+"""Quality checks of a run, in the flag vocabulary of ``schema.FLAG_DESCRIPTIONS`` (docs/design.md).
 
 Error-level flags (``empty``, ``nonmonotonic_time``, ``unequal_lengths``, ``negative_power``)
 stop a run from being published; warnings are recorded in ``quality_flags`` and counted by the
@@ -11,15 +11,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import checks, schema
+from . import checks, metrics, schema
 from .run import Run
+from .schema import ENERGY_MISMATCH_PCT, GAP_PERIODS
 
-GAP_PERIODS = 3.0
 STALL_S = 1.0
 IRREGULAR_CV = 0.25
 STUCK_S = 10.0
 IMPLAUSIBLE_FACTOR = 2.0
-ENERGY_MISMATCH_PCT = 5.0
 
 
 @dataclass
@@ -122,16 +121,12 @@ def validate_run(run: Run) -> ValidationReport:
             rep.add("implausible_power", f"{name}: power {np.nanmax(power):.0f} W > 2x limit")
         if _longest_constant_run_ms(t, power) > STUCK_S * 1000:
             rep.add("stuck_sensor", f"{name}: power unchanged for more than {STUCK_S:.0f} s")
-        energy = dev.signals.get("energy_mj")
-        if energy is not None and np.isfinite(power).sum() > 1:
-            ok = np.isfinite(energy)
-            if ok.sum() > 1:
-                counter_j = (energy[ok][-1] - energy[ok][0]) / 1000.0
-                fin = np.isfinite(power)
-                integral_j = float(np.trapezoid(power[fin], t[fin] / 1000.0))
-                if counter_j > 0 and abs(integral_j - counter_j) / counter_j * 100 > ENERGY_MISMATCH_PCT:
-                    rep.add("energy_mismatch", f"{name}: integral {integral_j:.0f} J vs counter "
-                            f"{counter_j:.0f} J")
+        counter_j = metrics.counter_energy_j(t, dev.signals.get("energy_mj"))
+        integral_j = metrics.device_energy_j(dev)
+        mismatch = metrics.mismatch_pct(integral_j, counter_j)
+        if mismatch is not None and abs(mismatch) > ENERGY_MISMATCH_PCT:
+            rep.add("energy_mismatch", f"{name}: integral {integral_j:.0f} J vs counter "
+                    f"{counter_j:.0f} J")
     for message in checks.implausible_samples(run.devices):
         rep.add("implausible_value", message)
     if run.meta.get("sampler") == "cpu_proxy" or run.platform == "cpu_proxy":

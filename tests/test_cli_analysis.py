@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from cards.builder import refresh_card
-from llm_powertrace_ds import cli, cli_analysis, metrics
+from llm_powertrace_ds import cli, metrics
 from llm_powertrace_ds.run import DeviceSeries, Event, Run
 from llm_powertrace_ds.shards import publish_run
 
@@ -133,7 +133,9 @@ def test_metrics_from_hub_repo_id(dataset, capsys, monkeypatch):
 
 
 def test_stale_runs_rows_are_recomputed(dataset, monkeypatch):
-    real = cli_analysis.iter_run_rows
+    from llm_powertrace_ds.metrics import rows as metric_rows
+
+    real = metric_rows.iter_run_rows
     (stored,) = [r for r in real(dataset) if r["run_id"] == "cli-01"]
     assert stored["swing_w"] > 0 and stored["par"] > 1
 
@@ -141,8 +143,8 @@ def test_stale_runs_rows_are_recomputed(dataset, monkeypatch):
         for row in real(root, config, split):
             yield {k: v for k, v in row.items() if k not in ("swing_w", "par")}
 
-    monkeypatch.setattr(cli_analysis, "iter_run_rows", old_schema_rows)
-    rows = cli_analysis.run_metrics_rows(dataset, run_id="cli-01")
+    monkeypatch.setattr(metric_rows, "iter_run_rows", old_schema_rows)
+    rows = metric_rows.run_metrics_rows(dataset, run_id="cli-01")
     # recomputed from the trace: the values the current schema stores, not nulls
     assert rows[0]["swing_w"] == pytest.approx(stored["swing_w"], rel=1e-6)
     assert rows[0]["par"] == pytest.approx(stored["par"], rel=1e-6)

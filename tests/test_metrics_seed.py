@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 
 from llm_powertrace_ds import metrics
+from llm_powertrace_ds.metrics import core as metrics_core
+from llm_powertrace_ds.metrics import ramps as metrics_ramps
 from llm_powertrace_ds.run import DeviceSeries, Run
 
 # The seed authors' published catalog (Leo-hxu/training-power-trace-explorer, commit 4c20eaa,
@@ -126,10 +128,10 @@ def test_union_total_is_the_per_point_definition(monkeypatch, block):
         t = np.cumsum(rng.integers(1, 250, 400)) + g * 37  # shared and unshared timestamps
         t[::9] = t[::9] - t[::9] % 50
         t = np.unique(t)
-        devs.append(metrics._Dev(g, t.astype(np.int64), rng.normal(300, 80, len(t)), 100.0,
+        devs.append(metrics_core._Dev(g, t.astype(np.int64), rng.normal(300, 80, len(t)), 100.0,
                                  np.zeros(0, dtype=np.int64)))
-    monkeypatch.setattr(metrics, "_UNION_BLOCK", block)
-    got = metrics._seed_union_total(devs)
+    monkeypatch.setattr(metrics_ramps, "_UNION_BLOCK", block)
+    got = metrics_ramps._seed_union_total(devs)
     want = _union_reference(devs)
     assert got is not None
     np.testing.assert_array_equal(got[0], want[0])

@@ -183,9 +183,9 @@ def test_cli_fit_csv_json_and_predict_help_example(tmp_path, capsys, fit_file):
 def mlenergy_rows(tmp_path_factory) -> list[dict]:
     from conftest import EXTERNAL
 
-    from llm_powertrace_ds.cli_analysis import iter_run_rows
     from llm_powertrace_ds.importers import import_summaries
     from llm_powertrace_ds.importers.mlenergy_v2 import publish_summaries
+    from llm_powertrace_ds.metrics.rows import iter_run_rows
 
     task = EXTERNAL / "mlenergy-v2" / "chat"
     if not task.is_dir():

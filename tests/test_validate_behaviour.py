@@ -320,3 +320,25 @@ def test_energy_mismatch_edges(power_w, counter_mj, period_ms, flagged):
 def test_cpu_proxy_message():
     assert report_of(device(0, REGULAR), sampler="cpu_proxy") == [
         ("cpu_proxy", "cpu_proxy: modelled from CPU activity, not a GPU measurement")]
+
+
+def test_a_counter_reset_loses_its_interval_in_validate_as_in_metrics_and_convert():
+    """The one counter rule (metrics.counter_energy_j): a step down adds nothing.
+
+    Before the rule was shared, validate took last − first finite reading, so a counter that
+    reset mid-run looked short and the run was flagged ``energy_mismatch``.
+    """
+    from generation.sampler.convert import energy_mismatch_pct
+    from llm_powertrace_ds.metrics import compute_run_metrics
+
+    t = np.arange(41) * 1000
+    p = 100.0 + np.where(np.arange(41) % 2, 1.0, -1.0)  # 100 J per interval, never stuck
+    counter = np.concatenate((np.arange(21) * 100_000.0, np.arange(20) * 100_000.0 + 10_000.0))
+    run = run_with(t, power=p, energy_mj=counter, period_ms=1000.0)
+    assert validate_run(run).flags == []  # last − first would give 1910 J: flagged before
+    # 40 intervals of 100 J; the reset interval (2000 J -> 10 J) is lost: 3900 J counted
+    expected = 100 * (4000 - 3900) / 3900
+    assert compute_run_metrics(run)["energy_mismatch_pct"] == pytest.approx(expected)
+    assert energy_mismatch_pct(run.devices[0]) == pytest.approx(expected)
+    run = run_with(t, power=p, energy_mj=counter * 0.8, period_ms=1000.0)
+    assert validate_run(run).flags == ["energy_mismatch"]

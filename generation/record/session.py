@@ -16,7 +16,7 @@ the dataset library — never torch::
             rec.mark("step_end", step=step)
         rec.set_results(steps=10, tokens=10 * 8 * 512)
 
-Lifecycle (DESIGN.md's run lifecycle): ``.staging/<run_id>/`` gets ``meta.json`` and status
+Lifecycle (the run lifecycle of docs/design.md): ``.staging/<run_id>/`` gets ``meta.json`` and status
 ``running``; the sampler starts (its first tick is the run's t0); ``idle_begin .. idle_end``
 for ``idle_before_s``; the block; ``idle_begin .. idle_end`` for ``idle_after_s``; the sampler
 stops. A block that raises (``KeyboardInterrupt`` included) leaves the run ``failed`` in staging
@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from llm_powertrace_ds import layout, schema
+from llm_powertrace_ds.atomic import write_json_atomic
 from llm_powertrace_ds.errors import InputError, PowerTraceError
 
 from .provenance import planned_meta
@@ -152,10 +153,7 @@ def make_run_id(workload: str, program: str | None, axes: Mapping[str, Any],
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(json.dumps(obj, default=str), encoding="utf-8")
-    os.replace(tmp, path)
+    write_json_atomic(path, obj, fsync=False, indent=None, sort_keys=False)
 
 
 def _env_rank() -> int:

@@ -188,24 +188,15 @@ def spool_to_run(path: str | os.PathLike[str], meta: dict[str, Any] | None = Non
 
 
 def energy_mismatch_pct(device: Any) -> float | None:
-    """100 * (integral of power - counter difference) / counter difference, or ``None``.
+    """100 * (integral of power - counter energy) / counter energy of one device, or ``None``.
 
-    The integral is the trapezoid of the finite ``power_w`` samples over ``t_ms``; the counter
-    difference is the last minus the first finite ``energy_mj``.
+    The library's one rule (:func:`llm_powertrace_ds.metrics.device_mismatch_pct`: trapezoid of
+    the finite ``power_w`` against the ``energy_mj`` counter, a counter reset losing its
+    interval), imported here lazily so the sampler process never loads ``datasets``.
     """
-    power = device.signals.get("power_w")
-    energy = device.signals.get("energy_mj")
-    if power is None or energy is None:
-        return None
-    ok_p = np.isfinite(power)
-    ok_e = np.isfinite(energy)
-    if ok_p.sum() < 2 or ok_e.sum() < 2:
-        return None
-    counter_j = float(energy[ok_e][-1] - energy[ok_e][0]) / 1000.0
-    if counter_j <= 0:
-        return None
-    integral_j = float(np.trapezoid(power[ok_p], device.t_ms[ok_p] / 1000.0))
-    return 100.0 * (integral_j - counter_j) / counter_j
+    from llm_powertrace_ds.metrics import device_mismatch_pct
+
+    return device_mismatch_pct(device)
 
 
 __all__ = ["energy_mismatch_pct", "provenance_meta", "spool_to_run", "t_ms_of"]

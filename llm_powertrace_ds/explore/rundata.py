@@ -347,9 +347,7 @@ class RunData:
 def is_proxy(meta: dict[str, Any]) -> bool:
     """A ``cpu_proxy`` run: modelled power, not a GPU measurement.
 
-    The same rule as ``cards.summary.is_cpu_proxy`` (the library may not import ``cards``):
-    platform, sampler, power field or flag says ``cpu_proxy``.
+    The one rule, :func:`llm_powertrace_ds.schema.is_cpu_proxy`: platform, sampler, power field
+    or flag says ``cpu_proxy``.
     """
-    return (meta.get("platform") == "cpu_proxy" or meta.get("sampler") == "cpu_proxy"
-            or meta.get("power_field") == "cpu_proxy_model"
-            or "cpu_proxy" in (meta.get("quality_flags") or []))
+    return schema.is_cpu_proxy(meta)

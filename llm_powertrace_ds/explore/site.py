@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import layout, schema, shards
-from ..errors import InputError
+from ..errors import InputError, MissingExtra
 from ..metrics import metric_formulas
 from ..run import Run
 from .catalog import catalog, run_folder
@@ -48,10 +48,6 @@ LIBRARY = ("bokeh.min.js", "bokeh-api.min.js")
 SIZE_BOUND = 1.5
 """The site's data files are at most this many times the dataset's trace bytes (checked by
 ``tests/explore/test_site.py`` on 4 devices x 20 min with every signal: 1.26x)."""
-
-
-class MissingExtra(InputError, ImportError):
-    """bokeh (the ``explore`` extra) is not installed."""
 
 
 @dataclass(frozen=True)
@@ -96,13 +92,12 @@ def bokeh_js() -> dict[str, Path]:
     try:
         from bokeh.util.paths import bokehjs_path
     except ImportError:
-        raise MissingExtra("bokeh is not installed: pip install 'llm-powertrace[explore]'",
-                           field="bokeh") from None
+        raise MissingExtra("bokeh is not installed: pip install 'llm-powertrace[explore]'"
+                           ) from None
     files = {name: Path(bokehjs_path()) / "js" / name for name in LIBRARY}
     missing = [str(p.name) for p in files.values() if not p.is_file()]
     if missing:
-        raise MissingExtra(f"the bokeh package lacks {', '.join(missing)}: reinstall bokeh",
-                           field="bokeh")
+        raise MissingExtra(f"the bokeh package lacks {', '.join(missing)}: reinstall bokeh")
     return files
 
 

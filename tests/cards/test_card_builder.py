@@ -447,3 +447,27 @@ def test_card_states_the_largest_trace_row(tmp_path):
     note = next(line for line in text.splitlines() if line.startswith("Long rows:"))
     assert "`long`" in note and "`short`" not in note
     assert "about 400 ticks per device" in note
+
+
+def test_card_figure_reads_a_parquet_trace_shard(tmp_path, monkeypatch):
+    # the card reads trace shards through the library's reader, so .parquet shards (which
+    # layout.READ_SUFFIXES accepts) draw the same figure as .arrow ones
+    pytest.importorskip("matplotlib")
+    import pyarrow.parquet as pq
+
+    monkeypatch.setenv(figures.FIGURES_ENV, "1")  # conftest switches figures off
+    root = tmp_path / "ds"
+    shards.publish_run(root, synthetic_run("r1", n=40))
+    refresh_card(root)
+    fig = root / "figures" / "trace-finetune-l40s.png"
+    from_arrow = fig.read_bytes()
+    arrow_files = layout.shard_files(root, "finetune", "l40s")
+    assert arrow_files and all(p.suffix == ".arrow" for p in arrow_files)
+    for path in arrow_files:
+        pq.write_table(shards.read_table(path), path.with_suffix(".parquet"))
+        path.unlink()
+    assert all(p.suffix == ".parquet" for p in layout.shard_files(root, "finetune", "l40s"))
+    fig.unlink()
+    refresh_card(root)
+    assert fig.read_bytes() == from_arrow
+    assert "(figures/trace-finetune-l40s.png)" in (root / "README.md").read_text(encoding="utf-8")

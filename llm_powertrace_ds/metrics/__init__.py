@@ -1,0 +1,245 @@
+"""Power-grid-facing per-run metrics: energy, levels, ramps, oscillations, synchrony, states.
+
+How the node total is formed (alignment)
+    Every device keeps its own timestamps. The node total is formed by linear interpolation of
+    every device onto one common grid (default 0.1 s, :data:`GRID_MS`) over the span where all
+    devices are present (from the latest first sample to the earliest last sample) and summing
+    — never by grouping equal timestamps, so two samples of one device can never be added into
+    one bucket. A *gap* is an interval between two valid readings of a device longer than
+    :data:`GAP_PERIODS` sample periods; grid points strictly inside a gap of any device are
+    invalid, so the total splits into gap-free *segments*. Shape metrics (percentiles, peaks,
+    ramps, spectra, coincidence, states) use gap-free segments only. Energy integrates across
+    gaps (the device drew power while the logger stalled); ``gap_s`` says how much of the run
+    rests on that bridging.
+
+Conventions
+    P(t) is the node total on the grid (W), Δ = 0.1 s the grid step, C = Σ_d limit_d the sum of
+    the devices' power limits (N × limit for identical devices), D the run's duration.
+    Percentiles are linear-interpolated (``numpy.percentile``). A metric that cannot be computed
+    is ``None`` and ``metric_notes`` gets ``"<metric>: <reason>"`` — never a crash, never a
+    made-up number.
+
+The formulas are in the docstrings of the ``_group`` functions of this package's modules
+(``energy``, ``ramps``, ``spectral``, ``states``; :data:`METRIC_GROUPS` lists them in column
+order), one ``- ``name`` =`` line per metric; :func:`metric_formulas` returns them (the dataset
+card prints the same text).
+Everything is vectorised (interpolation, lagged differences, cumulative sums, filters, FFTs);
+there is no per-sample Python loop.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable
+from typing import Any
+
+from ..run import Run
+from .core import (
+    ACROSS_NAMES,
+    BACKGROUND_BINS,
+    BANDS_HZ,
+    CHECKPOINT_BASELINE_S,
+    ENERGY_NAMES,
+    GAP_NAMES,
+    GAP_PERIODS,
+    GRID_MS,
+    IDLE_FRACTION_OF_LIMIT,
+    INT_METRICS,
+    LEVEL_NAMES,
+    METRIC_NAMES,
+    MIN_CYCLES,
+    MIN_PEAK_RATIO,
+    MIN_SPECTRUM_S,
+    NEAR_LIMIT_FRACTION,
+    OSCILLATION_NAMES,
+    PEAK_FALSE_ALARM,
+    PER_DEVICE_NAMES,
+    PROJECTED_DEVICES,
+    RAMP_NAMES,
+    RAMP_WINDOWS,
+    SAMPLING_NAMES,
+    SEED_RAMP_NAMES,
+    SPECTRUM_BAND_HZ,
+    STATE_NAMES,
+    STEP_FRACTION_OF_LIMIT,
+    STEP_WINDOW_S,
+    SYNC_HIGHPASS_HZ,
+    WELCH_SEGMENT_S,
+    Aligned,
+    _capacity_w,
+    _EventIndex,
+    _Out,
+    _prepare_device,
+    align,
+    event_windows,
+    node_total,
+)
+from .energy import (
+    _group_energy,
+    counter_energy_j,
+    device_energy_j,
+    device_mismatch_pct,
+    mismatch_pct,
+)
+from .ramps import _group_level, _group_ramps, _group_seed_ramps, seed_ramps
+from .spectral import _group_across, _group_oscillations, welch_psd, welch_windows
+from .states import _group_gaps, _group_sampling, _group_states
+
+
+def compute_run_metrics(run: Run, *, grid_ms: int = GRID_MS) -> dict[str, Any]:
+    """All metrics of a run: node totals, per-device lists and ``metric_notes``.
+
+    Every name of :data:`METRIC_NAMES` and :data:`PER_DEVICE_NAMES` is a key (``None`` when it
+    cannot be computed, with the reason in ``metric_notes``). Never raises on bad signals (an
+    empty trace, one sample, all-null power, no tokens).
+
+    Args:
+        run: the run.
+        grid_ms: step of the common grid of the node total (default 100 ms).
+
+    Returns:
+        ``{metric: value}`` plus ``metric_notes`` (list of ``"<metric>: <reason>"``).
+
+    numpy's BLAS runs on one thread here (``threadpoolctl``): a run's arrays are too small for threads to
+    pay (OpenBLAS worker threads spun for up to 3x the metrics' own CPU time on a loaded 2-core
+    machine), and a multi-threaded dot product sums in an order that depends on the thread
+    count, so the last digits of ``gpu_energy_j`` and the like varied from machine to machine.
+    """
+    with _blas_controller().limit(limits=1, user_api="blas"):
+        return _compute(run, grid_ms)
+
+
+@functools.lru_cache(maxsize=1)
+def _blas_controller() -> Any:
+    """The process's ``threadpoolctl`` controller (inspecting the loaded libraries costs ~1 ms)."""
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
+def _compute(run: Run, grid_ms: int) -> dict[str, Any]:
+    out = _Out()
+    notes: list[str] = []
+    devs = [_prepare_device(run, d, i, notes) for i, d in enumerate(run.devices)]
+    ev = _EventIndex(run.events)
+    _group_energy(run, devs, out, ev)
+    al = None
+    reason = None
+    if not run.devices:
+        reason = "the run has no devices"
+    elif any(d is None or len(d.t_ms) < 2 for d in devs):
+        reason = "a device has fewer than 2 power readings"
+    else:
+        al = align([d for d in devs if d is not None], grid_ms)
+        if al is None:
+            reason = "devices share no common span"
+    cap = _capacity_w(run) if run.devices else None
+    if al is None and reason:
+        shape = [n for n in METRIC_NAMES if n not in ENERGY_NAMES + GAP_NAMES
+                 + ("duration_s", "mean_power_w", "limit_utilisation")]
+        out.null(shape, reason)
+    _group_level(run, devs, al, cap, out)
+    _group_ramps(al, cap, out)
+    _group_seed_ramps(devs, out)
+    _group_oscillations(ev, al, out)
+    _group_across(al, out)
+    _group_states(ev, al, cap, out)
+    _group_gaps(devs, out)
+    _group_sampling(devs, out)
+    result: dict[str, Any] = {name: out.values.get(name) for name in METRIC_NAMES}
+    for name in PER_DEVICE_NAMES:
+        result[name] = out.values.get(name)
+    result["metric_notes"] = notes + out.notes
+    return result
+
+
+
+
+_GROUPS: tuple[Callable[..., Any], ...] = (
+    _group_energy, _group_level, _group_ramps, _group_seed_ramps, _group_oscillations,
+    _group_across, _group_states, _group_gaps, _group_sampling,
+)
+METRIC_GROUPS = _GROUPS
+"""The metric groups in column order; each docstring's first line is the group's title."""
+_BULLET_NAMES_RE = re.compile(r"^``[^`]+``(, ``[^`]+``)*$")
+
+
+def metric_formulas() -> dict[str, str]:
+    """``{metric name: formula}`` parsed from the metric groups' docstrings (for the card).
+
+    A formula is a docstring bullet ``- ``name`` = formula`` (continuation lines joined); names
+    listed together share one formula; ramp names are expanded for every δ.
+    """
+    bullets: list[str] = []
+    for fn in _GROUPS:
+        inside = False
+        for line in (fn.__doc__ or "").splitlines():
+            text = line.strip()
+            if text.startswith("- ``"):
+                bullets.append(text[2:])
+                inside = True
+            elif inside and text and not text.startswith("-"):
+                bullets[-1] += " " + text
+            else:
+                inside = False
+    out: dict[str, str] = {}
+    for bullet in bullets:
+        left, sep, right = bullet.partition(" = ")
+        if not sep or not _BULLET_NAMES_RE.match(left.strip()):
+            continue
+        for name in re.findall(r"``([^`]+)``", left):
+            if "{δ}" in name:
+                for tag, _ in RAMP_WINDOWS:
+                    out[name.replace("{δ}", tag)] = right.strip().replace("{δ}", tag)
+            else:
+                out[name] = right.strip()
+    return out
+
+
+__all__ = [
+    "ACROSS_NAMES",
+    "Aligned",
+    "BACKGROUND_BINS",
+    "BANDS_HZ",
+    "CHECKPOINT_BASELINE_S",
+    "ENERGY_NAMES",
+    "GAP_NAMES",
+    "GAP_PERIODS",
+    "GRID_MS",
+    "IDLE_FRACTION_OF_LIMIT",
+    "INT_METRICS",
+    "LEVEL_NAMES",
+    "METRIC_GROUPS",
+    "METRIC_NAMES",
+    "MIN_CYCLES",
+    "MIN_PEAK_RATIO",
+    "MIN_SPECTRUM_S",
+    "NEAR_LIMIT_FRACTION",
+    "OSCILLATION_NAMES",
+    "PEAK_FALSE_ALARM",
+    "PER_DEVICE_NAMES",
+    "PROJECTED_DEVICES",
+    "RAMP_NAMES",
+    "RAMP_WINDOWS",
+    "SAMPLING_NAMES",
+    "SEED_RAMP_NAMES",
+    "SPECTRUM_BAND_HZ",
+    "STATE_NAMES",
+    "STEP_FRACTION_OF_LIMIT",
+    "STEP_WINDOW_S",
+    "SYNC_HIGHPASS_HZ",
+    "WELCH_SEGMENT_S",
+    "align",
+    "compute_run_metrics",
+    "counter_energy_j",
+    "device_energy_j",
+    "device_mismatch_pct",
+    "event_windows",
+    "metric_formulas",
+    "mismatch_pct",
+    "node_total",
+    "seed_ramps",
+    "welch_psd",
+    "welch_windows",
+]

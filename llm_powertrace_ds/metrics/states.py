@@ -1,0 +1,144 @@
+"""State metrics (idle, near limit, steps, checkpoint dips), gaps and observed sampling."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .core import (
+    CHECKPOINT_BASELINE_S,
+    IDLE_FRACTION_OF_LIMIT,
+    NEAR_LIMIT_FRACTION,
+    SAMPLING_NAMES,
+    STATE_NAMES,
+    STEP_FRACTION_OF_LIMIT,
+    STEP_WINDOW_S,
+    Aligned,
+    _Dev,
+    _EventIndex,
+    _Out,
+    event_windows,
+)
+
+
+def _group_states(ev: _EventIndex, al: Aligned | None, cap: float | None, out: _Out) -> None:
+    """States.
+
+    - ``idle_fraction`` = share of gap-free grid points with P(t) < 0.2 · C.
+    - ``near_limit_fraction`` = share of gap-free grid points with P(t) ≥ 0.9 · C.
+    - ``step_count`` = number of power steps: maximal runs of consecutive grid points t with
+      |P(t + 1 s) − P(t)| > 0.1 · C and the same sign, inside one gap-free segment (one edge of a
+      square wave counts once).
+    - ``checkpoint_dip_pct`` = mean over checkpoints of 100 · (B − min_{[b, e]} P) / B, B the
+      median of P over the 10 s before ``checkpoint_begin`` (b), e the next ``checkpoint_end``.
+    - ``checkpoint_dip_s`` = mean over checkpoints of the time in [b, e] with P(t) < B − depth/2
+      (width of the dip at half depth).
+    """
+    limit_names = ("idle_fraction", "near_limit_fraction", "step_count")
+    if al is None or not al.valid.any():
+        out.null(STATE_NAMES, "no gap-free node total")
+        return
+    x = al.values()
+    if cap is None:
+        out.null(limit_names, "power limit unknown")
+    else:
+        out.set("idle_fraction", float(np.mean(x < IDLE_FRACTION_OF_LIMIT * cap)))
+        out.set("near_limit_fraction", float(np.mean(x >= NEAR_LIMIT_FRACTION * cap)))
+        k = max(1, int(round(STEP_WINDOW_S / al.step_s)))
+        ok = al.lag_pairs(k)
+        if not ok.size:
+            out.set("step_count", 0)
+        else:
+            d = al.total[k:] - al.total[:-k]  # NaN (never a step) where a point is invalid
+            thr = STEP_FRACTION_OF_LIMIT * cap
+            count = 0
+            for flag in (d > thr, d < -thr):  # a run of one sign is one step
+                flag &= ok
+                count += int(flag[0]) + int(np.count_nonzero(flag[1:] & ~flag[:-1]))
+            out.set("step_count", count)
+
+    windows = event_windows(ev, "checkpoint_begin", "checkpoint_end")
+    if not windows:
+        out.null(("checkpoint_dip_pct", "checkpoint_dip_s"), "no checkpoint events")
+        return
+    grid = al.grid_ms
+    depths, widths = [], []
+    base_ms = CHECKPOINT_BASELINE_S * 1000
+    bounds = np.array(windows, dtype=np.float64)
+    i0 = np.searchsorted(grid, bounds[:, 0] - base_ms, side="left")
+    i1 = np.searchsorted(grid, bounds[:, 0], side="left")
+    i2 = np.searchsorted(grid, bounds[:, 1], side="right")
+    for a, b, c in zip(i0, i1, i2, strict=True):  # one iteration per checkpoint, not per sample
+        before = al.total[a:b][al.valid[a:b]]
+        inside = al.total[b:c][al.valid[b:c]]
+        if not before.size or not inside.size:
+            continue
+        base = float(np.median(before))
+        if base <= 0:
+            continue
+        depth = base - float(inside.min())
+        depths.append(100.0 * depth / base)
+        widths.append(float(np.count_nonzero(inside < base - depth / 2)) * al.step_s
+                      if depth > 0 else 0.0)
+    if not depths:
+        out.null(("checkpoint_dip_pct", "checkpoint_dip_s"),
+                 "no checkpoint with gap-free power before and during it")
+    else:
+        out.set("checkpoint_dip_pct", float(np.mean(depths)))
+        out.set("checkpoint_dip_s", float(np.mean(widths)))
+
+
+def _group_gaps(devs: list[_Dev | None], out: _Out) -> None:
+    """Gaps.
+
+    - ``gap_count`` = number of gaps on the run clock: intervals between consecutive valid
+      readings of a device longer than 3 sample periods (period = the declared
+      ``sample_period_ms``, or the median interval when that is longer), overlapping gaps of
+      several devices merged into one.
+    - ``gap_s`` = total length (s) of the merged gaps: how much of ``energy_j`` rests on
+      interpolation across missing readings.
+    """
+    starts, ends = [], []
+    for d in devs:
+        if d is None or not d.gap_idx.size:
+            continue
+        starts.append(d.t_ms[d.gap_idx])
+        ends.append(d.t_ms[d.gap_idx + 1])
+    if not starts:
+        out.set("gap_count", 0)
+        out.set("gap_s", 0.0)
+        return
+    s = np.concatenate(starts)
+    e = np.concatenate(ends)
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    reach = np.maximum.accumulate(e)
+    new = np.concatenate(([True], s[1:] > reach[:-1]))
+    cluster = np.cumsum(new) - 1
+    cs = s[new]
+    ce = np.zeros(len(cs), dtype=np.int64)
+    np.maximum.at(ce, cluster, e)
+    out.set("gap_count", int(len(cs)))
+    out.set("gap_s", float((ce - cs).sum()) / 1000.0)
+
+
+def _group_sampling(devs: list[_Dev | None], out: _Out) -> None:
+    """Sampling (the seed authors' names).
+
+    - ``sampling_interval_observed_median_s`` = median of t_d,i+1 − t_d,i over every device d and
+      reading i (valid readings only), in s.
+    - ``sampling_interval_observed_p95_s`` = p95 of the same intervals, in s.
+    """
+    diffs = [np.diff(d.t_ms) for d in devs if d is not None and len(d.t_ms) > 1]
+    if not diffs:
+        out.null(SAMPLING_NAMES, "no device has 2 readings")
+        return
+    dt = np.concatenate(diffs) / 1000.0
+    med, p95 = np.percentile(dt, [50, 95], overwrite_input=True)  # dt is ours: no copy
+    out.set("sampling_interval_observed_median_s", med)
+    out.set("sampling_interval_observed_p95_s", p95)
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry point
+# ---------------------------------------------------------------------------------------------
+
