@@ -76,11 +76,7 @@ _AXES = settings_from_columns(
     power_limit_setting_w={"minimum": 1.0},
 )
 SETTINGS: dict[str, Setting] = {
-    "model": Setting("model", "string", default="llama-tiny", column=False,
-                     doc="Zoo model name (see generation.workloads.models.ZOO)"),
-    "model_source": Setting("model_source", "string", default="zoo",
-                            choices=models.MODEL_SOURCES,
-                            doc="`zoo` (random weights), `hub` (cached checkpoint) or `auto`"),
+    **models.model_settings(),
     "seed": Setting("seed", "int64", default=0, doc="Random seed (model init, data, trainer)"),
     "target_duration_s": Setting("target_duration_s", "float32", minimum=0.1,
                                  doc="Train until this many seconds have passed"),

@@ -28,6 +28,8 @@ from typing import Any
 
 from llm_powertrace_ds.errors import InputError
 
+from . import Setting
+
 # Token ids 0..2 are reserved for the offline tokenizer's special tokens.
 PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
 NUM_SPECIAL = 3
@@ -546,3 +548,14 @@ def check_model(resolved: dict[str, Any]) -> tuple[ModelSpec | None, list[tuple[
     except InputError as exc:
         return spec, [("model_source", exc.reason)]
     return spec, []
+
+
+def model_settings() -> dict[str, Setting]:
+    """The ``model`` and ``model_source`` settings every workload that loads a model declares."""
+    return {
+        "model": Setting("model", "string", default="llama-tiny", column=False,
+                         doc="Zoo model name (see generation.workloads.models.ZOO)"),
+        "model_source": Setting("model_source", "string", default="zoo",
+                                choices=MODEL_SOURCES,
+                                doc="`zoo` (random weights), `hub` (cached checkpoint) or `auto`"),
+    }

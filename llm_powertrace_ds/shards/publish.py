@@ -47,11 +47,6 @@ def set_status(root: Path, run_id: str, status: str, **extra: Any) -> None:
     Staging(root, run_id).set_status(status, **extra)
 
 
-def read_status(root: Path, run_id: str) -> dict[str, Any] | None:
-    """The run's staging status, or ``None`` (:meth:`staging.Staging.status_record`)."""
-    return Staging(root, run_id).status_record()
-
-
 def existing_run_files(root: Path, run_id: str) -> list[Path]:
     """Every per-run file of ``run_id`` under ``data/`` (any config, platform, family)."""
     name = f"{run_id}{layout.SHARD_SUFFIX}"

@@ -94,11 +94,7 @@ CB_SETTINGS: dict[str, Setting] = {
                                      doc="Continuous batching: async double-buffered batches"),
 }
 SETTINGS: dict[str, Setting] = {
-    "model": Setting("model", "string", default="llama-tiny", column=False,
-                     doc="Zoo model name (see generation.workloads.models.ZOO)"),
-    "model_source": Setting("model_source", "string", default="zoo",
-                            choices=models.MODEL_SOURCES,
-                            doc="`zoo` (random weights), `hub` (cached checkpoint) or `auto`"),
+    **models.model_settings(),
     "seed": Setting("seed", "int64", default=0,
                     doc="Random seed (model init, arrivals, lengths, prompts)"),
     "target_duration_s": Setting("target_duration_s", "float32", minimum=0.1,
