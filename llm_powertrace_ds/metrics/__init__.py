@@ -12,6 +12,13 @@ How the node total is formed (alignment)
     gaps (the device drew power while the logger stalled); ``gap_s`` says how much of the run
     rests on that bridging.
 
+The seed authors
+    The authors of the traces and catalog this dataset started from (their canonical long CSV
+    is imported with ``import powertrace-csv``; see ``docs/design.md``, "Words used in the
+    code"). The *seed-compatible* metrics (:data:`core.SEED_RAMP_NAMES`, module ``ramps``)
+    follow their definitions and names number for number, so that the two catalogs can be
+    compared column for column; the project's own definitions keep their own names.
+
 Conventions
     P(t) is the node total on the grid (W), Δ = 0.1 s the grid step, C = Σ_d limit_d the sum of
     the devices' power limits (N × limit for identical devices), D the run's duration.
