@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from llm_powertrace_ds.cli_core import add_format, emit, out_dir
+from llm_powertrace_ds.cli import add_format, emit, out_dir
 from llm_powertrace_ds.errors import (
     InputError,
     MissingExtra,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from llm_powertrace_ds.cli_core import add_format, emit
+from llm_powertrace_ds.cli import add_format, emit
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from llm_powertrace_ds import shards
-from llm_powertrace_ds.cli_core import emit
+from llm_powertrace_ds.cli import emit
 
 DEMO_SWEEPS = ("demo-finetune.yaml", "demo-inference.yaml")
 QUICK_TASKS = 3

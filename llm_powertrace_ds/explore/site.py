@@ -65,7 +65,7 @@ LIBRARY = ("bokeh.min.js", "bokeh-api.min.js")
 (``Bokeh.Plotting.figure``); not bokeh-gl (WebGL), -widgets, -tables or -mathjax."""
 SIZE_BOUND = 1.5
 """The site's data files are at most this many times the dataset's trace bytes (checked by
-``tests/explore/test_site.py`` on 4 devices x 20 min with every signal: 1.26x)."""
+``tests/llm_powertrace_ds/explore/test_site.py`` on 4 devices x 20 min with every signal: 1.26x)."""
 
 
 @dataclass(frozen=True)

@@ -3,58 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import csv
-import json
-import sys
 from pathlib import Path
-from typing import Any
 
-from . import schema
-from .errors import UsageError
-from .formatting import human_number
-from .hub import resolve_dataset
-
-FORMATS = ("table", "json", "csv")
-
-
-def emit(rows: list[dict[str, Any]], fmt: str, columns: list[str] | None = None) -> None:
-    """Print rows as an aligned table, JSON (a list of objects) or CSV."""
-    columns = columns or (list(rows[0]) if rows else [])
-    if fmt == "json":
-        print(json.dumps(rows, indent=2, default=str))
-        return
-    if fmt == "csv":
-        writer = csv.DictWriter(sys.stdout, fieldnames=columns, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-        return
-
-    def cell(v: Any) -> str:
-        if isinstance(v, float):
-            return human_number(v)
-        if isinstance(v, list):
-            return ",".join(map(str, v)) or "-"
-        return "-" if v is None else str(v)
-
-    table = [[cell(r.get(c)) for c in columns] for r in rows]
-    widths = [max([len(c)] + [len(t[i]) for t in table]) for i, c in enumerate(columns)]
-    print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
-    for t in table:
-        print("  ".join(v.ljust(w) for v, w in zip(t, widths, strict=True)))
-
-
-def out_dir(path: Path, option: str = "--out") -> Path:
-    """Check that an output folder argument is not an existing file."""
-    from .errors import InputError
-
-    if path.exists() and not path.is_dir():
-        raise InputError(f"'{path}' is a file; {option} takes a folder", field=option)
-    return path
-
-
-def add_format(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--format", choices=FORMATS, default="table",
-                   help="output format (default: table)")
+from .. import schema
+from ..errors import UsageError
+from ..hub import resolve_dataset
+from ._common import add_format, emit, out_dir
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -136,8 +90,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from .hooks import card_writers, rebuild_card
-    from .importers.publish import ImportOptions, import_stream
+    from ..hooks import card_writers, rebuild_card
+    from ..importers.publish import ImportOptions, import_stream
 
     out_dir(args.out)
     if args.log_format == "requests-csv":
@@ -163,9 +117,9 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def _import_requests(args: argparse.Namespace) -> int:
-    from .errors import InputError
-    from .hooks import rebuild_card
-    from .importers.requests import attach_requests
+    from ..errors import InputError
+    from ..hooks import rebuild_card
+    from ..importers.requests import attach_requests
 
     if not args.run or len(args.files) != 1:
         raise InputError("requests-csv needs one FILE and --run RUN_ID", field="--run")
@@ -176,9 +130,9 @@ def _import_requests(args: argparse.Namespace) -> int:
 
 
 def _import_summaries(args: argparse.Namespace) -> int:
-    from .hooks import rebuild_card
-    from .importers import import_summaries
-    from .importers.mlenergy_v2 import publish_summaries
+    from ..hooks import rebuild_card
+    from ..importers import import_summaries
+    from ..importers.mlenergy_v2 import publish_summaries
 
     if args.workload not in (None, "inference"):
         raise UsageError("mlenergy-v2 summaries are inference runs; drop --workload finetune")
@@ -194,12 +148,12 @@ def _import_summaries(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from .folder_check import validate_folder
+    from ..folder_check import validate_folder
 
     rows = []
     root = resolve_dataset(args.dir)
     if getattr(args, "repair", False):
-        from .shards import repair_folder
+        from ..shards import repair_folder
 
         for rel in repair_folder(root):
             rows.append({"run_id": None, "platform": None, "status": "repaired", "flags": [],
@@ -217,7 +171,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from .shards import list_runs
+    from ..shards import list_runs
 
     cols = ["run_id", "workload", "platform", "model_family", "num_gpus", "duration_s",
             "energy_j", "mean_power_w", "peak_power_w", "quality_flags"]
@@ -227,8 +181,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_pack(args: argparse.Namespace) -> int:
-    from .hooks import rebuild_card
-    from .shards import pack
+    from ..hooks import rebuild_card
+    from ..shards import pack
 
     out = out_dir(args.out)
     res = pack(resolve_dataset(args.src), out, max_shard_bytes=int(args.max_shard_mb * 1024 * 1024))
@@ -240,8 +194,8 @@ def cmd_pack(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from .export import export
-    from .names import check_name, check_split, known_configs
+    from ..export import export
+    from ..names import check_name, check_split, known_configs
 
     root = resolve_dataset(args.dataset)
     check_name(args.config, known_configs(), what="config", field="--config")

@@ -24,7 +24,7 @@ from llm_powertrace_ds.cli import main
 from llm_powertrace_ds.errors import InputError
 from llm_powertrace_ds.run import DeviceSeries, Event, Run
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXTERNAL = Path(os.environ.get("LLM_POWERTRACE_EXTERNAL",
                                REPO.parent / "shared" / "data" / "external"))
 

@@ -11,11 +11,11 @@ import json
 from pathlib import Path
 from typing import Any, NoReturn
 
-from . import schema
-from .cli_core import FORMATS, add_format, emit
-from .errors import InputError, UsageError
-from .hub import resolve_dataset
-from .metrics.rows import iter_run_rows, run_metrics_rows, runs_configs
+from .. import schema
+from ..errors import InputError, UsageError
+from ..hub import resolve_dataset
+from ..metrics.rows import iter_run_rows, run_metrics_rows, runs_configs
+from ._common import FORMATS, add_format, emit
 
 TABLE_METRICS = ["run_id", "num_gpus", "duration_s", "energy_j", "mean_power_w", "peak_power_w",
                  "par", "swing_w", "ramp_abs_p99_1s_w_per_s", "dominant_freq_hz",
@@ -32,7 +32,7 @@ def check_columns(names: dict[str, str | None], config: str | None) -> None:
     Raises:
         UnknownName: a column no runs table has (the message suggests the closest one).
     """
-    from .names import check_name
+    from ..names import check_name
 
     valid = {c.name for cfg in runs_configs(config) for c in schema.COLUMNS[cfg]}
     for option, value in names.items():
@@ -46,8 +46,8 @@ def check_settings(settings: dict[str, Any]) -> None:
     Raises:
         UnknownName: ``unknown axis 'foo'``, with the closest valid name.
     """
-    from .names import check_name
-    from .scaling import AXES
+    from ..names import check_name
+    from ..scaling import AXES
 
     valid = {c.name for cfg in schema.RUNS_CONFIGS for c in schema.COLUMNS[cfg]}
     valid |= set(AXES.values())
@@ -223,7 +223,7 @@ def fit_tables(data: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[st
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    from . import scaling
+    from .. import scaling
 
     root = resolve_dataset(args.dir)
     config = args.config
@@ -243,7 +243,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if args.out:
         res.save(args.out)
     if args.save:
-        from .hooks import rebuild_card
+        from ..hooks import rebuild_card
 
         res.save(Path(root) / scaling.DATASET_FIT_PATH)
         rebuild_card(root)
@@ -282,7 +282,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from . import scaling
+    from .. import scaling
 
     settings: dict[str, Any] = {}
     for item in args.settings:
@@ -304,7 +304,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from . import plots
+    from .. import plots
 
     if args.fit is not None:
         path = plots.plot_fit(args.fit, args.out, axis=args.axis)
@@ -319,7 +319,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
             rows = list(iter_run_rows(root, args.config, args.split))
             path = plots.plot_sweep(rows, args.metric, args.axis, args.out)
         elif args.run_id:
-            from .shards import read_run
+            from ..shards import read_run
 
             path = plots.plot_run(read_run(root, args.run_id), args.out)
         else:

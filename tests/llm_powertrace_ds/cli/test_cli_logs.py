@@ -15,7 +15,7 @@ import pytest
 
 from llm_powertrace_ds import cli, shards
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_closed_pipe_exits_quietly(tmp_path, make_run):

@@ -11,8 +11,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError
-from .hub import resolve_dataset
+from ..errors import InputError
+from ..hub import resolve_dataset
 
 TABLE_ROWS = [  # (metric key, unit shown)
     ("energy_mwh", "MWh"), ("mean_kw", "kW"), ("peak_kw", "kW"), ("par", ""),
@@ -41,7 +41,7 @@ def _mix(items: list[str]) -> dict[str, float] | None:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``facility`` subcommand."""
-    from .facility import DEFAULT_NODES_PER_RACK, DEFAULT_OVERHEAD, OVERHEAD_PRESETS, SYNC_MODES
+    from ..facility import DEFAULT_NODES_PER_RACK, DEFAULT_OVERHEAD, OVERHEAD_PRESETS, SYNC_MODES
 
     p = sub.add_parser(
         "facility", help="compose node, rack and site load profiles from measured runs",
@@ -100,7 +100,7 @@ def _cell(v: Any) -> str:
 
 
 def cmd_facility(args: argparse.Namespace) -> int:
-    from . import facility as fac
+    from .. import facility as fac
 
     cfg = fac.FacilityConfig(
         gpus=args.gpus, gpus_per_node=args.gpus_per_node, nodes_per_rack=args.nodes_per_rack,
@@ -116,7 +116,7 @@ def cmd_facility(args: argparse.Namespace) -> int:
     if args.out is not None:
         fac.write_profile(result, args.out, data)
     if args.plot is not None:
-        from .plots import plot_facility
+        from ..plots import plot_facility
 
         plot_facility(fac.profiles(result), fac.load_duration_curve(result.facility_w),
                       args.plot, title=f"{cfg.gpus} GPUs, sync {cfg.sync} — composed, "

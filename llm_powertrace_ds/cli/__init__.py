@@ -17,16 +17,19 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .errors import MissingExtra, PowerTraceError, UsageError
+from ..errors import MissingExtra, PowerTraceError, UsageError
+from ._common import FORMATS, add_format, emit, out_dir
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+__all__ = ["EXIT_FAILURE", "EXIT_OK", "EXIT_USAGE", "FORMATS", "add_format", "emit", "main",
+           "out_dir"]
 
 # One module per group of the library's subcommands; each has ``register(subparsers)``.
 COMMAND_MODULES = [
-    "llm_powertrace_ds.cli_core",
-    "llm_powertrace_ds.cli_analysis",
-    "llm_powertrace_ds.cli_facility",
-    "llm_powertrace_ds.cli_explore",
+    "llm_powertrace_ds.cli.core",
+    "llm_powertrace_ds.cli.analysis",
+    "llm_powertrace_ds.cli.facility",
+    "llm_powertrace_ds.cli.explore",
 ]
 PLUGIN_GROUP = "llm_powertrace.commands"
 """Entry-point group through which the layers above the library (``generation``: ``generate``,
@@ -144,6 +147,3 @@ def _closed_pipe() -> int:
     except (OSError, ValueError):  # stdout without a descriptor (captured): nothing to redirect
         pass
     return EXIT_OK
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -17,7 +17,7 @@ from datasets import load_dataset
 from llm_powertrace_ds import schema
 from llm_powertrace_ds.cli import main
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 EXTERNAL = REPO.parent / "shared" / "data" / "external"
 
 pytestmark = [

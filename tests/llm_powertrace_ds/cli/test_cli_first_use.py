@@ -9,7 +9,7 @@ import pytest
 
 from llm_powertrace_ds.cli import main
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _one_line_error(capsys) -> str:

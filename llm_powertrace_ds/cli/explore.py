@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .hub import resolve_dataset
+from ..hub import resolve_dataset
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_explore(args: argparse.Namespace) -> int:
-    from .explore import build_site
+    from ..explore import build_site
 
     root = resolve_dataset(args.dir)
     name = args.name or (str(args.dir) if not Path(args.dir).exists() else None)

@@ -1,0 +1,54 @@
+"""What every command module of the CLI shares: output formats, ``emit``, ``out_dir``."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..formatting import human_number
+
+FORMATS = ("table", "json", "csv")
+
+
+def emit(rows: list[dict[str, Any]], fmt: str, columns: list[str] | None = None) -> None:
+    """Print rows as an aligned table, JSON (a list of objects) or CSV."""
+    columns = columns or (list(rows[0]) if rows else [])
+    if fmt == "json":
+        print(json.dumps(rows, indent=2, default=str))
+        return
+    if fmt == "csv":
+        writer = csv.DictWriter(sys.stdout, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+        return
+
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return human_number(v)
+        if isinstance(v, list):
+            return ",".join(map(str, v)) or "-"
+        return "-" if v is None else str(v)
+
+    table = [[cell(r.get(c)) for c in columns] for r in rows]
+    widths = [max([len(c)] + [len(t[i]) for t in table]) for i, c in enumerate(columns)]
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
+    for t in table:
+        print("  ".join(v.ljust(w) for v, w in zip(t, widths, strict=True)))
+
+
+def out_dir(path: Path, option: str = "--out") -> Path:
+    """Check that an output folder argument is not an existing file."""
+    from ..errors import InputError
+
+    if path.exists() and not path.is_dir():
+        raise InputError(f"'{path}' is a file; {option} takes a folder", field=option)
+    return path
+
+
+def add_format(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--format", choices=FORMATS, default="table",
+                   help="output format (default: table)")
