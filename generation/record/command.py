@@ -160,6 +160,23 @@ def _default_recording(config: RecordConfig, pids: list[int]) -> Recording:
     return Recording(config=config, pids=pids)
 
 
+def _spawn_gated(cmd: list[str], sdir: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """Start ``cmd`` behind the gate (:data:`GATE_CODE`) in its own process group.
+
+    The child waits on a pipe until the recording has started; the caller writes one byte to
+    the returned descriptor to release it (or closes it to let the gate exit unreleased).
+    """
+    env = dict(os.environ)
+    env[RECORD_DIR_ENV] = str(sdir.resolve())
+    read_fd, write_fd = os.pipe()
+    try:
+        child = subprocess.Popen([sys.executable, "-I", "-S", "-c", GATE_CODE, str(read_fd),
+                                  *cmd], pass_fds=(read_fd,), env=env, process_group=0)
+    finally:
+        os.close(read_fd)
+    return child, write_fd
+
+
 def record_command(cmd: Sequence[str], config: RecordConfig, *,
                    requests_from: Callable[..., list[dict[str, Any]]] | None = None,
                    recording: Callable[[RecordConfig, list[int]], Any] | None = None
@@ -192,15 +209,7 @@ def record_command(cmd: Sequence[str], config: RecordConfig, *,
     run_id = config.run_id or make_run_id(config.workload, program, config.axes,
                                           dt.datetime.now(dt.timezone.utc))
     config = replace(config, program=program, run_id=run_id)
-    sdir = layout.staging_dir(config.out, run_id)
-    env = dict(os.environ)
-    env[RECORD_DIR_ENV] = str(sdir.resolve())
-    read_fd, write_fd = os.pipe()
-    try:
-        child = subprocess.Popen([sys.executable, "-I", "-S", "-c", GATE_CODE, str(read_fd),
-                                  *cmd], pass_fds=(read_fd,), env=env, process_group=0)
-    finally:
-        os.close(read_fd)
+    child, write_fd = _spawn_gated(cmd, layout.staging_dir(config.out, run_id))
     forwarder = _Forwarder(child)
     forwarder.install()
     rec = (recording or _default_recording)(config, [child.pid])
