@@ -13,11 +13,12 @@ How the node total is formed (alignment)
     rests on that bridging.
 
 The seed authors
-    The authors of the traces and catalog this dataset started from (their canonical long CSV
-    is imported with ``import powertrace-csv``; see ``docs/design.md``, "Words used in the
-    code"). The *seed-compatible* metrics (:data:`core.SEED_RAMP_NAMES`, module ``ramps``)
-    follow their definitions and names number for number, so that the two catalogs can be
-    compared column for column; the project's own definitions keep their own names.
+    The authors of the power traces and catalog this dataset started from (their canonical long
+    CSV is imported with ``llm-powertrace import powertrace-csv``). The *seed-compatible*
+    metrics (the ``ramp_up_p95/p99`` and ``ramp_down_p99`` columns at 1 s, 5 s and 10 s, and
+    ``ramp_event_frequency_1s``) follow their definitions and names number for number, so that
+    the two catalogs can be compared column for column; the project's own definitions keep
+    their own names.
 
 Conventions
     P(t) is the node total on the grid (W), Δ = 0.1 s the grid step, C = Σ_d limit_d the sum of
