@@ -168,14 +168,6 @@ def _read_columns(path: Path, columns: tuple[str, ...]) -> list[dict]:
                          f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
 
 
-def is_proxy_row(row: dict) -> bool:
-    """Whether a trace or runs row is cpu_proxy data (any of its provenance columns says so)."""
-    return (row.get("platform") == "cpu_proxy" or row.get("sampler") == "cpu_proxy"
-            or row.get("power_field") == "cpu_proxy_model"
-            or "cpu_proxy" in (row.get("quality_flags") or [])
-            or row.get("gpu_name") == "cpu_proxy")
-
-
 def audit_folder(root: str | Path) -> FolderAudit:
     """Check the folder's files, the trace/runs pairing and where cpu_proxy data is.
 
@@ -195,7 +187,7 @@ def audit_folder(root: str | Path) -> FolderAudit:
                 continue
             for row in _read_columns(path, (*PROXY_COLUMNS, "gpu_name")):
                 traces.add(row["run_id"])
-                if is_proxy_row(row):
+                if schema.is_cpu_proxy(row):
                     proxy.add(row["run_id"])
     rows: set[str] = set()
     summaries: set[str] = set()  # flag summary_only: a published summary, no trace by design
@@ -207,7 +199,7 @@ def audit_folder(root: str | Path) -> FolderAudit:
                 rows.add(row["run_id"])
                 if "summary_only" in (row.get("quality_flags") or []):
                     summaries.add(row["run_id"])
-                if is_proxy_row(row):
+                if schema.is_cpu_proxy(row):
                     proxy.add(row["run_id"])
     audit.orphan_traces = sorted(traces - rows)
     audit.orphan_rows = sorted(rows - traces - summaries)

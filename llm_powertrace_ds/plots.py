@@ -55,10 +55,6 @@ def _no_data(ax: Any, text: str) -> None:
     ax.set_yticks([])
 
 
-def _is_proxy(run: Run) -> bool:
-    return schema.is_cpu_proxy(run.meta)
-
-
 def _zoom_window(al: metrics_mod.Aligned, zoom_s: float) -> tuple[float, float] | None:
     """A window of ``zoom_s`` (s) around the largest 1 s ramp.
 
@@ -184,7 +180,7 @@ def run_figure(run: Run, *, zoom_s: float = 10.0, grid_ms: int = metrics_mod.GRI
     Returns:
         a ``matplotlib.figure.Figure``.
     """
-    proxy = _is_proxy(run)
+    proxy = schema.is_cpu_proxy(run.meta)
     al = metrics_mod.node_total(run, grid_ms)
     window = _zoom_window(al, zoom_s) if al is not None else None
     ramps: list[tuple[str, np.ndarray]] = []

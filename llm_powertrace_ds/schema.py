@@ -641,8 +641,10 @@ def check_split_name(split: str) -> str:
 def is_cpu_proxy(meta: Mapping[str, Any]) -> bool:
     """Whether a run (its metadata or runs row) is ``cpu_proxy`` data, not a GPU measurement.
 
-    The one rule: the platform, the sampler, the power field or the flag says so.
+    The one rule: the platform, the sampler, the power field, the flag or the device name
+    (a trace row's ``gpu_name``) says so.
     """
     return (meta.get("platform") == "cpu_proxy" or meta.get("sampler") == "cpu_proxy"
             or meta.get("power_field") == "cpu_proxy_model"
-            or "cpu_proxy" in (meta.get("quality_flags") or []))
+            or "cpu_proxy" in (meta.get("quality_flags") or [])
+            or meta.get("gpu_name") == "cpu_proxy")

@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from .. import schema
-from .rundata import _num, is_proxy
+from .rundata import _num
 
 IDENTITY = ("run_id", "workload", "platform", "model_family", "model_name", "model_params",
             "num_gpus", "sampler", "sweep", "repeat")
@@ -52,7 +52,7 @@ def catalog(rows: list[dict[str, Any]]) -> dict[str, Any]:
               + [(n, "metric") for n in HEADLINE_METRICS] + [("quality_flags", "flags")])
     out_rows = []
     for r in rows:
-        row: dict[str, Any] = {"folder": run_folder(str(r["run_id"])), "cpu_proxy": is_proxy(r)}
+        row: dict[str, Any] = {"folder": run_folder(str(r["run_id"])), "cpu_proxy": schema.is_cpu_proxy(r)}
         for name, _ in groups:
             value = r.get(name)
             row[name] = list(value or []) if name == "quality_flags" else _num(value)

@@ -276,7 +276,7 @@ class RunData:
             "run_id": run.run_id, "folder": self.folder, "workload": run.workload,
             "platform": run.platform, "sampler": run.meta.get("sampler"),
             "power_field": run.meta.get("power_field"),
-            "cpu_proxy": is_proxy(run.meta),
+            "cpu_proxy": schema.is_cpu_proxy(run.meta),
             "devices": devices,
             "total": self.total is not None,
             "total_note": None if self.total is not None else
@@ -342,12 +342,3 @@ class RunData:
                              for s, (f, g) in sig_pairs.items()}
                        for key, sig_pairs in pairs.items()}
                 yield f"L{k}-{c}", {"level": k, "chunk": c, "i0": i0, "series": out}
-
-
-def is_proxy(meta: dict[str, Any]) -> bool:
-    """A ``cpu_proxy`` run: modelled power, not a GPU measurement.
-
-    The one rule, :func:`llm_powertrace_ds.schema.is_cpu_proxy`: platform, sampler, power field
-    or flag says ``cpu_proxy``.
-    """
-    return schema.is_cpu_proxy(meta)

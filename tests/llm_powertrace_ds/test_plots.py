@@ -6,7 +6,7 @@ import sys
 
 import numpy as np
 import pytest
-from test_scaling import loglinear_rows
+from scaling.test_scaling import loglinear_rows  # tests/llm_powertrace_ds is on pytest's pythonpath
 
 from llm_powertrace_ds import plots, scaling
 from llm_powertrace_ds.errors import InputError, PowerTraceError
