@@ -372,13 +372,18 @@ def test_card_cli_command(folder, capsys):
     assert (folder / "README.md").read_bytes() == before
 
 
-def test_stale_figures_are_removed_and_changed_runs_redrawn(tmp_path, monkeypatch):
+def _card_with_figure(tmp_path, monkeypatch):
+    """A one-run folder whose card was built with figures on: (folder, its trace figure)."""
     pytest.importorskip("matplotlib")
     monkeypatch.setenv(figures.FIGURES_ENV, "1")  # conftest switches figures off
     root = tmp_path / "ds"
     shards.publish_run(root, synthetic_run("r1", n=40))
     refresh_card(root)
-    fig = root / "figures" / "trace-finetune-l40s.png"
+    return root, root / "figures" / "trace-finetune-l40s.png"
+
+
+def test_stale_figures_are_removed_and_changed_runs_redrawn(tmp_path, monkeypatch):
+    root, fig = _card_with_figure(tmp_path, monkeypatch)
     first = fig.read_bytes()
     stale = root / "figures" / "trace-finetune-gone.png"
     stale.write_bytes(first)
@@ -452,14 +457,9 @@ def test_card_states_the_largest_trace_row(tmp_path):
 def test_card_figure_reads_a_parquet_trace_shard(tmp_path, monkeypatch):
     # the card reads trace shards through the library's reader, so .parquet shards (which
     # layout.READ_SUFFIXES accepts) draw the same figure as .arrow ones
-    pytest.importorskip("matplotlib")
     import pyarrow.parquet as pq
 
-    monkeypatch.setenv(figures.FIGURES_ENV, "1")  # conftest switches figures off
-    root = tmp_path / "ds"
-    shards.publish_run(root, synthetic_run("r1", n=40))
-    refresh_card(root)
-    fig = root / "figures" / "trace-finetune-l40s.png"
+    root, fig = _card_with_figure(tmp_path, monkeypatch)
     from_arrow = fig.read_bytes()
     arrow_files = layout.shard_files(root, "finetune", "l40s")
     assert arrow_files and all(p.suffix == ".arrow" for p in arrow_files)
