@@ -117,28 +117,31 @@ class ModelSpec:
         return emb + n * per_layer + h
 
 
-def _llama(name: str, hidden: int, inter: int, layers: int, heads: int, kv: int, *, vocab: int,
-           positions: int, tie: bool, theta: float, head_dim: int | None = None,
-           hub_id: str | None = None) -> ModelSpec:
+def _decoder(name: str, family: str, arch: str, eps: float, hidden: int, inter: int,
+             layers: int, heads: int, kv: int, *, vocab: int, positions: int, tie: bool,
+             theta: float, head_dim: int | None, hub_id: str | None) -> ModelSpec:
+    """A llama-style decoder (RMSNorm, SiLU MLP, RoPE, grouped-query attention)."""
     shape = dict(hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
                  num_attention_heads=heads, num_key_value_heads=kv, vocab_size=vocab,
                  max_position_embeddings=positions, tie_word_embeddings=tie, rope_theta=theta,
-                 rms_norm_eps=1e-5, hidden_act="silu")
+                 rms_norm_eps=eps, hidden_act="silu")
     if head_dim is not None:
         shape["head_dim"] = head_dim
-    return ModelSpec(name, "llama", "llama", shape, hub_id)
+    return ModelSpec(name, family, arch, shape, hub_id)
+
+
+def _llama(name: str, hidden: int, inter: int, layers: int, heads: int, kv: int, *, vocab: int,
+           positions: int, tie: bool, theta: float, head_dim: int | None = None,
+           hub_id: str | None = None) -> ModelSpec:
+    return _decoder(name, "llama", "llama", 1e-5, hidden, inter, layers, heads, kv, vocab=vocab,
+                    positions=positions, tie=tie, theta=theta, head_dim=head_dim, hub_id=hub_id)
 
 
 def _qwen(name: str, arch: str, hidden: int, inter: int, layers: int, heads: int, kv: int, *,
           vocab: int, positions: int, tie: bool, theta: float, head_dim: int | None = None,
           hub_id: str | None = None) -> ModelSpec:
-    shape = dict(hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
-                 num_attention_heads=heads, num_key_value_heads=kv, vocab_size=vocab,
-                 max_position_embeddings=positions, tie_word_embeddings=tie, rope_theta=theta,
-                 rms_norm_eps=1e-6, hidden_act="silu")
-    if head_dim is not None:
-        shape["head_dim"] = head_dim
-    return ModelSpec(name, "qwen", arch, shape, hub_id)
+    return _decoder(name, "qwen", arch, 1e-6, hidden, inter, layers, heads, kv, vocab=vocab,
+                    positions=positions, tie=tie, theta=theta, head_dim=head_dim, hub_id=hub_id)
 
 
 def _gpt2(name: str, embd: int, layers: int, heads: int, *, vocab: int = 50257,
