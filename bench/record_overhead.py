@@ -1,7 +1,9 @@
 """What ``llm-powertrace record`` costs the program it measures, measured side by side.
 
-A CPU-bound child (an untimed warm-up, then ``--iterations`` loop iterations that it times
-*itself* with ``time.monotonic_ns`` and ``time.process_time_ns``) runs once per arm per round:
+A CPU-bound child (an untimed warm-up, then ``--iterations`` iterations of its work that it
+times *itself* with ``time.monotonic_ns`` and ``time.process_time_ns``; ``--child sha256``, the
+default, hashes 1 MiB blocks in native code, ``--child loop`` runs an interpreted loop, see
+:data:`CHILDREN` for why the default) runs once per arm per round:
 
 * ``sampler``: ``record_command`` as ``llm-powertrace record`` runs it (the sampler on);
 * ``null``: the **same** ``record_command`` call (same gate process, environment, process
@@ -39,7 +41,7 @@ says how many rounds this machine's spread would need for a +-1 % interval. Star
 
 Prints one JSON object. Usage::
 
-    python bench/record_overhead.py [--repeats 24] [--iterations 10000000] [--sampler auto]
+    python bench/record_overhead.py [--repeats 24] [--child sha256|loop] [--sampler auto]
 """
 
 from __future__ import annotations
@@ -62,23 +64,37 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-CHILD = """\
-import json, sys, time
+_CHILD_TEMPLATE = """\
+import hashlib, json, sys, time
 def stat():
     v = [int(x) for x in open("/proc/stat").readline().split()[1:]]
     return sum(v[:8]) - v[3] - v[4], v[7]
 x = 0
+h, buf = hashlib.sha256(), bytes(1 << 20)
 for i in range(int(sys.argv[3])):
-    x += i
+    WORK
 s0, t0, c0 = stat(), time.monotonic_ns(), time.process_time_ns()
 for i in range(int(sys.argv[2])):
-    x += i
+    WORK
 t1, c1, s1 = time.monotonic_ns(), time.process_time_ns(), stat()
 json.dump({"start_ns": t0, "end_ns": t1, "cpu_ns": c1 - c0, "busy_jiffies": s1[0] - s0[0],
            "steal_jiffies": s1[1] - s0[1]}, open(sys.argv[1], "w"))
 """
-"""The child: warm-up, then the timed loop; also the machine's busy time (all CPUs: user, nice,
-system, irq, softirq, steal; clock ticks) and its steal time over the timed window."""
+CHILDREN = {
+    # name -> (code, default iterations, default warm-up iterations), each ~0.7 s of CPU here
+    "sha256": (_CHILD_TEMPLATE.replace("WORK", "h.update(buf)"), 1200, 200),
+    "loop": (_CHILD_TEMPLATE.replace("WORK", "x += i"), 10_000_000, 2_000_000),
+}
+"""The children: warm-up, then the timed work; also the machine's busy time (all CPUs: user,
+nice, system, irq, softirq, steal; clock ticks) and its steal time over the timed window.
+
+``sha256`` (the default) hashes 1 MiB blocks in native code; ``loop`` is an interpreted Python
+``for`` loop (the child of earlier versions). Measured here on the idle machine, six runs of
+the same interpreted loop took 0.61-0.77 s of CPU each (+-12 %: hash seed and memory layout
+differ per process), six runs of the hashing 0.2226-0.2241 s (+-0.4 %); a +-1 % question
+needs the second kind of child, or hundreds of rounds of the first."""
+CHILD = CHILDREN["sha256"][0]
+"""The default child's code (also used for the CLI start-latency probe)."""
 ARMS = ("sampler", "null", "plain")
 BUSY_PCT = 10.0
 """Above this share of the CPU used by others during the sampler-free children, a machine is
@@ -105,10 +121,10 @@ class Child:
     """Runs the child once in a given arm and reads what it measured."""
 
     def __init__(self, workdir: Path, iterations: int, warmup: int, sampler: str,
-                 settle_s: float) -> None:
+                 settle_s: float, code: str = CHILD) -> None:
         self.workdir, self.sampler, self.settle_s = workdir, sampler, settle_s
         self.out = workdir / "child.json"
-        self.cmd = [sys.executable, "-c", CHILD, str(self.out), str(iterations), str(warmup)]
+        self.cmd = [sys.executable, "-c", code, str(self.out), str(iterations), str(warmup)]
         self.k = 0
         self.hz = os.sysconf("SC_CLK_TCK")
 
@@ -148,7 +164,7 @@ def _cli_latency(workdir: Path, sampler: str) -> float:
     subprocess.run([sys.executable, "-m", "llm_powertrace_ds.cli", "-q", "record", "--out",
                     str(workdir / "cli-ds"), "--workload", "finetune", "--sampler", sampler,
                     "--idle-before-s", "0", "--idle-after-s", "0", "--", sys.executable, "-c",
-                    CHILD, str(out), "1000", "0"], check=True, env=env,
+                    CHILD, str(out), "1", "0"], check=True, env=env,
                    stdout=subprocess.DEVNULL)
     return (json.loads(out.read_text())["start_ns"] - launched) / 1e9
 
@@ -203,7 +219,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     orders = list(itertools.permutations(ARMS))
     rounds: list[dict[str, dict[str, float]]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        child = Child(Path(tmp), args.iterations, args.warmup, args.sampler, args.settle_s)
+        code, iterations, warmup = CHILDREN[args.child]
+        iterations = args.iterations if args.iterations is not None else iterations
+        warmup = args.warmup if args.warmup is not None else warmup
+        child = Child(Path(tmp), iterations, warmup, args.sampler, args.settle_s, code)
         for arm in ARMS:  # warm-up round, discarded
             child.run(arm)
         for k in range(args.repeats):
@@ -244,7 +263,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                                _ratio_pct(rounds, "sampler", "null", "wall_s")],
         "loadavg_before": [round(v, 2) for v in load_before],
         "loadavg_after": [round(v, 2) for v in os.getloadavg()],
-        "repeats": args.repeats, "iterations": args.iterations, "warmup": args.warmup,
+        "child": args.child, "repeats": args.repeats, "iterations": iterations, "warmup": warmup,
         "settle_s": args.settle_s, "sampler": args.sampler,
         "cpus": len(os.sched_getaffinity(0)),
     }
@@ -253,9 +272,13 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=24, help="rounds (each runs all arms)")
-    parser.add_argument("--iterations", type=int, default=10_000_000)
-    parser.add_argument("--warmup", type=int, default=2_000_000,
-                        help="untimed loop iterations before the timed ones")
+    parser.add_argument("--child", choices=sorted(CHILDREN), default="sha256",
+                        help="the CPU-bound child: native-code hashing (default; +-0.4 %% run to "
+                        "run) or an interpreted loop (+-12 %% run to run)")
+    parser.add_argument("--iterations", type=int, default=None,
+                        help="timed iterations (default: ~0.7 s of CPU for the child chosen)")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="untimed iterations before the timed ones")
     parser.add_argument("--settle-s", type=float, default=1.0,
                         help="wait before each child is released (the sampler arm's padding)")
     parser.add_argument("--sampler", default="auto", choices=("auto", "nvml", "cpu_proxy"))

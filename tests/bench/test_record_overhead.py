@@ -20,11 +20,13 @@ sys.path.insert(0, str(REPO / "bench"))
 
 
 @pytest.mark.slow
-def test_the_bench_runs_every_arm_and_explains_itself():
+@pytest.mark.parametrize(("child", "iterations", "warmup"),
+                         [("sha256", "20", "2"), ("loop", "200000", "10000")])
+def test_the_bench_runs_every_arm_and_explains_itself(child, iterations, warmup):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "record_overhead.py"),
-                           "--repeats", "2", "--iterations", "200000", "--warmup", "10000",
-                           "--settle-s", "0.05", "--sampler", "cpu_proxy"],
+                           "--child", child, "--repeats", "2", "--iterations", iterations,
+                           "--warmup", warmup, "--settle-s", "0.05", "--sampler", "cpu_proxy"],
                           capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
@@ -33,6 +35,7 @@ def test_the_bench_runs_every_arm_and_explains_itself():
     assert len(result["pairs_slowdown_pct"]) == 2
     assert 0 < result["start_latency_s_mean"] <= result["start_latency_s_max"]
     assert result["verdict"].startswith(("machine busy", "idle machine"))
+    assert result["child"] == child and result["iterations"] == int(iterations)
     low, high = result["slowdown_pct"]["ci95"]
     assert math.isfinite(low) and low <= result["slowdown_pct"]["mean"] <= high
 
