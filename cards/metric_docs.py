@@ -191,7 +191,7 @@ def metric_groups(module: ModuleType | None = None) -> tuple[list[tuple[str, str
             func = getattr(module, col.name, None)
             text = docstring_summary(func) if callable(func) else col.description
         metric_doc = MetricDoc(col.name, col.unit, rst_to_markdown(" ".join(text.split())),
-                               per_device=not hasattr(col.feature, "dtype"))
+                               per_device=col.dtype is None)
         index = _group_of(col.name, parsed, tags)
         (groups[index] if index is not None else other).metrics.append(metric_doc)
     groups = [g for g in groups if g.metrics] + ([other] if other.metrics else [])

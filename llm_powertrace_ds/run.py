@@ -223,8 +223,8 @@ def coerce_value(name: str, value: Any, dtype: str, *, file: str | Path | None =
 def _scalar_dtypes(workload: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for col in schema.COLUMNS[workload]:
-        if col.name in schema.RUN_LEVEL_FIELDS[workload] and hasattr(col.feature, "dtype"):
-            out[col.name] = col.feature.dtype
+        if col.name in schema.RUN_LEVEL_FIELDS[workload] and col.dtype is not None:
+            out[col.name] = col.dtype
     return out
 
 

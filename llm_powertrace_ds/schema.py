@@ -11,11 +11,13 @@ schema. A value the source does not report is null, never 0.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
-from datasets import Features, List, Value
+if TYPE_CHECKING:  # `datasets` is imported when a Features object is first asked for
+    from datasets import Features
 
 SCHEMA_VERSION = "1.2.0"
 """Bumped whenever a column is added, renamed or retyped; the card's changelog says why."""
@@ -122,24 +124,70 @@ SPLIT_NAME_RE = re.compile(r"^\w+(\.\w+)*$")
 
 
 @dataclass(frozen=True)
+class _Value:
+    """A scalar column type (``datasets.Value(dtype)``), without importing ``datasets``."""
+
+    dtype: str
+
+
+@dataclass(frozen=True)
+class _List:
+    """A list column type (``datasets.List(inner)``); ``inner`` a :class:`_Value` or struct."""
+
+    inner: _Value | tuple[tuple[str, _Value], ...]
+
+
+def _feature(spec: _Value | _List | tuple[tuple[str, _Value], ...]) -> Any:
+    """The ``datasets`` feature type of a spec (a struct is a tuple of (name, spec) pairs)."""
+    from datasets import List, Value
+
+    if isinstance(spec, _Value):
+        return Value(spec.dtype)
+    if isinstance(spec, _List):
+        return List(_feature(spec.inner))
+    return {name: _feature(inner) for name, inner in spec}
+
+
+@dataclass(frozen=True)
 class Column:
     """One column of the contract.
 
+    ``datasets`` costs about 0.6 s to import, so a column holds its type as a small spec and
+    builds the ``datasets`` feature type on first use (:attr:`feature`); :attr:`dtype` answers
+    the common question (a scalar column's dtype) without it.
+
     Attributes:
         name: column name (units in the name).
-        feature: the ``datasets`` feature type.
+        spec: the column's type (``_Value(dtype)`` or ``_List(...)``).
         description: one line for the card's data dictionary.
         unit: physical unit, or ``""``.
     """
 
     name: str
-    feature: Any
+    spec: _Value | _List
     description: str
     unit: str = ""
 
+    @cached_property
+    def feature(self) -> Any:
+        """The ``datasets`` feature type (``Value`` or ``List``)."""
+        return _feature(self.spec)
+
+    @property
+    def dtype(self) -> str | None:
+        """A scalar column's dtype (``"float32"``, ``"string"``, ...); ``None`` for a list."""
+        return self.spec.dtype if isinstance(self.spec, _Value) else None
+
+    @property
+    def item_dtype(self) -> str | None:
+        """A list-of-scalars column's item dtype; ``None`` otherwise."""
+        if isinstance(self.spec, _List) and isinstance(self.spec.inner, _Value):
+            return self.spec.inner.dtype
+        return None
+
 
 def _c(name: str, dtype: str, description: str, unit: str = "") -> Column:
-    return Column(name, Value(dtype), description, unit)
+    return Column(name, _Value(dtype), description, unit)
 
 
 IDENTITY = [
@@ -174,7 +222,7 @@ MODEL = [
        "when the log does not say (llm_powertrace_ds/specs.py)"),
 ]
 PROVENANCE = [
-    Column("start_time", Value("timestamp[ms, tz=UTC]"), "UTC wall-clock time of the run's first tick"),
+    Column("start_time", _Value("timestamp[ms, tz=UTC]"), "UTC wall-clock time of the run's first tick"),
     _c("target_duration_s", "float32", "Requested duration of the workload", "s"),
     _c("sampler", "string", "How power was read: " + ", ".join(f"`{s}`" for s in SAMPLERS)),
     _c("power_field", "string", "Which power reading `power_w` holds: "
@@ -195,35 +243,35 @@ PROVENANCE = [
        "its command line); null otherwise"),
     _c("exit_code", "int32", "Exit status of the recorded program (128 + N when killed by signal "
        "N); null when not recorded with `record`"),
-    Column("quality_flags", List(Value("string")), "Quality flags of the run: "
+    Column("quality_flags", _List(_Value("string")), "Quality flags of the run: "
            + ", ".join(f"`{f}`" for f in QUALITY_FLAGS)),
     _c("schema_version", "string", "SCHEMA_VERSION of the writer"),
 ]
 SIGNALS = [
-    Column("t_ms", List(Value("int64")), "Per tick: ms since the run's first tick on CLOCK_MONOTONIC "
+    Column("t_ms", _List(_Value("int64")), "Per tick: ms since the run's first tick on CLOCK_MONOTONIC "
            "(end of the interval for averaged readings)", "ms"),
-    Column("power_w", List(Value("float32")), "Per tick: power reading (`power_field` says which)", "W"),
-    Column("power_avg_w", List(Value("float32")), "Per tick: NVML 1 s-average power", "W"),
-    Column("energy_mj", List(Value("int64")), "Per tick: energy counter since t0", "mJ"),
-    Column("gpu_util_pct", List(Value("int16")), "Per tick: GPU utilisation", "%"),
-    Column("mem_util_pct", List(Value("int16")), "Per tick: memory-controller utilisation", "%"),
-    Column("mem_used_mib", List(Value("int32")), "Per tick: device memory used", "MiB"),
-    Column("sm_clock_mhz", List(Value("int32")), "Per tick: SM clock", "MHz"),
-    Column("mem_clock_mhz", List(Value("int32")), "Per tick: memory clock", "MHz"),
-    Column("temp_c", List(Value("int16")), "Per tick: GPU temperature", "degC"),
-    Column("clock_event_reasons", List(Value("int64")), "Per tick: NVML clock-event reasons bitmask"),
+    Column("power_w", _List(_Value("float32")), "Per tick: power reading (`power_field` says which)", "W"),
+    Column("power_avg_w", _List(_Value("float32")), "Per tick: NVML 1 s-average power", "W"),
+    Column("energy_mj", _List(_Value("int64")), "Per tick: energy counter since t0", "mJ"),
+    Column("gpu_util_pct", _List(_Value("int16")), "Per tick: GPU utilisation", "%"),
+    Column("mem_util_pct", _List(_Value("int16")), "Per tick: memory-controller utilisation", "%"),
+    Column("mem_used_mib", _List(_Value("int32")), "Per tick: device memory used", "MiB"),
+    Column("sm_clock_mhz", _List(_Value("int32")), "Per tick: SM clock", "MHz"),
+    Column("mem_clock_mhz", _List(_Value("int32")), "Per tick: memory clock", "MHz"),
+    Column("temp_c", _List(_Value("int16")), "Per tick: GPU temperature", "degC"),
+    Column("clock_event_reasons", _List(_Value("int64")), "Per tick: NVML clock-event reasons bitmask"),
 ]
 SIGNAL_NAMES = tuple(c.name for c in SIGNALS)
-EVENT_FEATURE = {
-    "t_ms": Value("int64"),
-    "kind": Value("string"),
-    "step": Value("int64"),
-    "rank": Value("int16"),
-    "request_id": Value("string"),
-    "label": Value("string"),
-}
+EVENT_FEATURE = (
+    ("t_ms", _Value("int64")),
+    ("kind", _Value("string")),
+    ("step", _Value("int64")),
+    ("rank", _Value("int16")),
+    ("request_id", _Value("string")),
+    ("label", _Value("string")),
+)
 EVENTS = [
-    Column("events", List(EVENT_FEATURE), "Workload events on the run clock: "
+    Column("events", _List(EVENT_FEATURE), "Workload events on the run clock: "
            "struct{t_ms, kind, step, rank, request_id, label}; kinds: "
            + ", ".join(f"`{k}`" for k in EVENT_KINDS), "ms"),
 ]
@@ -439,16 +487,16 @@ RUN_METRICS = [
        "s"),
 ]
 PER_DEVICE_METRICS = [
-    Column("gpu_energy_j", List(Value("float64")), "Per device: trapezoid energy on its own "
+    Column("gpu_energy_j", _List(_Value("float64")), "Per device: trapezoid energy on its own "
            "timestamps", "J"),
-    Column("gpu_energy_counter_j", List(Value("float64")), "Per device: energy-counter increase "
+    Column("gpu_energy_counter_j", _List(_Value("float64")), "Per device: energy-counter increase "
            "(null without a counter)", "J"),
-    Column("gpu_mean_power_w", List(Value("float64")), "Per device: time-weighted mean power",
+    Column("gpu_mean_power_w", _List(_Value("float64")), "Per device: time-weighted mean power",
            "W"),
-    Column("gpu_peak_power_w", List(Value("float64")), "Per device: peak power reading", "W"),
+    Column("gpu_peak_power_w", _List(_Value("float64")), "Per device: peak power reading", "W"),
 ]
 METRIC_NOTES = [
-    Column("metric_notes", List(Value("string")),
+    Column("metric_notes", _List(_Value("string")),
            "Why a metric is null, as `metric: reason`"),
 ]
 RUNS_DEVICE = [
@@ -504,9 +552,31 @@ COLUMNS: dict[str, list[Column]] = {
     "inference_runs": runs_columns("inference"),
     "inference_requests": REQUEST_COLUMNS,
 }
-FEATURES: dict[str, Features] = {
-    name: Features({c.name: c.feature for c in cols}) for name, cols in COLUMNS.items()
-}
+class _Features(Mapping[str, "Features"]):
+    """``config -> datasets.Features``, each built (and ``datasets`` imported) on first use."""
+
+    def __init__(self) -> None:
+        self._built: dict[str, Features] = {}
+
+    def __getitem__(self, name: str) -> Features:
+        if name not in self._built:
+            from datasets import Features
+
+            self._built[name] = Features({c.name: c.feature for c in COLUMNS[name]})
+        return self._built[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in COLUMNS
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(COLUMNS)
+
+    def __len__(self) -> int:
+        return len(COLUMNS)
+
+
+FEATURES: Mapping[str, Features] = _Features()
+"""The ``datasets.Features`` of each config (built on first use)."""
 
 RUN_LEVEL_FIELDS: dict[str, frozenset[str]] = {
     wl: frozenset(

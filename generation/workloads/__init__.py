@@ -124,7 +124,8 @@ def settings_from_columns(columns: list[schema.Column], **overrides: dict[str, A
     out = {}
     for col in columns:
         extra = overrides.get(col.name, {})
-        out[col.name] = Setting(col.name, col.feature.dtype, doc=col.description, **extra)
+        assert col.dtype is not None, f"{col.name} is not a scalar column"
+        out[col.name] = Setting(col.name, col.dtype, doc=col.description, **extra)
     return out
 
 

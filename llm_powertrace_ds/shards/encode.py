@@ -5,15 +5,17 @@ from __future__ import annotations
 import functools
 import logging
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
-from datasets import Features
 
 from .. import schema
 from ..run import DeviceSeries, Run
+
+if TYPE_CHECKING:  # imported on first encode: `datasets` takes ~0.6 s to import
+    from datasets import Features
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +87,8 @@ def _signal_array(devices: list[DeviceSeries], name: str, dtype: str) -> pa.Arra
 @functools.lru_cache(maxsize=64)
 def _restricted_features(config: str, names: tuple[str, ...]) -> Features:
     """The config's ``Features`` restricted to ``names`` (built once: construction deep-copies)."""
+    from datasets import Features
+
     features = schema.FEATURES[config]
     return Features({k: features[k] for k in names})
 
@@ -134,7 +138,8 @@ def trace_table(run: Run) -> pa.Table:
     rows["events"] = [[e.as_dict() for e in run.device_events(d)] for d in run.devices]
     extra = {}
     for col in schema.SIGNALS:
-        dtype = col.feature.feature.dtype
+        dtype = col.item_dtype
+        assert dtype is not None, f"{col.name} is not a list of scalars"
         extra[col.name] = _signal_array(run.devices, col.name, dtype)
     rows.update({k: [None] * n for k in extra})
     return _table(config, rows, extra)
