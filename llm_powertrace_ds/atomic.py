@@ -4,8 +4,9 @@ Writers of whole files go through :func:`atomic_path` or one of the helpers buil
 and meta files, the sampler's spool headers, request logs, pid files, the GPU-settings journal,
 the card, exports, merged files, facility profiles), so a reader sees the old file or the new
 one, never half of one, and a failed write leaves no litter. Standard library only: the sampler
-process imports it without paying for ``datasets``. (Arrow shards are written by ``shards.py``,
-which writes several files before renaming them together.)
+process imports it without paying for ``datasets``. (Arrow shards: ``shards/write.py`` writes
+one file through :func:`atomic_path`, and a run's files all-or-nothing — every file written
+before any is renamed — which one context manager cannot express.)
 
 Temporary names are ``.<name>.t<thread>.<pid>.tmp``: hidden from every dataset glob, unique per
 writing thread, and with the pid last where ``audit``'s leftover sweep reads it.
