@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from ..run import Run
@@ -140,75 +142,125 @@ def _group_ramps(al: Aligned | None, cap: float | None, out: _Out) -> None:
                 out.set(n, 100.0 * v / cap)
 
 
-_UNION_BLOCK = 1 << 20
-"""Union points summed per block in :func:`_seed_union_total`: 8 MB temporaries, below the
-allocator's mmap threshold, so they are reused instead of freshly faulted in for every device."""
+_UNION_BLOCK = 1 << 18
+"""Union points per block (about) in :func:`_union_blocks`: every temporary of a block (the
+merge, its argsort, the carried-forward sums, the ramps) is a few MB, so the allocator reuses
+the same memory block after block and caches stay warm, instead of faulting in fresh pages for
+union-sized arrays (on a VM that cost more than the arithmetic)."""
 
 
-def _seed_union_total(devs: list[_Dev]) -> tuple[np.ndarray, np.ndarray] | None:
-    """The seed authors' aggregate: Σ_d (last reading of d at or before t).
+def _union_blocks(devs: list[_Dev]) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """The seed authors' aggregate Σ_d (last reading of d at or before t), block by block.
 
-    At every timestamp t of any device, from the moment every device has read once (t in s).
-    Linear time: the readings after the common start are merged once (one stable argsort of
-    the concatenated, already sorted per-device times), each reading's place in the union comes
-    from the inverse permutation, and each device's carried-forward values are one
-    ``numpy.repeat`` of its readings by the union points they hold for (no search per point),
-    added to the total in device order (the same floating-point sums as a per-point loop).
-    """
-    start = max(int(d.t_ms[0]) for d in devs)
-    first = [int(np.searchsorted(d.t_ms, start, side="right")) - 1 for d in devs]
-    tails = [d.t_ms[i0 + 1:] for d, i0 in zip(devs, first, strict=True)]  # all > start
-    # Union-sized buffers are reused where they can be: fresh memory costs more than the work.
-    merged = np.concatenate(tails)
-    order = np.argsort(merged, kind="stable")
-    ordered = np.take(merged, order)
-    new = np.ones(len(ordered), dtype=bool)
-    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
-    n = int(np.count_nonzero(new)) + 1
-    if n < 2:
-        return None
-    times = np.empty(n, dtype=np.int64)
-    times[0] = start
-    np.compress(new, ordered, out=times[1:])
-    np.cumsum(new, out=merged)  # union index of each sorted reading (index 0 is the start)
-    where = ordered  # reused: the union index of every reading, in the input order
-    where[order] = merged
-    del order, new, merged
-    bounds = np.cumsum([0, *(len(tail) for tail in tails)])
-    held = [(d.p[i0:], where[lo:hi]) for d, i0, lo, hi
-            in zip(devs, first, bounds[:-1], bounds[1:], strict=True)]
-    total = np.zeros(n)
-    for b0 in range(0, n, _UNION_BLOCK):  # blocks: temporaries the allocator reuses
-        b1 = min(n, b0 + _UNION_BLOCK)
-        block = total[b0:b1]
-        for values, pos in held:  # device order: the same sums as a per-point loop
-            k0, k1 = np.searchsorted(pos, (b0, b1), side="right")  # readings held at b0, b1 - 1
-            cuts = np.concatenate(([b0], pos[k0:k1], [b1]))
-            block += np.repeat(values[k0:k1 + 1], np.diff(cuts))
-    times_s = times.astype(np.float64)
-    times_s /= 1000.0
-    return times_s, total
-
-
-def _seed_tick_total(devs: list[_Dev], grid_ms: int = GRID_MS) -> tuple[np.ndarray, np.ndarray] | None:
-    """Per-tick aggregate: Σ_d (last reading of d at or before t) on a 0.1 s grid (t in s).
-
-    Linear time: reading j of a device holds from grid index ⌈(t_j − t_start) / grid⌉ until the
-    next reading's, so the carried-forward values are one ``numpy.repeat`` per device.
+    Yields ``(cut, t_ms, total)`` for consecutive runs of union timestamps — every timestamp t of
+    any device from the moment every device has read once (the first one is that moment) — each
+    run holding the union points after the previous ``cut`` up to and including its own. Linear
+    time, memory bounded by a block: the timeline is cut at every k-th reading of the device
+    with the most readings; within a block the devices' readings are merged (one stable argsort
+    of the concatenated, already sorted per-device times), each reading's place in the block's
+    union comes from the inverse permutation, and each device's carried-forward values are one
+    ``numpy.repeat`` of its readings (starting from its last reading before the block), added
+    to the block's total in device order: the same floating-point sums as a per-point loop.
     """
     start = max(int(d.t_ms[0]) for d in devs)
     end = max(int(d.t_ms[-1]) for d in devs)
-    if end - start < grid_ms:
+    longest = max(devs, key=lambda d: len(d.t_ms)).t_ms
+    step = max(1, _UNION_BLOCK // len(devs))
+    cuts = longest[np.searchsorted(longest, start, side="right")::step]
+    cuts = np.unique(np.r_[start, cuts[cuts < end], end])  # block b is (cuts[b], cuts[b + 1]]
+    bounds = [np.searchsorted(d.t_ms, cuts, side="right") for d in devs]  # readings <= each cut
+    for b in range(len(cuts) - 1):
+        lead = b == 0  # the first block starts with the common start itself
+        spans = [(int(bd[b]), int(bd[b + 1])) for bd in bounds]
+        merged = np.concatenate([d.t_ms[lo:hi] for d, (lo, hi) in zip(devs, spans, strict=True)])
+        order = np.argsort(merged, kind="stable")
+        ordered = merged[order]
+        new = np.empty(len(ordered), dtype=bool)
+        new[:1] = True
+        np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
+        times = ordered[new]
+        n = len(times) + lead
+        if lead:
+            times = np.r_[start, times]
+        where = np.empty_like(order)
+        where[order] = np.cumsum(new) - (1 - lead)  # union index (in the block) of each reading
+        total = np.zeros(n)
+        k0 = 0
+        for d, (lo, hi) in zip(devs, spans, strict=True):  # device order: a per-point loop's sums
+            pos = where[k0:k0 + hi - lo]
+            k0 += hi - lo
+            held = np.diff(np.r_[0, pos, n])  # points each reading holds, from the one before
+            total += np.repeat(d.p[lo - 1:hi], held)
+        yield int(cuts[b + 1]), times, total
+
+
+def _seed_union_total(devs: list[_Dev]) -> tuple[np.ndarray, np.ndarray] | None:
+    """The whole aggregate of :func:`_union_blocks` as ``(t in s, total)`` (None: < 2 points)."""
+    parts = list(_union_blocks(devs))
+    times = np.concatenate([t for _, t, _ in parts]) if parts else np.zeros(0, dtype=np.int64)
+    if len(times) < 2:
         return None
-    grid = np.arange(start, end + 1, grid_ms, dtype=np.int64)
-    total = np.zeros(len(grid))
-    for d in devs:
-        i0 = int(np.searchsorted(d.t_ms, start, side="right")) - 1  # last reading at start
-        held = (d.t_ms[i0:] - start + (grid_ms - 1)) // grid_ms  # first grid index at/after t_j
-        held[0] = 0
-        np.minimum(held, len(grid), out=held)
-        total += np.repeat(d.p[i0:], np.diff(held, append=len(grid)))
-    return grid / 1000.0, total
+    return times / 1000.0, np.concatenate([p for _, _, p in parts])
+
+
+def _seed_aggregates(devs: list[_Dev], delta_s: float, grid_ms: int = GRID_MS
+                     ) -> tuple[np.ndarray | None, tuple[np.ndarray, np.ndarray, float] | None]:
+    """Both seed aggregates in one pass over :func:`_union_blocks`: ``(tick, union_ramps)``.
+
+    ``tick`` = Pₖ, the per-tick aggregate Σ_d (last reading of d at or before t) on the 0.1 s
+    grid from the common start to the last reading (None: shorter than one step): the union
+    total at the last union point at or before each grid point, so the same sums.
+    ``union_ramps`` = :func:`seed_ramps` on the union aggregate Pᵤ as ``(down, upward,
+    minutes)``: ``down`` = −r for r < 0, ``upward`` = r for r ≥ 0 (views of one buffer, in no
+    particular order), ``minutes`` = the union's span (None: no union point). P(t − δ) is
+    interpolated on the union points from δ before each block on (carried over from the
+    previous blocks), so every r is the one :func:`seed_ramps` computes on the whole series.
+    """
+    start = max(int(d.t_ms[0]) for d in devs)
+    end = max(int(d.t_ms[-1]) for d in devs)
+    grid = np.arange(start, end + 1, grid_ms, dtype=np.int64) if end - start >= grid_ms else None
+    tick = np.empty(len(grid)) if grid is not None else None
+    g0 = 0
+    before = np.zeros(1)  # the previous block's last total, for grid points ahead of a block
+    size = sum(len(d.t_ms) for d in devs) + 1  # at least the union's points
+    buf = np.empty(size)
+    nd = nu = 0
+    carry_t = carry_p = None
+    t0 = t_last = None
+    for cut, t_ms, total in _union_blocks(devs):
+        if grid is not None and tick is not None:
+            g1 = int(np.searchsorted(grid, cut, side="right"))
+            held = np.searchsorted(t_ms, grid[g0:g1], side="right")  # 0: before the block
+            tick[g0:g1] = np.concatenate((before, total))[held]
+            g0 = g1
+        before = total[-1:]
+        t_s = t_ms / 1000.0
+        if t0 is None:
+            t0 = float(t_s[0])
+        t_last = float(t_s[-1])
+        if carry_t is None:
+            xp, fp = t_s, total
+        else:
+            xp, fp = np.concatenate((carry_t, t_s)), np.concatenate((carry_p, total))
+        first = int(np.searchsorted(t_s, t0 + delta_s, side="left"))
+        if first < len(t_s):
+            r = np.interp(t_s[first:] - delta_s, xp, fp)
+            np.subtract(total[first:], r, out=r)
+            r /= delta_s
+            down = r[r < 0]
+            buf[nd:nd + len(down)] = down
+            nd += len(down)
+            up = r[r >= 0]
+            buf[size - nu - len(up):size - nu] = up
+            nu += len(up)
+        # keep the points a later block's t − δ can fall between
+        keep = max(0, int(np.searchsorted(xp, xp[-1] - delta_s, side="left")) - 1)
+        carry_t, carry_p = xp[keep:], fp[keep:]
+    if t0 is None or t_last is None:
+        return tick, None
+    down = buf[:nd]
+    np.negative(down, out=down)
+    return tick, (down, buf[size - nu:], (t_last - t0) / 60.0)
 
 
 def seed_ramps(t_s: np.ndarray, p: np.ndarray, delta_s: float) -> np.ndarray:
@@ -222,11 +274,9 @@ def seed_ramps(t_s: np.ndarray, p: np.ndarray, delta_s: float) -> np.ndarray:
     return r
 
 
-def _tick_ramps(tick: tuple[np.ndarray, np.ndarray], delta_s: float,
-                grid_ms: int = GRID_MS) -> np.ndarray:
+def _tick_ramps(p: np.ndarray, delta_s: float, grid_ms: int = GRID_MS) -> np.ndarray:
     """:func:`seed_ramps` on the 0.1 s tick grid, where t − δ is a grid point: a lagged difference."""
     k = int(round(delta_s * 1000 / grid_ms))
-    p = tick[1]
     if k < 1 or k >= len(p):
         return np.zeros(0)
     return (p[k:] - p[:-k]) / delta_s
@@ -260,7 +310,7 @@ def _group_seed_ramps(devs: list[_Dev | None], out: _Out) -> None:
     if not ok or len(ok) != len(devs):
         out.null(SEED_RAMP_NAMES, "a device has fewer than 2 power readings")
         return
-    tick, union = _seed_tick_total(ok), _seed_union_total(ok)
+    tick, union = _seed_aggregates(ok, 1.0)
     for tag, delta in (("1s", 1.0), ("5s", 5.0), ("10s", 10.0)):
         over = "" if tag == "1s" else f" over {tag}"
         up_names = (f"ramp_up_p95_{tag}_w_per_s", f"ramp_up_p99_{tag}_w_per_s")
@@ -273,20 +323,17 @@ def _group_seed_ramps(devs: list[_Dev | None], out: _Out) -> None:
         else:
             out.null(up_names, f"no up-ramps{over}")
         if tag == "1s":  # 5 s / 10 s keep the per-tick r: no published values to match there
-            r = seed_ramps(*union, delta) if union is not None else np.zeros(0)
-        down = r[r < 0]
-        np.negative(down, out=down)
+            down, upward, minutes = union if union is not None else (r[:0], r[:0], 0.0)
+        else:
+            down = r[r < 0]
+            np.negative(down, out=down)
         if down.size:
             out.set(f"ramp_down_p99_{tag}_w_per_s", np.percentile(down, 99, overwrite_input=True))
         else:
             out.null(f"ramp_down_p99_{tag}_w_per_s", f"no down-ramps{over}")
         if tag == "1s":
-            upward = r[r >= 0]
-            if not upward.size or union is None:
+            if not upward.size:
                 out.null("ramp_event_frequency_1s", "no ramps")
                 continue
-            theta = np.percentile(upward, 95, overwrite_input=True)  # a copy: order is free
-            minutes = (union[0][-1] - union[0][0]) / 60.0
+            theta = np.percentile(upward, 95, overwrite_input=True)  # ours: order is free
             out.set("ramp_event_frequency_1s", np.count_nonzero(upward >= theta) / minutes)
-
-
