@@ -153,3 +153,55 @@ def test_metrics_run_blas_on_one_thread(monkeypatch):
     monkeypatch.setattr(metrics, "_group_energy", spy)
     metrics.compute_run_metrics(one_device(np.full(50, 300.0)))
     assert seen and set(seen) == {1}
+
+
+def _tick_reference(devs, grid_ms=100):  # noqa: ANN001, ANN202 - per grid point, device order
+    start = max(int(d.t_ms[0]) for d in devs)
+    end = max(int(d.t_ms[-1]) for d in devs)
+    out = []
+    for g in range(start, end + 1, grid_ms):
+        acc = 0.0
+        for d in devs:
+            acc += float(d.p[int(np.searchsorted(d.t_ms, g, side="right")) - 1])
+        out.append(acc)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("block", [1, 7, 64, 1 << 18])
+def test_tick_total_and_union_ramps_of_the_blocked_pass(monkeypatch, block):
+    # the per-tick total (Pk) and the union ramps come out of one blocked pass: whatever the
+    # block size, Pk is the per-grid-point definition bit for bit, and the union ramps are
+    # seed_ramps() on the whole union total (down = -r for r < 0, upward = r >= 0)
+    rng = np.random.default_rng(block)
+    devs = []
+    for g in range(3):
+        t = np.unique(np.cumsum(rng.integers(1, 250, 500)) + g * 37)
+        p = np.round(rng.normal(300, 80, len(t)), 1)
+        p[50:120] = 250.0  # a flat stretch: zero ramps count as upward
+        devs.append(metrics_core._Dev(g, t.astype(np.int64), p, 100.0,
+                                      np.zeros(0, dtype=np.int64)))
+    monkeypatch.setattr(metrics_ramps, "_UNION_BLOCK", block)
+    tick, union = metrics_ramps._seed_aggregates(devs, 1.0)
+    np.testing.assert_array_equal(tick, _tick_reference(devs))
+    t_s, total = _union_reference(devs)
+    r = metrics_ramps.seed_ramps(t_s, total, 1.0)
+    down, upward, minutes = union
+    np.testing.assert_array_equal(np.sort(down), np.sort(-r[r < 0]))
+    np.testing.assert_array_equal(np.sort(upward), np.sort(r[r >= 0]))
+    assert (upward == 0).sum() > 10  # the flat stretch is there, and kept as upward
+    assert minutes == pytest.approx((t_s[-1] - t_s[0]) / 60.0)
+
+
+def test_sampling_percentiles_from_the_histogram_are_numpys_bit_for_bit():
+    from llm_powertrace_ds.metrics.states import _HIST_MS, _percentiles_of_ms
+
+    rng = np.random.default_rng(3)
+    for trial in range(400):
+        n = int(rng.integers(1, 200))
+        ms = rng.integers(1, 400, n)
+        if trial % 3 == 0:  # a few intervals too long for the histogram
+            ms[rng.integers(0, n, 2)] = rng.integers(_HIST_MS, 10**7, 2)
+        qs = (50.0, 95.0, float(rng.integers(0, 101)), float(rng.random() * 100))
+        counts = np.bincount(np.minimum(ms, _HIST_MS), minlength=_HIST_MS + 1)[:_HIST_MS]
+        got = _percentiles_of_ms(counts, np.sort(ms[ms >= _HIST_MS]), qs)
+        assert [float(g) for g in got] == [float(w) for w in np.percentile(ms / 1000.0, qs)]
