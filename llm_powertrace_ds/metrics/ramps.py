@@ -225,7 +225,7 @@ def _seed_aggregates(devs: list[_Dev], delta_s: float, grid_ms: int = GRID_MS
     size = sum(len(d.t_ms) for d in devs) + 1  # at least the union's points
     buf = np.empty(size)
     nd = nu = 0
-    carry_t = carry_p = None
+    carry_t = carry_p = np.zeros(0)  # the points before the block that t − δ can reach
     t0 = t_last = None
     for cut, t_ms, total in _union_blocks(devs):
         if grid is not None and tick is not None:
@@ -238,24 +238,35 @@ def _seed_aggregates(devs: list[_Dev], delta_s: float, grid_ms: int = GRID_MS
         if t0 is None:
             t0 = float(t_s[0])
         t_last = float(t_s[-1])
-        if carry_t is None:
-            xp, fp = t_s, total
-        else:
-            xp, fp = np.concatenate((carry_t, t_s)), np.concatenate((carry_p, total))
         first = int(np.searchsorted(t_s, t0 + delta_s, side="left"))
         if first < len(t_s):
-            r = np.interp(t_s[first:] - delta_s, xp, fp)
+            x = t_s[first:] - delta_s
+            r = np.empty(len(x))
+            # P(t − δ) before the block's first point comes from the carried points
+            split = int(np.searchsorted(x, t_s[0], side="left")) if carry_t.size else 0
+            if split:
+                r[:split] = np.interp(x[:split], np.concatenate((carry_t, t_s[:1])),
+                                      np.concatenate((carry_p, total[:1])))
+            r[split:] = np.interp(x[split:], t_s, total)
             np.subtract(total[first:], r, out=r)
-            r /= delta_s
-            down = r[r < 0]
-            buf[nd:nd + len(down)] = down
-            nd += len(down)
-            up = r[r >= 0]
-            buf[size - nu - len(up):size - nu] = up
-            nu += len(up)
-        # keep the points a later block's t − δ can fall between
-        keep = max(0, int(np.searchsorted(xp, xp[-1] - delta_s, side="left")) - 1)
-        carry_t, carry_p = xp[keep:], fp[keep:]
+            if delta_s != 1.0:
+                r /= delta_s
+            neg = r < 0
+            k = int(np.count_nonzero(neg))
+            np.compress(neg, r, out=buf[nd:nd + k])
+            nd += k
+            np.logical_not(neg, out=neg)  # r ≥ 0: r is finite (valid readings only)
+            np.compress(neg, r, out=buf[size - nu - (len(r) - k):size - nu])
+            nu += len(r) - k
+        # keep the points a later block's t − δ can fall between: the last one more than δ
+        # before the block's end and every later one
+        keep = int(np.searchsorted(t_s, t_s[-1] - delta_s, side="left")) - 1
+        if keep >= 0 or not carry_t.size:
+            carry_t, carry_p = t_s[max(keep, 0):], total[max(keep, 0):]
+        else:  # a block shorter than δ: older points still count
+            xp, fp = np.concatenate((carry_t, t_s)), np.concatenate((carry_p, total))
+            keep = max(0, int(np.searchsorted(xp, xp[-1] - delta_s, side="left")) - 1)
+            carry_t, carry_p = xp[keep:], fp[keep:]
     if t0 is None or t_last is None:
         return tick, None
     down = buf[:nd]
