@@ -38,7 +38,9 @@ there is no per-sample Python loop.
 from __future__ import annotations
 
 import functools
+import os
 import re
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -126,6 +128,68 @@ def _blas_controller() -> Any:
     return ThreadpoolController()
 
 
+THREAD_MIN_SAMPLES = 1_000_000
+"""From this many power readings on, the seed-compatible ramps (about half of the work: a merge
+of every device's timestamps) run in a second thread while the other groups run in this one;
+numpy releases the GIL in the heavy loops. Smaller runs compute everything in this thread (a
+thread's start costs more than it saves). The values are the same either way: the seed group
+reads only the prepared devices and its results are replayed in column order."""
+
+
+class _Deferred(_Out):
+    """An ``_Out`` that records ``set``/``null`` calls, to replay them into the real one later."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[tuple[str, Any, Any]] = []
+
+    def set(self, name: str, value: Any) -> None:
+        self.ops.append(("set", name, value))
+
+    def null(self, names: str | tuple[str, ...] | list[str], reason: str) -> None:
+        self.ops.append(("null", names, reason))
+
+
+class _SeedRamps:
+    """:func:`_group_seed_ramps`, started at once: inline, or in a second thread.
+
+    See :data:`THREAD_MIN_SAMPLES`; :meth:`replay_into` waits for it and applies its results.
+    """
+
+    def __init__(self, devs: list[Any]) -> None:
+        self.rec = _Deferred()
+        self.thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+        readings = sum(len(d.t_ms) for d in devs if d is not None)
+        if readings >= THREAD_MIN_SAMPLES and (os.cpu_count() or 1) > 1:
+            self.thread = threading.Thread(target=self._run, args=(devs,), daemon=True,
+                                           name="seed-ramps")
+            self.thread.start()
+        else:
+            _group_seed_ramps(devs, self.rec)
+
+    def _run(self, devs: list[Any]) -> None:
+        try:
+            _group_seed_ramps(devs, self.rec)
+        except BaseException as exc:  # re-raised in the caller's thread by replay_into
+            self.error = exc
+
+    def replay_into(self, out: _Out) -> None:
+        if self.thread is not None:
+            self.thread.join()
+        if self.error is not None:
+            raise self.error
+        for op, names, arg in self.rec.ops:
+            if op == "set":
+                out.set(names, arg)
+            else:
+                out.null(names, arg)
+
+
+def _start_seed_ramps(devs: list[Any]) -> _SeedRamps:
+    return _SeedRamps(devs)
+
+
 def _compute(run: Run, grid_ms: int) -> dict[str, Any]:
     out = _Out()
     notes: list[str] = []
@@ -147,9 +211,10 @@ def _compute(run: Run, grid_ms: int) -> dict[str, Any]:
         shape = [n for n in METRIC_NAMES if n not in ENERGY_NAMES + GAP_NAMES
                  + ("duration_s", "mean_power_w", "limit_utilisation")]
         out.null(shape, reason)
+    seed = _start_seed_ramps(devs)
     _group_level(run, devs, al, cap, out)
     _group_ramps(al, cap, out)
-    _group_seed_ramps(devs, out)
+    seed.replay_into(out)  # in column order, whichever thread computed it
     _group_oscillations(ev, al, out)
     _group_across(al, out)
     _group_states(ev, al, cap, out)

@@ -205,3 +205,26 @@ def test_sampling_percentiles_from_the_histogram_are_numpys_bit_for_bit():
         counts = np.bincount(np.minimum(ms, _HIST_MS), minlength=_HIST_MS + 1)[:_HIST_MS]
         got = _percentiles_of_ms(counts, np.sort(ms[ms >= _HIST_MS]), qs)
         assert [float(g) for g in got] == [float(w) for w in np.percentile(ms / 1000.0, qs)]
+
+
+def test_seed_ramps_in_a_second_thread_give_the_same_metrics_and_notes(monkeypatch):
+    rng = np.random.default_rng(11)
+    devs = []
+    for g in range(3):
+        t = np.unique(np.cumsum(rng.integers(50, 150, 3000)) + g * 7).astype(np.int64)
+        devs.append(DeviceSeries(g, t, {"power_w": rng.normal(300, 40, len(t))}))
+    run = Run({"run_id": "t", "workload": "finetune", "platform": "h100_sxm_80gb",
+               "sample_period_ms": 100.0}, devs, [])
+    monkeypatch.setattr(metrics, "THREAD_MIN_SAMPLES", 10**12)  # inline
+    inline = metrics.compute_run_metrics(run)
+    monkeypatch.setattr(metrics, "THREAD_MIN_SAMPLES", 0)  # a second thread
+    threaded = metrics.compute_run_metrics(run)
+    assert threaded == inline  # values and the order of metric_notes
+    assert inline["ramp_event_frequency_1s"] is not None
+
+    def broken(devs, out):  # noqa: ANN001, ANN202
+        raise ZeroDivisionError("seed group failed")
+
+    monkeypatch.setattr(metrics, "_group_seed_ramps", broken)
+    with pytest.raises(ZeroDivisionError, match="seed group failed"):
+        metrics.compute_run_metrics(run)  # an error in the thread reaches the caller
