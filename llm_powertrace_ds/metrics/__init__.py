@@ -132,8 +132,9 @@ THREAD_MIN_SAMPLES = 1_000_000
 """From this many power readings on, the seed-compatible ramps (about half of the work: a merge
 of every device's timestamps) run in a second thread while the other groups run in this one;
 numpy releases the GIL in the heavy loops. Smaller runs compute everything in this thread (a
-thread's start costs more than it saves). The values are the same either way: the seed group
-reads only the prepared devices and its results are replayed in column order."""
+thread's start costs more than it saves). The values and notes are the same either way: the seed
+group reads only the prepared devices, writes only its own names, no other group reads them, and
+its results are replayed with its notes in column order."""
 
 
 class _Deferred(_Out):
@@ -214,12 +215,16 @@ def _compute(run: Run, grid_ms: int) -> dict[str, Any]:
     seed = _start_seed_ramps(devs)
     _group_level(run, devs, al, cap, out)
     _group_ramps(al, cap, out)
-    seed.replay_into(out)  # in column order, whichever thread computed it
-    _group_oscillations(ev, al, out)
+    mark = len(out.notes)  # the seed group's place in column order
+    _group_oscillations(ev, al, out)  # no later group reads a seed-compatible value
     _group_across(al, out)
     _group_states(ev, al, cap, out)
     _group_gaps(devs, out)
     _group_sampling(devs, out)
+    later = out.notes[mark:]
+    del out.notes[mark:]
+    seed.replay_into(out)  # its notes go where the inline order puts them
+    out.notes.extend(later)
     result: dict[str, Any] = {name: out.values.get(name) for name in METRIC_NAMES}
     for name in PER_DEVICE_NAMES:
         result[name] = out.values.get(name)
