@@ -25,10 +25,11 @@ JSON document is printed, with the ratios the scale issue asks for computed side
   only ``cards.builder.refresh_card(DIR)`` — the function ``card DIR`` calls — with
   ``resource.getrusage`` on the 1-run, N/3 and N folders, ``--repeat`` times each (median):
   *cold*, with the per-run caches (``.<run>.summary.json``, ``.card-runs-cache.ipc``) deleted
-  first, then *warm* (three times), right after. The ratio uses **warm**: that is the state ``card DIR`` meets
-  after any folder-changing command (each rebuilds the card, so the caches are current) and the
-  state of the CLI ``card`` steps above; ``card_cold_per_run_ratio`` is the same ratio with the
-  caches cold (every runs file read and every trace summarised: the card's full per-run work).
+  first, then *warm* (three times), right after. The ratio uses **warm**: that is the state
+  ``card DIR`` meets after any folder-changing command (each rebuilds the card, so the caches
+  are current) and the state of the CLI ``card`` steps above; ``card_cold_per_run_ratio`` is
+  the same ratio with the caches cold (every runs file read and every trace summarised: the
+  card's full per-run work).
 - ``import_rss_ratio``: peak RSS of importing N files over importing N/10 files in one call.
 - ``upload_temp_disk_ratio``: ``upload.py --dry-run``'s peak temporary disk over the dataset.
 - ``bytes_per_sample``: bytes under ``data/`` over samples.
