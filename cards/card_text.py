@@ -121,17 +121,6 @@ def _value_key(value: Any) -> tuple:
     return (1, 0.0, str(value))
 
 
-def _feature_type(feature: Any) -> str:
-    if hasattr(feature, "dtype") and not hasattr(feature, "feature"):
-        return str(feature.dtype)
-    inner = getattr(feature, "feature", None)
-    if isinstance(inner, dict):
-        return "list<struct>"
-    if inner is not None:
-        return f"list<{_feature_type(inner)}>"
-    return type(feature).__name__
-
-
 def plural(n: int, word: str) -> str:
     """``"1 run"``, ``"3 runs"``, ``"0 runs"``: a count and its noun, for people.
 

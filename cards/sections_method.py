@@ -13,7 +13,6 @@ from .card_text import (
     PAPER_TITLE,
     REPO_PLACEHOLDER,
     _code,
-    _feature_type,
     _join,
     _table,
     _value_key,
@@ -205,15 +204,12 @@ def _dictionary_section(summary: FolderSummary) -> list[str]:
             lines += [f"Also the columns of {', '.join(_code(c) for c in fam)}.", ""]
         rows = []
         for col in schema.column_doc(config):
-            rows.append([_code(col.name), _feature_type(col.feature), col.unit or "—",
-                         col.description])
-            inner = getattr(col.feature, "feature", None)
-            if isinstance(inner, dict):
-                for name, sub in inner.items():
-                    text = (event_docs.get(name, "").replace("`None`", "null")
-                            .replace("`schema.EVENT_KINDS`", f"the kinds listed under `{col.name}`"))
-                    rows.append([_code(f"{col.name}[].{name}"), _feature_type(sub),
-                                 event_units.get(name, "—"), text])
+            rows.append([_code(col.name), col.type_name, col.unit or "—", col.description])
+            for name, type_name in col.struct_fields:  # from the spec: no `datasets` import
+                text = (event_docs.get(name, "").replace("`None`", "null")
+                        .replace("`schema.EVENT_KINDS`", f"the kinds listed under `{col.name}`"))
+                rows.append([_code(f"{col.name}[].{name}"), type_name,
+                             event_units.get(name, "—"), text])
         lines += _table(["column", "type", "unit", "description"], rows) + [""]
     return lines
 

@@ -199,7 +199,7 @@ def configs_metadata(root: str | Path) -> list[dict]:
         fingerprint = files_fingerprint(folders.get(config, {}), stats=stats)
         entry: dict = {"config_name": config, "description": f"files {fingerprint}"}
         entry["data_files"] = [{"split": split, "path": paths} for split, paths in splits.items()]
-        entry["features"] = schema.features_for(config)._to_yaml_list()
+        entry["features"] = schema.yaml_features(config)
         entries.append(entry)
     names = [e["config_name"] for e in entries]
     default = "finetune" if "finetune" in names else (names[0] if names else None)

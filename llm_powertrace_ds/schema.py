@@ -148,6 +148,14 @@ def _feature(spec: _Value | _List | tuple[tuple[str, _Value], ...]) -> Any:
     return {name: _feature(inner) for name, inner in spec}
 
 
+def _type_name(spec: _Value | _List | tuple[tuple[str, _Value], ...]) -> str:
+    if isinstance(spec, _Value):
+        return spec.dtype
+    if isinstance(spec, _List):
+        return "list<struct>" if isinstance(spec.inner, tuple) else f"list<{_type_name(spec.inner)}>"
+    return "dict"
+
+
 @dataclass(frozen=True)
 class Column:
     """One column of the contract.
@@ -177,6 +185,18 @@ class Column:
     def dtype(self) -> str | None:
         """A scalar column's dtype (``"float32"``, ``"string"``, ...); ``None`` for a list."""
         return self.spec.dtype if isinstance(self.spec, _Value) else None
+
+    @property
+    def type_name(self) -> str:
+        """The type as the card's data dictionary writes it (``float32``, ``list<struct>``)."""
+        return _type_name(self.spec)
+
+    @property
+    def struct_fields(self) -> list[tuple[str, str]]:
+        """A list-of-structs column's fields: (name, type name) pairs; ``[]`` otherwise."""
+        if isinstance(self.spec, _List) and isinstance(self.spec.inner, tuple):
+            return [(name, _type_name(sub)) for name, sub in self.spec.inner]
+        return []
 
     @property
     def item_dtype(self) -> str | None:
@@ -603,6 +623,86 @@ def base_config(config_name: str) -> str:
 def features_for(config_name: str) -> Features:
     """Return the ``Features`` of a config (family trace configs share their workload's)."""
     return FEATURES[base_config(config_name)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Arrow types without ``datasets``
+# ---------------------------------------------------------------------------------------------
+
+_TIMESTAMP_RE = re.compile(r"^timestamp\[(s|ms|us|ns)(?:, tz=([^\]]+))?\]$")
+
+
+def _arrow_type(spec: _Value | _List | tuple[tuple[str, _Value], ...]) -> Any:
+    """The Arrow type ``datasets`` gives a spec.
+
+    ``Value``: its ``pa_type``; ``List``: a ``pa.list_``; a struct: a ``pa.struct`` in order.
+    """
+    import pyarrow as pa
+
+    if isinstance(spec, _List):
+        return pa.list_(_arrow_type(spec.inner))
+    if not isinstance(spec, _Value):
+        return pa.struct([(name, _arrow_type(inner)) for name, inner in spec])
+    stamp = _TIMESTAMP_RE.match(spec.dtype)
+    if stamp:
+        return pa.timestamp(stamp.group(1), tz=stamp.group(2))
+    if spec.dtype == "bool":
+        return pa.bool_()
+    if spec.dtype in ("string", "float32", "float64", "int16", "int32", "int64"):
+        return getattr(pa, spec.dtype)()
+    raise KeyError(f"no Arrow type for dtype {spec.dtype!r}")
+
+
+def _feature_dict(spec: _Value | _List | tuple[tuple[str, _Value], ...]) -> Any:
+    """The spec as ``Features.to_dict`` writes it (the schema's ``huggingface`` metadata)."""
+    if isinstance(spec, _Value):
+        return {"dtype": spec.dtype, "_type": "Value"}
+    if isinstance(spec, _List):
+        return {"feature": _feature_dict(spec.inner), "_type": "List"}
+    return {name: _feature_dict(inner) for name, inner in spec}
+
+
+def _yaml_feature(spec: _Value | _List | tuple[tuple[str, _Value], ...]) -> dict[str, Any]:
+    """The spec as ``Features._to_yaml_list`` writes it (a list of scalars: ``list: dtype``)."""
+    if isinstance(spec, _Value):
+        return {"dtype": spec.dtype}
+    if isinstance(spec, _List):
+        inner = _yaml_feature(spec.inner)
+        return {"list": inner["dtype"] if list(inner) == ["dtype"] else inner["struct"]}
+    return {"struct": [{"name": name, **_yaml_feature(sub)} for name, sub in spec]}
+
+
+def yaml_features(config_name: str) -> list[dict[str, Any]]:
+    """The card's ``features`` list of a config, built without ``datasets``.
+
+    The same list as ``features_for(config_name)._to_yaml_list()`` (a test compares the two for
+    every config).
+    """
+    return [{"name": c.name, **_yaml_feature(c.spec)} for c in COLUMNS[base_config(config_name)]]
+
+
+_ARROW_SCHEMAS: dict[str, Any] = {}
+
+
+def arrow_schema(config_name: str) -> Any:
+    """The config's ``Features.arrow_schema`` (a ``pyarrow.Schema``), built without ``datasets``.
+
+    The same fields, types and ``huggingface`` metadata byte for byte as
+    ``features_for(config_name).arrow_schema`` (a test compares them for every config), so the
+    import path writes shards without importing ``datasets`` (about 0.5 s of every CLI call).
+    """
+    config = base_config(config_name)
+    if config not in _ARROW_SCHEMAS:
+        import json
+
+        import pyarrow as pa
+
+        cols = COLUMNS[config]
+        meta = {"info": {"features": {c.name: _feature_dict(c.spec) for c in cols}}}
+        _ARROW_SCHEMAS[config] = pa.schema(
+            [pa.field(c.name, _arrow_type(c.spec)) for c in cols]
+        ).with_metadata({"huggingface": json.dumps(meta)})
+    return _ARROW_SCHEMAS[config]
 
 
 def column_doc(config_name: str) -> list[Column]:

@@ -151,7 +151,6 @@ def distinct(values: Cells) -> tuple[list[str], np.ndarray]:
 # Fixed-width timestamps (every cell the same length: what loggers write) are parsed straight
 # from the string array's bytes with numpy: a digit matrix, no per-cell string work.
 _DIGITS_DATE = (0, 1, 2, 3, 5, 6, 8, 9)
-_DIGITS_TIME = (11, 12, 14, 15, 17, 18)
 _YEAR_MIN, _YEAR_MAX = 1678, 2261  # inside Arrow's timestamp[ns] range, like the cast path
 _MONTH_DAYS = np.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], np.int64)
 
@@ -204,41 +203,74 @@ def _number(d: np.ndarray, cols: range | tuple[int, ...]) -> np.ndarray:
 
 
 def _fixed_chunk(chunk: pa.Array) -> tuple[np.ndarray, bool] | None:
+    """One chunk of fixed-width cells: the minute prefix once per run, the rest per cell.
+
+    A logger writes many cells per minute, so the bytes ``YYYY?MM?DD?hh:mm`` (0-15) repeat in
+    runs: each run's first cell is checked and parsed (:func:`_minute_ms`), which decides every
+    cell of the run (same bytes), and only seconds, fraction and zone are parsed per cell.
+    """
     m = _fixed_matrix(chunk)
     if m is None:
         return None
-    width = m.shape[1]
+    n, width = m.shape
     zulu = m[0, -1] == ord("Z")
     end = width - 1 if zulu else width  # bytes before the zone
     frac = end - 20  # fraction digits after "ss."
     if not (frac == -1 or 1 <= frac <= 9):
         return None
-    d = m - np.uint8(48)  # digits are 0..9; every other byte wraps to > 9
-    digit_cols = [*_DIGITS_DATE, *_DIGITS_TIME, *range(20, end)]
-    if (d[:, digit_cols] > 9).any():
-        return None
     if zulu and (m[:, -1] != ord("Z")).any():
+        return None
+    if frac > 0 and (m[:, 19] != ord(".")).any():
+        return None
+    if (m[:, 16] != ord(":")).any():
+        return None
+    tail = m[:, 17:end] - np.uint8(48)  # "ss", then "." and the fraction; "." wraps to > 9
+    if frac > 0:
+        tail[:, 2] = 0
+    if (tail > 9).any():
+        return None
+    sec = tail[:, 0].astype(np.int64) * 10 + tail[:, 1]
+    if (sec > 59).any():
+        return None
+    prefix = m[:, :16].view(np.uint64)  # two words per cell (numpy allows the unaligned view)
+    change = np.empty(n, dtype=bool)
+    change[0] = True
+    np.not_equal(prefix[1:, 0], prefix[:-1, 0], out=change[1:])
+    change[1:] |= prefix[1:, 1] != prefix[:-1, 1]
+    starts = np.flatnonzero(change)
+    minute = _minute_ms(m[starts])
+    if minute is None:
+        return None
+    out = np.repeat(minute, np.diff(np.r_[starts, n]))
+    out += sec * 1000
+    if frac > 0:
+        digits = min(frac, 3)
+        ms = _number(tail, range(3, 3 + digits))
+        out += ms * 10 ** (3 - digits)
+    return out, bool(zulu)
+
+
+def _minute_ms(m: np.ndarray) -> np.ndarray | None:
+    """``YYYY?MM?DD[T ]hh:mm`` (bytes 0-15 of each row) to epoch ms, ``None`` if one is not."""
+    d = m[:, :16] - np.uint8(48)  # digits are 0..9; every other byte wraps to > 9
+    digit_cols = [*_DIGITS_DATE, 11, 12, 14, 15]
+    if (d[:, digit_cols] > 9).any():
         return None
     dash, slash = ord("-"), ord("/")
     for c, (one, other) in ((4, (dash, slash)), (7, (dash, slash)), (10, (ord("T"), ord(" "))),
-                            (13, (ord(":"), ord(":"))), (16, (ord(":"), ord(":")))):
+                            (13, (ord(":"), ord(":")))):
         col = m[:, c]
         if not ((col == one) | (col == other)).all():
             return None
-    if frac > 0 and (m[:, 19] != ord(".")).any():
-        return None
     year, month, day = _number(d, (0, 1, 2, 3)), _number(d, (5, 6)), _number(d, (8, 9))
-    hour, minute, sec = _number(d, (11, 12)), _number(d, (14, 15)), _number(d, (17, 18))
+    hour, minute = _number(d, (11, 12)), _number(d, (14, 15))
     leap = ((year % 4 == 0) & (year % 100 != 0)) | (year % 400 == 0)
     if ((year < _YEAR_MIN) | (year > _YEAR_MAX) | (month < 1) | (month > 12)).any():
         return None
     month_days = _MONTH_DAYS[month] + ((month == 2) & leap)
-    if ((day < 1) | (day > month_days) | (hour > 23) | (minute > 59) | (sec > 59)).any():
+    if ((day < 1) | (day > month_days) | (hour > 23) | (minute > 59)).any():
         return None
-    ms = _number(d, range(20, 20 + min(frac, 3))) if frac > 0 else np.zeros(len(m), np.int64)
-    ms *= 10 ** max(0, 3 - max(frac, 0))
-    return (_days_from_civil(year, month, day) * 86_400_000 + hour * 3_600_000
-            + minute * 60_000 + sec * 1000 + ms), bool(zulu)
+    return _days_from_civil(year, month, day) * 86_400_000 + hour * 3_600_000 + minute * 60_000
 
 
 def _days_from_civil(y: np.ndarray, m: np.ndarray, d: np.ndarray) -> np.ndarray:

@@ -205,7 +205,9 @@ def build_devices(table: common.Table, path: Path) -> list[DeviceData]:
     # one stable sort by GPU, then each device is a slice (file order kept within a GPU)
     small = gpu.max() < 2**15  # whole numbers >= 0 (checked): int16 keys sort by radix
     order = np.argsort(gpu.astype(np.int16) if small else gpu, kind="stable")
-    keys, starts = np.unique(gpu[order], return_index=True)
+    by_gpu = gpu[order]  # sorted: each GPU starts where the value changes (np.unique re-sorts)
+    starts = np.r_[0, np.flatnonzero(by_gpu[1:] != by_gpu[:-1]) + 1]
+    keys = by_gpu[starts]
     bounds = np.r_[starts, len(order)]
     sorted_cols = {k: v[order] for k, v in cols.items() if k.startswith("signal:") or k == "ts"}
     lines = table.lines[order]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import logging
 import re
@@ -93,19 +94,115 @@ def _restricted_features(config: str, names: tuple[str, ...]) -> Features:
     return Features({k: features[k] for k in names})
 
 
-@functools.lru_cache(maxsize=64)
 def _arrow_schema(config: str) -> pa.Schema:
-    """The config's ``Features.arrow_schema`` (built once: the property deep-copies each time)."""
-    return schema.FEATURES[config].arrow_schema
+    """The config's ``Features.arrow_schema`` (``schema.arrow_schema``: no ``datasets``)."""
+    return schema.arrow_schema(config)
+
+
+# The scalar and list cells of a table (a handful of rows) are encoded as ``datasets`` does it —
+# ``Features.encode_batch``: ``cast_to_python_objects`` on each column, then
+# ``encode_nested_example`` on each cell — ported below for the plain values a ``Run`` holds
+# (None, bool, int, float, str, datetimes, numpy scalars and arrays, dicts, lists, tuples), so an import
+# does not import ``datasets`` (about 0.5 s) nor pay its per-cell dispatch. A value of any other
+# type makes the table go through ``datasets`` itself (:class:`_Foreign`), so the bytes written
+# are the same either way (``tests/llm_powertrace_ds/shards`` compares the two on every config).
+
+_PLAIN = (type(None), bool, int, float, str, bytes, np.generic)
+_DATETIMES = (dt.datetime, dt.date, dt.time, dt.timedelta)  # exact types: pandas' subclass them
+
+
+class _Foreign(Exception):
+    """A value the port does not cover: encode the table with ``datasets``."""
+
+
+def _first_non_null(obj: Any, spec: Any = None) -> bool:
+    """``datasets``' ``_check_non_null_non_empty_recursive`` (``spec`` a schema spec or None)."""
+    if obj is None:
+        return False
+    if isinstance(obj, (list, tuple)) and (spec is None or isinstance(spec, schema._List)):
+        if len(obj) > 0:
+            return _first_non_null(obj[0], None if spec is None else spec.inner)
+        return False
+    return True
+
+
+def _cast(obj: Any) -> tuple[Any, bool]:
+    """``datasets``' ``_cast_to_python_objects`` (defaults) for plain values."""
+    if isinstance(obj, np.ndarray):
+        return (obj[()], True) if obj.ndim == 0 else (obj, False)
+    if isinstance(obj, _PLAIN) or type(obj) in _DATETIMES:
+        return obj, False
+    if type(obj) is dict:
+        changed = False
+        out = {}
+        for k, v in obj.items():
+            out[k], changed_v = _cast(v)
+            changed |= changed_v
+        return (out if changed else obj), changed
+    if isinstance(obj, (list, tuple)):
+        if len(obj) == 0:
+            return obj, False
+        for first in obj:
+            if _first_non_null(first):
+                break
+        if _cast(first)[1]:
+            return [_cast(x)[0] for x in obj], True
+        return obj, False
+    raise _Foreign(type(obj).__name__)
+
+
+def _encode_value(dtype: str, value: Any) -> Any:
+    """``datasets.Value(dtype).encode_example``."""
+    if dtype == "bool":
+        return bool(value)
+    if dtype.startswith("int"):
+        return int(value)
+    if dtype.startswith("float"):
+        return float(value)
+    if dtype == "string":
+        return str(value)
+    return value
+
+
+def _encode(spec: Any, obj: Any) -> Any:
+    """``datasets``' ``encode_nested_example`` at level >= 1."""
+    if isinstance(spec, schema._Value):
+        return _encode_value(spec.dtype, obj) if obj is not None else None
+    if isinstance(spec, schema._List):
+        if obj is None:
+            return None
+        if len(obj) > 0:
+            for first in obj:
+                if _first_non_null(first, spec.inner):
+                    break
+            try:
+                changed = bool(_encode(spec.inner, first) != first)
+            except ValueError:  # comparing arrays
+                changed = False
+            if changed:
+                return [_encode(spec.inner, o) for o in obj]
+        return list(obj)
+    if obj is None:  # a struct
+        return None
+    return {k: _encode(sub, obj.get(k)) for k, sub in spec}
+
+
+def _encode_batch(config: str, full: dict[str, list]) -> dict[str, list]:
+    """``Features.encode_batch`` of the config's features restricted to ``full``'s columns."""
+    specs = {c.name: c.spec for c in schema.COLUMNS[config]}
+    try:
+        return {name: [_encode(specs[name], cell) for cell in _cast(column)[0]]
+                for name, column in full.items()}
+    except _Foreign:
+        return _restricted_features(config, tuple(full)).encode_batch(full)
 
 
 def _table(config: str, rows: dict[str, list], extra: dict[str, pa.Array] | None = None) -> pa.Table:
-    features = schema.FEATURES[config]
     arrow_schema = _arrow_schema(config)
     n = len(next(iter(rows.values()))) if rows else 0
-    full = {name: rows.get(name, [None] * n) for name in features if name not in (extra or {})}
-    # The exact Features object of the config, restricted to the columns not built from numpy.
-    encoded = _restricted_features(config, tuple(full)).encode_batch(full) if full else {}
+    full = {name: rows.get(name, [None] * n) for name in arrow_schema.names
+            if name not in (extra or {})}
+    encoded = _encode_batch(config, full) if full else {}
     arrays = []
     for fld in arrow_schema:
         if extra and fld.name in extra:

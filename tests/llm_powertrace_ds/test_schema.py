@@ -81,3 +81,27 @@ def test_base_config():
     assert schema.base_config("inference_runs") == "inference_runs"
     with pytest.raises(KeyError):
         schema.base_config("finetune-notafamily")
+
+
+@pytest.mark.parametrize("config", [*schema.COLUMNS, "finetune-llama", "inference-qwen"])
+def test_arrow_schema_and_yaml_features_equal_datasets(config):
+    """``arrow_schema`` and ``yaml_features`` are built without ``datasets``: the same bytes."""
+    features = schema.features_for(config)
+    ours = schema.arrow_schema(config)
+    assert ours.equals(features.arrow_schema, check_metadata=True)
+    assert ours.serialize().to_pybytes() == features.arrow_schema.serialize().to_pybytes()
+    assert schema.yaml_features(config) == features._to_yaml_list()
+
+
+def test_column_type_names_follow_the_features():
+    for cols in schema.COLUMNS.values():
+        for col in cols:
+            inner = getattr(col.feature, "feature", None)
+            if isinstance(inner, dict):
+                assert col.type_name == "list<struct>"
+                assert col.struct_fields == [(k, v.dtype) for k, v in inner.items()]
+            elif inner is not None:
+                assert col.type_name == f"list<{inner.dtype}>"
+                assert col.struct_fields == []
+            else:
+                assert col.type_name == col.feature.dtype

@@ -204,3 +204,55 @@ def test_fixed_width_stamps_decline_what_they_do_not_decide(cell):
     from llm_powertrace_ds.importers import arrow_values
 
     assert arrow_values.fixed_width_ms(pa.array([cell])) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.datetimes(min_value=dt.datetime(1680, 1, 1), max_value=dt.datetime(2260, 12, 31)),
+       st.integers(1, 400), st.sampled_from([100, 1000, 7_000]), st.sampled_from([0, 3, 6]),
+       st.sampled_from(["", "Z"]), st.integers(0, 10**6))
+def test_fixed_width_stamps_in_runs_of_one_minute(start, n, step_ms, digits, zone, corrupt):
+    """Stamps sharing their minute in runs (parsed once per run) equal the cast path.
+
+    A byte changed in any cell of a run, not only its first, is declined or agrees with it.
+    """
+    import pyarrow as pa
+
+    from llm_powertrace_ds.importers import arrow_values
+
+    cells = []
+    for k in range(n):
+        t = start + dt.timedelta(milliseconds=k * step_ms)
+        text = t.strftime("%Y-%m-%dT%H:%M:%S")
+        if digits:
+            text += "." + t.strftime("%f")[:digits]
+        cells.append(text + zone)
+    if corrupt % 2 == 0:
+        row = corrupt % n
+        pos = corrupt % 16  # inside the minute prefix
+        cells[row] = cells[row][:pos] + "0:-/ TZx9"[corrupt % 9] + cells[row][pos + 1:]
+    arr = pa.array(cells)
+    if n > 2 and corrupt % 5 == 0:
+        arr = pa.chunked_array([arr[: n // 2], arr[n // 2:]])
+    fast = arrow_values.fixed_width_ms(arr)
+    if corrupt % 2:
+        assert fast is not None
+    if fast is not None:
+        slow = _cast_path(cells)
+        assert slow is not None
+        assert fast[1] == slow[1]
+        np.testing.assert_array_equal(fast[0], slow[0])
+
+
+def test_non_ascii_file_is_the_same_run(tmp_path):
+    """A non-ASCII file (parsed as validated strings) is the row reader's run, like an ASCII one.
+
+    An ASCII file's cells are parsed as binary and viewed as strings; the label keeps its ä.
+    """
+    ascii_csv = trace_csv(tmp_path / "a.csv", stages=["warmup"] * 15 + ["train"] * 15)
+    other = tmp_path / "b.csv"
+    other.write_text(ascii_csv.read_text(encoding="utf-8").replace("train", "tr\u00e4in"),
+                     encoding="utf-8")
+    for path in (ascii_csv, other):
+        both("powertrace-csv", path, "finetune")
+    run = outcome("powertrace-csv", other, "finetune", False)
+    assert [e.label for e in run.events if e.kind == "stage"] == ["warmup", "tr\u00e4in"]
