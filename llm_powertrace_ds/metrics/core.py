@@ -272,6 +272,37 @@ class _Out:
             self.notes.append(f"{name}: {reason}")
 
 
+def _percentile_lerp(a: float, b: float, gamma: float) -> float:
+    """The linear interpolation numpy.percentile makes between order statistics a ≤ b."""
+    diff = b - a
+    return b - diff * (1.0 - gamma) if gamma >= 0.5 else a + diff * gamma
+
+
+def _percentiles(x: np.ndarray, qs: tuple[float, ...] | list[float]) -> list[float]:
+    """``numpy.percentile(x, qs)`` (its default ``linear`` method), reordering ``x`` in place.
+
+    The same values to the last bit: the order statistics around each virtual index
+    (n − 1) · q / 100 by one ``ndarray.partition`` on just those indices, interpolated as numpy
+    does. Faster than ``numpy.percentile`` (which also partitions at the first and last index
+    and costs ~0.1 ms of Python per call on the thousands of small arrays of an import). An
+    array holding NaN or inf goes to ``numpy.percentile`` itself.
+    """
+    n = len(x)
+    if not n or not math.isfinite(float(np.add.reduce(x))):
+        return [float(v) for v in np.atleast_1d(np.percentile(x, qs, overwrite_input=True))]
+    virtual = [(n - 1) * (q / 100.0) for q in qs]
+    kth = sorted({min(int(math.floor(v)) + j, n - 1) for v in virtual for j in (0, 1)})
+    x.partition(kth)
+    out = []
+    for v in virtual:
+        lo = int(math.floor(v))
+        if lo >= n - 1:
+            out.append(float(x[n - 1]))
+        else:
+            out.append(_percentile_lerp(float(x[lo]), float(x[lo + 1]), v - lo))
+    return out
+
+
 def _ratio(a: float | None, b: float | None) -> float | None:
     if a is None or b is None or b == 0:
         return None

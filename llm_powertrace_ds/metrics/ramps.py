@@ -14,6 +14,7 @@ from .core import (
     Aligned,
     _Dev,
     _Out,
+    _percentiles,
     _ratio,
     _window_means,
 )
@@ -69,7 +70,7 @@ def _group_level(run: Run, devs: list[_Dev | None], al: Aligned | None, cap: flo
         return
     x = al.values()
     peak = float(x.max())
-    p5, p50, p95, p99 = np.percentile(x, [5, 50, 95, 99], overwrite_input=True)
+    p5, p50, p95, p99 = _percentiles(x, (5, 50, 95, 99))
     out.set("p5_power_w", p5)
     out.set("p50_power_w", p50)
     out.set("p95_power_w", p95)
@@ -132,7 +133,7 @@ def _group_ramps(al: Aligned | None, cap: float | None, out: _Out) -> None:
             out.null(names + pct, f"no gap-free stretch of {delta:g} s")
             continue
         vals = [max(0.0, float(r.max())), max(0.0, float(-r.min()))]
-        vals += list(np.percentile(np.abs(r, out=r), [95, 99], overwrite_input=True))
+        vals += _percentiles(np.abs(r, out=r), (95, 99))
         for n, v in zip(names, vals, strict=True):
             out.set(n, v)
         if cap is None:
@@ -328,8 +329,7 @@ def _group_seed_ramps(devs: list[_Dev | None], out: _Out) -> None:
         r = _tick_ramps(tick, delta) if tick is not None else np.zeros(0)
         up = r[r > 0]
         if up.size:
-            for name, value in zip(up_names, np.percentile(up, [95, 99], overwrite_input=True),
-                                    strict=True):
+            for name, value in zip(up_names, _percentiles(up, (95, 99)), strict=True):
                 out.set(name, value)
         else:
             out.null(up_names, f"no up-ramps{over}")
@@ -339,12 +339,12 @@ def _group_seed_ramps(devs: list[_Dev | None], out: _Out) -> None:
             down = r[r < 0]
             np.negative(down, out=down)
         if down.size:
-            out.set(f"ramp_down_p99_{tag}_w_per_s", np.percentile(down, 99, overwrite_input=True))
+            out.set(f"ramp_down_p99_{tag}_w_per_s", _percentiles(down, (99,))[0])
         else:
             out.null(f"ramp_down_p99_{tag}_w_per_s", f"no down-ramps{over}")
         if tag == "1s":
             if not upward.size:
                 out.null("ramp_event_frequency_1s", "no ramps")
                 continue
-            theta = np.percentile(upward, 95, overwrite_input=True)  # ours: order is free
+            theta = _percentiles(upward, (95,))[0]  # ours: order is free
             out.set("ramp_event_frequency_1s", np.count_nonzero(upward >= theta) / minutes)

@@ -23,6 +23,7 @@ from .core import (
     _EventIndex,
     _events,
     _Out,
+    _percentiles,
     _sliding_range,
 )
 
@@ -215,7 +216,7 @@ def _group_across(al: Aligned | None, out: _Out) -> None:
     for row in al.devices:  # one copy per device, partitioned in place for its percentiles
         v = row.copy() if allvalid else row[al.valid]
         peaks.append(float(v.max()))
-        q5, q95 = np.percentile(v, [5, 95], overwrite_input=True)
+        q5, q95 = _percentiles(v, (5, 95))
         swings.append(float(q95 - q5))
     sum_peaks = float(sum(peaks))
     peak_total = float(al.values().max())

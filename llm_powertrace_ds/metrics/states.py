@@ -16,6 +16,7 @@ from .core import (
     _Dev,
     _EventIndex,
     _Out,
+    _percentile_lerp,
     event_windows,
 )
 
@@ -179,9 +180,7 @@ def _percentiles_of_ms(counts: np.ndarray, long_ms: np.ndarray, qs: tuple[float,
         if lo >= n - 1:
             res.append(kth(n - 1))
             continue
-        a, b, gamma = kth(lo), kth(lo + 1), virtual - lo
-        diff = b - a  # numpy's lerp: from the nearer end, for the same last bit
-        res.append(b - diff * (1.0 - gamma) if gamma >= 0.5 else a + diff * gamma)
+        res.append(_percentile_lerp(kth(lo), kth(lo + 1), virtual - lo))
     return res
 
 

@@ -228,3 +228,18 @@ def test_seed_ramps_in_a_second_thread_give_the_same_metrics_and_notes(monkeypat
     monkeypatch.setattr(metrics, "_group_seed_ramps", broken)
     with pytest.raises(ZeroDivisionError, match="seed group failed"):
         metrics.compute_run_metrics(run)  # an error in the thread reaches the caller
+
+
+def test_percentiles_helper_is_numpys_bit_for_bit():
+    from llm_powertrace_ds.metrics.core import _percentiles
+
+    rng = np.random.default_rng(8)
+    for trial in range(500):
+        n = int(rng.integers(1, 300))
+        x = np.round(rng.normal(300, 80, n), int(rng.integers(0, 4)))  # ties too
+        if trial % 7 == 0:
+            x[rng.integers(0, n)] = np.nan  # numpy's NaN rule through its own function
+        qs = (5.0, 50.0, 95.0, 99.0, float(rng.integers(0, 101)), float(rng.random() * 100))
+        want = np.percentile(x, qs)
+        got = _percentiles(x.copy(), qs)
+        np.testing.assert_array_equal(np.array(got), want)
