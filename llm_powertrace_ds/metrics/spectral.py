@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -28,6 +29,35 @@ from .core import (
 )
 
 
+@functools.lru_cache(maxsize=8)
+def _hann(nper: int) -> np.ndarray:
+    """The periodic Hann window of ``scipy.signal.get_window`` (the same for every run: cached)."""
+    from scipy.signal import get_window
+
+    win = get_window("hann", nper)
+    win.flags.writeable = False
+    return win
+
+
+@functools.lru_cache(maxsize=64)
+def _chi2_ppf(p: float, dof: float) -> float:
+    """``scipy.stats.chi2.ppf`` (cached: the same band and window count recur run after run)."""
+    from scipy.stats import chi2
+
+    return float(chi2.ppf(p, dof))
+
+
+@functools.lru_cache(maxsize=8)
+def _highpass(fs: float) -> tuple[np.ndarray, np.ndarray]:
+    """The synchrony high-pass (``butter`` SOS) and its steady-state ``sosfilt_zi`` (cached)."""
+    from scipy.signal import butter, sosfilt_zi
+
+    sos = butter(2, SYNC_HIGHPASS_HZ, btype="highpass", fs=fs, output="sos")
+    zi = sosfilt_zi(sos)
+    zi.flags.writeable = False  # sos stays writable: sosfilt takes a non-const view of it
+    return sos, zi
+
+
 def welch_windows(al: Aligned, segment_s: float = WELCH_SEGMENT_S) -> int:
     """Number of Welch windows :func:`welch_psd` averages (0 when none fits)."""
     starts, stops = al.segments()
@@ -49,8 +79,6 @@ def welch_psd(al: Aligned, segment_s: float = WELCH_SEGMENT_S,
     ``scipy.signal.welch(..., detrend="linear")`` does on one segment). Returns ``None`` when no
     segment is at least ``min_s`` long.
     """
-    from scipy.signal import get_window
-
     starts, stops = al.segments()
     lengths = stops - starts
     nmin = int(math.ceil(min_s / al.step_s))
@@ -67,7 +95,7 @@ def welch_psd(al: Aligned, segment_s: float = WELCH_SEGMENT_S,
     tc = np.arange(nper) - (nper - 1) / 2.0  # linear detrend by projection on (1, t)
     frames -= frames.mean(axis=1, keepdims=True)
     frames -= np.outer(frames @ tc / float(tc @ tc), tc)
-    win = get_window("hann", nper)
+    win = _hann(nper)
     fs = 1.0 / al.step_s
     spec = np.abs(np.fft.rfft(frames * win, axis=1)) ** 2
     psd = spec.mean(axis=0) / (fs * np.sum(win ** 2))
@@ -82,8 +110,6 @@ def welch_psd(al: Aligned, segment_s: float = WELCH_SEGMENT_S,
 def _dominant_peak(freqs: np.ndarray, psd: np.ndarray, windows: int) -> tuple[int | None, str]:
     """Index of the dominant spectral peak, or ``None`` and the reason (see ``dominant_freq_hz``)."""
     from scipy.ndimage import median_filter
-    from scipy.stats import chi2
-
     df = float(freqs[1] - freqs[0])
     lo = max(SPECTRUM_BAND_HZ[0], MIN_CYCLES * df)  # MIN_CYCLES full cycles per Welch window
     hi = SPECTRUM_BAND_HZ[1]
@@ -94,7 +120,7 @@ def _dominant_peak(freqs: np.ndarray, psd: np.ndarray, windows: int) -> tuple[in
     background = median_filter(psd, size=BACKGROUND_BINS, mode="nearest")
     background = background / (1.0 - 2.0 / (9.0 * dof)) ** 3  # median -> mean of chi2/dof
     ratio = psd / np.maximum(background, 1e-300)
-    threshold = max(float(chi2.ppf(1.0 - PEAK_FALSE_ALARM / band.size, dof) / dof),
+    threshold = max(_chi2_ppf(1.0 - PEAK_FALSE_ALARM / band.size, dof) / dof,
                     MIN_PEAK_RATIO)
     inner = band[(band > 0) & (band < len(psd) - 1)]
     local = inner[(psd[inner] > psd[inner - 1]) & (psd[inner] >= psd[inner + 1])]
@@ -230,10 +256,9 @@ def _group_across(al: Aligned | None, out: _Out) -> None:
     if ndev < 2:
         out.null(("synchrony_index", "projected_swing_1000_w"), "needs at least 2 devices")
         return
-    from scipy.signal import butter, sosfilt, sosfilt_zi
+    from scipy.signal import sosfilt
 
-    sos = butter(2, SYNC_HIGHPASS_HZ, btype="highpass", fs=1.0 / al.step_s, output="sos")
-    zi = sosfilt_zi(sos)  # (sections, 2): start each device in its steady state
+    sos, zi = _highpass(1.0 / al.step_s)  # zi (sections, 2): each device starts in steady state
     starts, stops = al.segments()
     nmin = int(math.ceil(MIN_SPECTRUM_S / al.step_s))
     s1 = np.zeros(ndev)

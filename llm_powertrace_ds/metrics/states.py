@@ -133,13 +133,18 @@ def _group_sampling(devs: list[_Dev | None], out: _Out) -> None:
     array of every interval) and are interpolated as ``numpy.percentile`` does
     (:func:`_percentiles_of_ms`).
     """
-    hist = np.zeros(_HIST_MS + 1, dtype=np.int64)
+    hist = np.zeros(0, dtype=np.int64)
     long: list[np.ndarray] = []
     for d in devs:
         if d is None or len(d.t_ms) < 2:
             continue
         dt = np.diff(d.t_ms)
-        hist += np.bincount(np.minimum(dt, _HIST_MS), minlength=_HIST_MS + 1)
+        counts = np.bincount(np.minimum(dt, _HIST_MS))  # as long as the longest interval
+        if len(counts) > len(hist):
+            counts[:len(hist)] += hist
+            hist = counts
+        else:
+            hist[:len(counts)] += counts
         if dt.max() >= _HIST_MS:
             long.append(dt[dt >= _HIST_MS])
     if not hist.any():
