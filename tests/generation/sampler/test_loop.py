@@ -135,3 +135,95 @@ def test_schedule_invariants(tmp_path_factory, over, read_ns):
     assert served_or_missed == d[-1] // PERIOD_NS  # grid deadlines 1..k, none lost silently
     expected_missed = (ticks["t_before_ns"] - read_ns - ticks["deadline_ns"]) // PERIOD_NS
     assert (ticks["missed"] == np.maximum(expected_missed, 0)).all()
+
+
+class _FullReading(ScriptedSource):
+    """Every signal in raw units, distinct per slot; ``lose_slot`` is lost at tick ``lose_at``."""
+
+    def __init__(self, n: int = 2, *, lose_slot: int | None = None, lose_at: int = -1) -> None:
+        super().__init__(n)
+        self.lose_slot, self.lose_at = lose_slot, lose_at
+
+    def read(self, slot: int):  # noqa: ANN201
+        from generation.sampler.base import Reading
+        from generation.sampler.errors import GpuLost
+
+        k = self.per_slot.get(slot, 0)
+        self.per_slot[slot] = k + 1
+        if slot == self.lose_slot and k == self.lose_at:
+            raise GpuLost("fell off the bus")
+        return Reading(power_mw=250_500.0 + slot, power_avg_mw=240_250.0 + slot,
+                       energy_mj=1_000.0 * (k + 1), gpu_util_pct=40.0 + slot,
+                       mem_util_pct=20.0 + slot, mem_used_bytes=3.5 * 1048576.0 * (slot + 1),
+                       sm_clock_mhz=1410.0, mem_clock_mhz=2619.0, temp_c=55.0 + slot,
+                       clock_event_reasons=4.0, power_ts_us=1e6 + k)
+
+
+def test_each_signal_is_stored_in_its_column_unit(tmp_path):
+    # mW -> W for both powers, bytes -> MiB, everything else as read
+    drive_loop(_FullReading(2), tmp_path, ticks=3)
+    s = read_spool(tmp_path).samples
+    one = s[s["slot"] == 1]
+    assert len(one) == 3
+    assert (one["power_w"] == 250.501).all() and (one["power_avg_w"] == 240.251).all()
+    assert (one["mem_used_mib"] == 7.0).all()
+    assert one["energy_mj"].tolist() == [1000.0, 2000.0, 3000.0]
+    assert (one["gpu_util_pct"] == 41.0).all() and (one["mem_util_pct"] == 21.0).all()
+    assert (one["sm_clock_mhz"] == 1410.0).all() and (one["mem_clock_mhz"] == 2619.0).all()
+    assert (one["temp_c"] == 56.0).all() and (one["clock_event_reasons"] == 4.0).all()
+    assert one["power_ts_us"].tolist() == [1e6, 1e6 + 1, 1e6 + 2]
+    assert s[s["slot"] == 0]["power_w"][0] == 250.5
+
+
+def test_a_lost_gpu_ends_the_loop_with_its_reason_and_a_fault_row(tmp_path):
+    from generation.sampler.base import FAULT_GPU_LOST
+
+    source = _FullReading(3, lose_slot=1, lose_at=4)
+    clock = FakeClock()
+    devices = source.open()
+    from generation.sampler.spool import SpoolWriter
+
+    writer = SpoolWriter(tmp_path / "spool", {"source": "cpu_proxy", "period_ms": 100.0})
+    writer.open()
+    loop = TickLoop(source, writer, devices, PERIOD_NS, clock=clock, sleep=clock.sleep)
+    clock.on_sleep = lambda: loop.ticks >= 50 and loop.request_stop()  # a safety net only
+    loop.run()
+    writer.close()
+    assert loop.state == "gpu_lost"
+    assert loop.message.startswith("GPU 1 (slot 1) was lost at tick 4: fell off the bus")
+    assert loop.ticks == 5  # the tick of the loss is the last one
+    s = read_spool(tmp_path).samples
+    last = s[s["tick"] == 4]
+    assert last["slot"].tolist() == [0, 1]  # slot 2 is not read after the loss
+    lost_row = last[last["slot"] == 1][0]
+    assert lost_row["faults"] == FAULT_GPU_LOST and np.isnan(lost_row["power_w"])
+    assert (s[s["tick"] < 4]["faults"] == 0).all()
+
+
+def test_first_tick_callback_once_with_t0_after_the_first_tick_is_on_disk(tmp_path):
+    seen: list[tuple[int, int]] = []
+    source = ScriptedSource(1)
+    clock = FakeClock()
+    devices = source.open()
+    from generation.sampler.spool import SpoolWriter
+
+    writer = SpoolWriter(tmp_path / "spool", {"source": "cpu_proxy", "period_ms": 100.0})
+    writer.open()
+    writer.set_devices([d.to_dict() for d in devices])
+
+    def first(t0: int) -> None:  # the spool on disk already holds tick 0
+        seen.append((t0, len(read_spool(tmp_path).samples)))
+
+    loop = TickLoop(source, writer, devices, PERIOD_NS, clock=clock, sleep=clock.sleep,
+                    on_first_tick=first)
+    clock.on_sleep = lambda: loop.ticks >= 4 and loop.request_stop()
+    loop.run()
+    writer.close()
+    assert seen == [(loop.t_start_ns, 1)]
+
+
+def test_missed_deadlines_add_up_on_the_loop(tmp_path):
+    over = [0, 250_000_000, 0, 0, 350_000_000]  # 2 then 3 deadlines overrun
+    loop = drive_loop(ScriptedSource(), tmp_path, ticks=8, clock=FakeClock(oversleep_ns=over))
+    assert loop.missed == 5
+    assert read_spool(tmp_path).ticks()["missed"].tolist()[:6] == [0, 2, 0, 0, 3, 0]
