@@ -260,3 +260,30 @@ def test_a_sampler_that_cannot_start_raises_with_its_log(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "executable", "/bin/false")
     with pytest.raises(SamplerError, match="failed to start"):
         Sampler(CPU, tmp_path).start()
+
+
+def test_register_pid_writes_one_pid_file_per_rank_and_refuses_bad_ranks(tmp_path):
+    from generation.sampler.base import PIDS_DIR
+    from generation.sampler.errors import SamplerConfigError
+    from generation.sampler.process import register_pid
+
+    path = register_pid(tmp_path, rank=3, pid=4242)
+    assert path == tmp_path / PIDS_DIR / "rank-3.pid"
+    assert path.read_text(encoding="utf-8") == "4242\n"
+    assert register_pid(tmp_path, rank=0).read_text(encoding="utf-8") == f"{os.getpid()}\n"
+    assert sorted(p.name for p in (tmp_path / PIDS_DIR).iterdir()) == ["rank-0.pid", "rank-3.pid"]
+    for bad in (-1, True, 1.0, "2"):
+        with pytest.raises(SamplerConfigError, match="must be an integer >= 0"):
+            register_pid(tmp_path, rank=bad)  # type: ignore[arg-type]
+
+
+def test_log_tail_for_error_messages(tmp_path):
+    from generation.sampler.process import _tail
+
+    log = tmp_path / "sampler.log"
+    assert _tail(log) == "(no log)"
+    log.write_text("", encoding="utf-8")
+    assert _tail(log) == "(empty log)"
+    log.write_text("\n".join(f"line {i}" for i in range(12)) + "\n", encoding="utf-8")
+    assert _tail(log) == " | ".join(f"line {i}" for i in range(4, 12))  # the last 8
+    assert _tail(log, lines=2) == "line 10 | line 11"
