@@ -29,6 +29,7 @@ from generation.sampler import (
     register_pid,
     spool_to_run,
 )
+from generation.sampler.errors import SamplerConfigError
 from generation.sampler.process import HEAVY_MODULES
 
 REPO = Path(__file__).resolve().parents[3]
@@ -264,8 +265,6 @@ def test_a_sampler_that_cannot_start_raises_with_its_log(tmp_path, monkeypatch):
 
 def test_register_pid_writes_one_pid_file_per_rank_and_refuses_bad_ranks(tmp_path):
     from generation.sampler.base import PIDS_DIR
-    from generation.sampler.errors import SamplerConfigError
-    from generation.sampler.process import register_pid
 
     path = register_pid(tmp_path, rank=3, pid=4242)
     assert path == tmp_path / PIDS_DIR / "rank-3.pid"
@@ -287,3 +286,23 @@ def test_log_tail_for_error_messages(tmp_path):
     log.write_text("\n".join(f"line {i}" for i in range(12)) + "\n", encoding="utf-8")
     assert _tail(log) == " | ".join(f"line {i}" for i in range(4, 12))  # the last 8
     assert _tail(log, lines=2) == "line 10 | line 11"
+
+
+def test_start_refuses_bad_configs_before_spawning_anything(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    cases = [
+        (Sampler({"source": "cpu_proxy"}, tmp_path / "a"),  # type: ignore[arg-type]
+         SamplerConfigError, "config must be a SamplerConfig, not dict"),
+        (Sampler(CPU, tmp_path / "b", pids=[]), SamplerConfigError,
+         "cpu_proxy needs at least one pid to measure"),
+        (Sampler(CPU, tmp_path / "c", pids=[dead.pid]), SamplerConfigError,
+         f"pid {dead.pid} is not a running process"),
+        (Sampler(CPU, tmp_path / "d", pids=[True]), SamplerConfigError,  # type: ignore[list-item]
+         "pid True is not a running process"),
+    ]
+    for sampler, error, words in cases:
+        with pytest.raises(error) as info:
+            sampler.start()
+        assert str(info.value) == words
+        assert sampler._proc is None and not sampler.staging_dir.exists()  # nothing touched
