@@ -306,3 +306,9 @@ def test_start_refuses_bad_configs_before_spawning_anything(tmp_path):
             sampler.start()
         assert str(info.value) == words
         assert sampler._proc is None and not sampler.staging_dir.exists()  # nothing touched
+
+
+def test_stop_before_start_is_an_error_with_its_words(tmp_path):
+    with pytest.raises(SamplerError) as info:
+        Sampler(CPU, tmp_path).stop()
+    assert str(info.value) == "the sampler was not started"
