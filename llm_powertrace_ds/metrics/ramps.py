@@ -234,6 +234,8 @@ def _seed_aggregates(devs: list[_Dev], delta_s: float, grid_ms: int = GRID_MS
             held = np.searchsorted(t_ms, grid[g0:g1], side="right")  # 0: before the block
             tick[g0:g1] = np.concatenate((before, total))[held]
             g0 = g1
+        if not len(t_ms):  # cannot happen (every cut is a reading), but never index into it
+            continue
         before = total[-1:]
         t_s = t_ms / 1000.0
         if t0 is None:
