@@ -187,10 +187,6 @@ class _SeedRamps:
                 out.null(names, arg)
 
 
-def _start_seed_ramps(devs: list[Any]) -> _SeedRamps:
-    return _SeedRamps(devs)
-
-
 def _compute(run: Run, grid_ms: int) -> dict[str, Any]:
     out = _Out()
     notes: list[str] = []
@@ -212,7 +208,7 @@ def _compute(run: Run, grid_ms: int) -> dict[str, Any]:
         shape = [n for n in METRIC_NAMES if n not in ENERGY_NAMES + GAP_NAMES
                  + ("duration_s", "mean_power_w", "limit_utilisation")]
         out.null(shape, reason)
-    seed = _start_seed_ramps(devs)
+    seed = _SeedRamps(devs)
     _group_level(run, devs, al, cap, out)
     _group_ramps(al, cap, out)
     mark = len(out.notes)  # the seed group's place in column order

@@ -195,15 +195,6 @@ def _union_blocks(devs: list[_Dev]) -> Iterator[tuple[int, np.ndarray, np.ndarra
         yield int(cuts[b + 1]), times, total
 
 
-def _seed_union_total(devs: list[_Dev]) -> tuple[np.ndarray, np.ndarray] | None:
-    """The whole aggregate of :func:`_union_blocks` as ``(t in s, total)`` (None: < 2 points)."""
-    parts = list(_union_blocks(devs))
-    times = np.concatenate([t for _, t, _ in parts]) if parts else np.zeros(0, dtype=np.int64)
-    if len(times) < 2:
-        return None
-    return times / 1000.0, np.concatenate([p for _, _, p in parts])
-
-
 def _seed_aggregates(devs: list[_Dev], delta_s: float, grid_ms: int = GRID_MS
                      ) -> tuple[np.ndarray | None, tuple[np.ndarray, np.ndarray, float] | None]:
     """Both seed aggregates in one pass over :func:`_union_blocks`: ``(tick, union_ramps)``.

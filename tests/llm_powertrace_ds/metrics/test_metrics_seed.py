@@ -120,6 +120,12 @@ def _union_reference(devs):  # noqa: ANN001, ANN202 - the definition, point by p
     return np.array(times) / 1000.0, np.array(total)
 
 
+def _blocked_union(devs):  # noqa: ANN001, ANN202 - the blocks of _union_blocks, joined
+    parts = list(metrics_ramps._union_blocks(devs))
+    times = np.concatenate([t for _, t, _ in parts])
+    return times / 1000.0, np.concatenate([p for _, _, p in parts])
+
+
 @pytest.mark.parametrize("block", [1, 7, 1 << 20])
 def test_union_total_is_the_per_point_definition(monkeypatch, block):
     rng = np.random.default_rng(block)
@@ -131,7 +137,7 @@ def test_union_total_is_the_per_point_definition(monkeypatch, block):
         devs.append(metrics_core._Dev(g, t.astype(np.int64), rng.normal(300, 80, len(t)), 100.0,
                                  np.zeros(0, dtype=np.int64)))
     monkeypatch.setattr(metrics_ramps, "_UNION_BLOCK", block)
-    got = metrics_ramps._seed_union_total(devs)
+    got = _blocked_union(devs)
     want = _union_reference(devs)
     assert got is not None
     np.testing.assert_array_equal(got[0], want[0])
