@@ -19,19 +19,43 @@ from __future__ import annotations
 
 import codecs
 import logging
+import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from ..errors import InputError
 from .common import Converter, CsvReader, Table, one_line, sniff_encoding
+from .values import TYPED_ATTR
 
 log = logging.getLogger("llm_powertrace_ds.importers")
 
 _NL, _CR, _QUOTE = 10, 13, 34
+
+
+_PLAIN = re.compile(rb"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def _plain(col: pa.ChunkedArray) -> bool:
+    """Whether a float64 column parsed by Arrow holds only finite values >= 0 (nulls allowed).
+
+    Anything else (NaN or infinity, which the parser reads from ``nan``, ``-nan``, ``inf``; a
+    negative value) goes to the text path, whose converters decide it and word their errors
+    from the cell's own text.
+    """
+    if col.null_count == len(col):
+        return True
+    if col.null_count:  # empty cells among numbers: rare, Arrow's kernels skip the nulls
+        lo, hi = pc.min_max(col).values()
+        return (lo.as_py() is not None and lo.as_py() >= 0.0 and math.isfinite(hi.as_py())
+                and not pc.any(pc.is_nan(col)).as_py())
+    values = np.concatenate([c.to_numpy() for c in col.chunks])
+    return bool(values.min() >= 0.0 and values.max() < np.inf)  # NaN fails both
 
 
 class _Fallback(Exception):
@@ -89,16 +113,64 @@ class ArrowCsvReader:
 
     def _read_fast(self, converters: Mapping[str, tuple[int, Converter]]) -> Table:
         data = self._bytes()
+        has_cr = b"\r" in data  # memchr: no numpy pass over the bytes for the usual LF file
+        if has_cr:
+            return self._parse(data, *self._scanned_lines(data, has_cr), converters)
+        # no CR: assume no blank line either (the usual logger file); when the parser finds
+        # fewer rows than lines, blank lines were skipped and the numpy scan numbers the rows
+        return self._parse(data, *self._plain_lines(data), converters)
+
+    def _plain_lines(self, data: bytes) -> tuple[np.ndarray, int, int, int]:
+        """The body's line numbers and byte span of a file without CR, if it has no blank line.
+
+        The usual logger file: every line after the header is a data row, so the line numbers
+        are a range and the byte span comes from ``count`` and ``find`` (no per-line numpy
+        pass, no search for blank lines). Returns ``(lines, lo, hi, last_line)`` as
+        :meth:`_scanned_lines`; :meth:`_parse` checks the row count and numbers the rows with
+        :meth:`_scanned_lines` when blank lines were skipped.
+        """
+        terminated = data.endswith(b"\n")
+        newlines = int(np.count_nonzero(np.frombuffer(data, dtype=np.uint8) == _NL))  # SIMD
+        total = newlines + (0 if terminated or not data else 1)
+        first = self.header_line  # 1-based header line = 0-based first body line
+        end = total  # body lines are [first, end), 0-based
+        if self.cut_last == "drop" and end > first and not terminated:
+            log.warning("%s: line %d is cut off (a killed logger?); dropped it", self.path, total)
+            end -= 1
+        lines = np.arange(first + 1, end + 1, dtype=np.int64)
+        if end <= first:
+            return lines, 0, 0, total
+        lo = 0
+        for _ in range(first):  # the header is line ``first`` (1-based): rows start after it
+            lo = data.index(b"\n", lo) + 1
+        hi = len(data) - 1 if end == total and terminated else (
+            len(data) if end == total else data.rindex(b"\n"))
+        return lines, lo, hi, total
+
+    @staticmethod
+    def _spans(data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Start and end (without its terminator) of every line, 0-based, and the LF offsets."""
         raw = np.frombuffer(data, dtype=np.uint8)
         newline = np.flatnonzero(raw == _NL)
-        has_cr = b"\r" in data  # memchr: no numpy pass over the bytes for the usual LF file
-        if has_cr and not np.isin(np.flatnonzero(raw == _CR) + 1, newline).all():
-            raise _Fallback("bare carriage returns")
-        # Line k (0-based) spans [starts[k], ends[k]) without its terminator.
         starts = np.r_[0, newline + 1]
         ends = np.r_[newline, len(data)]
         if starts[-1] == len(data):  # the file ends with a newline: no unterminated last line
             starts, ends = starts[:-1], ends[:-1]
+        return starts, ends, newline
+
+    def _scanned_lines(self, data: bytes, has_cr: bool, *, warn: bool = True
+                       ) -> tuple[np.ndarray, int, int, int]:
+        """The body's line numbers and byte span, blank lines and CR LF ends found with numpy.
+
+        Returns:
+            ``(lines, lo, hi, last_line)``: 1-based line numbers of the data rows, the byte span
+            ``[lo, hi)`` from the first row's start to the last row's end, and the file's
+            number of lines.
+        """
+        raw = np.frombuffer(data, dtype=np.uint8)
+        starts, ends, newline = self._spans(data)
+        if has_cr and not np.isin(np.flatnonzero(raw == _CR) + 1, newline).all():
+            raise _Fallback("bare carriage returns")
         terminated = len(ends) and ends[-1] < len(data)
         lengths = ends - starts
         crlf = lengths > 0
@@ -111,15 +183,21 @@ class ArrowCsvReader:
         body = np.arange(first, len(starts))
         if (self.cut_last == "drop" and len(body) and not terminated
                 and not blank[len(starts) - 1]):
-            log.warning("%s: line %d is cut off (a killed logger?); dropped it", self.path,
-                        len(starts))
+            if warn:
+                log.warning("%s: line %d is cut off (a killed logger?); dropped it",
+                            self.path, len(starts))
             body = body[:-1]
         rows = body[~blank[body]]
-        lines = rows + 1
-        width = len(self.header)
         if len(rows) == 0:
-            return self._table(lines, np.zeros(0, np.int32), {}, converters, len(starts))
-        lo, hi = int(starts[rows[0]]), int(ends[rows[-1]])
+            return rows + 1, 0, 0, len(starts)
+        return rows + 1, int(starts[rows[0]]), int(ends[rows[-1]]), len(starts)
+
+    def _parse(self, data: bytes, lines: np.ndarray, lo: int, hi: int, last_line: int,
+               converters: Mapping[str, tuple[int, Converter]]) -> Table:
+        """Parse the rows in ``data[lo:hi]`` (one per entry of ``lines``) and convert them."""
+        width = len(self.header)
+        if len(lines) == 0:
+            return self._table(lines, np.zeros(0, np.int32), {}, converters, last_line)
         if data.find(b'"', lo, hi) != -1:  # the header was read already
             raise _Fallback("quoted cells")
         chunk = pa.py_buffer(data).slice(lo, hi - lo)  # no copy of the file's bytes
@@ -129,44 +207,90 @@ class ArrowCsvReader:
         # of the parse) and view the columns as strings; other bytes are validated as strings
         ascii_only = data.isascii()
         cell_type = pa.binary() if ascii_only else pa.string()
-        try:
-            table = pacsv.read_csv(
-                pa.BufferReader(chunk),
-                read_options=pacsv.ReadOptions(column_names=names, use_threads=False),
-                parse_options=pacsv.ParseOptions(newlines_in_values=False,
-                                                 ignore_empty_lines=True),
-                convert_options=pacsv.ConvertOptions(
-                    column_types={n: cell_type for n in names},
-                    include_columns=[names[i] for i in wanted],
-                    strings_can_be_null=False, quoted_strings_can_be_null=False))
-        except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
-            raise _Fallback(one_line(exc)) from None
-        if table.num_rows != len(rows):
+        typed = self._typed_columns(data, lo, hi, converters)
+        table = None
+        if typed:
+            try:
+                table = self._read_csv(chunk, names, wanted, cell_type, typed)
+            except (pa.ArrowInvalid, UnicodeDecodeError):
+                table = None  # a cell that is not a plain number: every column as text
+            if table is not None and not all(_plain(table.column(names[i])) for i in typed):
+                table = None
+        if table is None:
+            try:
+                table = self._read_csv(chunk, names, wanted, cell_type, set())
+            except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
+                raise _Fallback(one_line(exc)) from None
+            typed = set()
+        if table.num_rows != len(lines) and b"\r" not in data:
+            # blank lines (the parser skips them): number the rows by scanning the bytes; the
+            # parsed span is the same, as blank lines around it are skipped all the same
+            lines, _, _, last_line = self._scanned_lines(data, False, warn=False)
+        if table.num_rows != len(lines):
             raise _Fallback("row count differs from the line count")
         columns = {i: table.column(names[i]) for i in wanted}  # chunked: no copy
         if ascii_only:
-            columns = {i: pa.chunked_array([c.view(pa.string()) for c in col.chunks],
-                                           type=pa.string()) for i, col in columns.items()}
-        repeated = self._repeated_headers(columns[0], data, starts, ends, rows)
+            columns = {i: col if i in typed else pa.chunked_array(
+                [c.view(pa.string()) for c in col.chunks], type=pa.string())
+                for i, col in columns.items()}
+        repeated = self._repeated_headers(columns[0], data, lines)
         segments = np.cumsum(repeated).astype(np.int32)
         keep = ~repeated
         if not keep.all():
             keep_idx = pa.array(np.flatnonzero(keep))
             columns = {i: col.take(keep_idx) for i, col in columns.items()}  # type: ignore[misc]
             lines, segments = lines[keep], segments[keep]
-        return self._table(lines, segments, columns, converters, len(starts))
+        return self._table(lines, segments, columns, converters, last_line)
 
-    def _repeated_headers(self, first_col: pa.ChunkedArray, data: bytes, starts: np.ndarray,
-                          ends: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    @staticmethod
+    def _read_csv(chunk: pa.Buffer, names: list[str], wanted: list[int], cell_type: pa.DataType,
+                  typed: set[int]) -> pa.Table:
+        """``pyarrow.csv.read_csv`` of the rows: ``typed`` columns as float64, the rest text.
+
+        An empty cell of a typed column is null (not reported); anything but a number in one
+        raises ``ArrowInvalid``. Text columns keep every cell, empty ones as ``""``.
+        """
+        return pacsv.read_csv(
+            pa.BufferReader(chunk),
+            read_options=pacsv.ReadOptions(column_names=names, use_threads=False),
+            parse_options=pacsv.ParseOptions(newlines_in_values=False, ignore_empty_lines=True),
+            convert_options=pacsv.ConvertOptions(
+                column_types={n: pa.float64() if i in typed else cell_type
+                              for i, n in enumerate(names)},
+                include_columns=[names[i] for i in wanted], null_values=[""],
+                strings_can_be_null=False, quoted_strings_can_be_null=False))
+
+    def _typed_columns(self, data: bytes, lo: int, hi: int,
+                       converters: Mapping[str, tuple[int, Converter]]) -> set[int]:
+        """Columns the CSV parser may read as numbers.
+
+        Plain-number converters only, and only where the first row's cell is a plain number or
+        empty: a log with units or ``[N/A]`` is read as text at once, not parsed twice.
+        """
+        numeric: set[int] = set()
+        other: set[int] = set()
+        for index, conv in converters.values():
+            (numeric if getattr(conv, TYPED_ATTR, False) else other).add(index)
+        if not numeric - other:
+            return set()
+        end = data.find(b"\n", lo, hi)
+        cells = data[lo:hi if end == -1 else end].split(b",")
+        return {i for i in numeric - other
+                if i < len(cells) and (cells[i] == b"" or _PLAIN.fullmatch(cells[i]))}
+
+    def _repeated_headers(self, first_col: pa.ChunkedArray, data: bytes,
+                          lines: np.ndarray) -> np.ndarray:
         """Rows that repeat the header (appended logs): segment starts, not data."""
-        import pyarrow.compute as pc
-
         if not pc.any(pc.match_substring(first_col, self.header[0])).as_py():
             return np.zeros(len(first_col), dtype=bool)  # the usual case: one pass, no copy
         cand = np.asarray(pc.equal(pc.utf8_trim_whitespace(first_col), self.header[0])
                           .to_numpy(zero_copy_only=False), dtype=bool)
-        for k in np.flatnonzero(cand):
-            line = data[starts[rows[k]]:ends[rows[k]]].decode("utf-8", errors="replace")
+        found = np.flatnonzero(cand)
+        if found.size:
+            starts, ends, _ = self._spans(data)  # only for a file with candidates: rare
+        for k in found:
+            row = int(lines[k]) - 1
+            line = data[starts[row]:ends[row]].decode("utf-8", errors="replace")
             cells = [c.strip() for c in line.rstrip("\r").split(",")]
             cand[k] = cells == self.header
         return cand

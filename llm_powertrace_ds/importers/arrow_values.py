@@ -56,6 +56,8 @@ def numbers(values: Cells, units: frozenset[str] | None) -> np.ndarray | None:
         The values, or ``None`` when a cell is not a finite number with an accepted unit.
     """
     raw = as_array(values)
+    if pa.types.is_floating(raw.type):  # parsed by the CSV reader (plain finite numbers >= 0)
+        return _to_float(raw)  # a null (empty cell) becomes NaN
     if len(raw) and pc.max(pc.binary_length(raw)).as_py() == 0:
         return np.full(len(raw), np.nan)  # a column the source never filled
     try:  # the common case: plain numbers, nothing to strip

@@ -182,3 +182,35 @@ def test_cpu_proxy_figure_says_proxy(tmp_path):
     assert "gpu 0:0" not in text and "rank 0:0" in text
     gpu = plots.run_figure(_run(n=300))
     assert "gpu 0:0" in [t.get_text() for t in gpu.axes[0].get_legend().get_texts()]
+
+
+def test_envelope_keeps_every_extreme_in_time_order():
+    rng = np.random.default_rng(3)
+    n = 100_003
+    t = np.arange(n) * 0.1
+    y = 300 + rng.normal(0, 5, n)
+    y[54_321] = 900.0  # one 100 ms spike: striding by 5 would drop it
+    y[77_777] = 10.0  # one dip
+    y[20_000:20_500] = np.nan  # a gap in the node total
+    te, ye = plots.envelope(t, y, buckets=1000)
+    assert len(te) <= 2 * 1000 + 1000 and np.all(np.diff(te) > 0)
+    assert 900.0 in ye and 10.0 in ye
+    assert np.isnan(ye).any()  # the gap stays a break in the line
+    k = -(-n // 1000)
+    for b in (0, 137, -(-n // k) - 1):  # each bucket's own min and max are on the line
+        chunk = y[b * k:(b + 1) * k]
+        if np.isfinite(chunk).all():
+            assert chunk.max() in ye and chunk.min() in ye
+    short_t, short_y = plots.envelope(t[:2000], y[:2000], buckets=1000)
+    assert len(short_t) == 2000 and np.array_equal(short_y, y[:2000], equal_nan=True)
+
+
+def test_long_run_overview_is_an_envelope(tmp_path, drawn):
+    run = _run(n=40_000, devices=1)
+    run.devices[0].signals["power_w"][12_345] = 5000.0
+    plots.plot_run(run, tmp_path / "long.png")
+    (fig,) = drawn
+    line = labelled(fig.axes[0])["gpu 0:0"]
+    assert len(line.get_ydata()) <= 2 * plots.ENVELOPE_BUCKETS
+    assert 5000.0 in np.asarray(line.get_ydata(), float)  # the spike is drawn
+    assert fig.axes[0].get_title() == "power per device and node total"

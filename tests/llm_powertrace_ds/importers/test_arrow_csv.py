@@ -256,3 +256,74 @@ def test_non_ascii_file_is_the_same_run(tmp_path):
         both("powertrace-csv", path, "finetune")
     run = outcome("powertrace-csv", other, "finetune", False)
     assert [e.label for e in run.events if e.kind == "stage"] == ["warmup", "tr\u00e4in"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 3), st.lists(st.text("ab,1", min_size=1, max_size=5), max_size=6),
+       st.booleans(), st.sampled_from(["drop", "error"]))
+def test_plain_line_numbers_equal_the_scanned_ones(blank_before, rows, final, cut_last):
+    """The find-based line numbering of a file without CR or blank lines equals the numpy scan."""
+    text = "\n" * blank_before + "h1,h2\n" + "\n".join(rows) + ("\n" if final and rows else "")
+    if "\n\n" in text[blank_before:]:
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "f.csv"
+        path.write_bytes(text.encode())
+        reader = arrow_csv.ArrowCsvReader(path, cut_last=cut_last)
+        reader.read_header()
+        data = path.read_bytes()
+        plain = reader._plain_lines(data)
+        scanned = reader._scanned_lines(data, False)
+    assert plain[0].tolist() == scanned[0].tolist()
+    assert plain[3] == scanned[3]
+    if len(plain[0]):
+        assert plain[1:3] == scanned[1:3]
+        assert data[plain[1]:plain[2]].decode().split("\n") == \
+            text.split("\n")[plain[0][0] - 1:plain[0][-1]]
+
+
+ODD_NUMBERS = ["-3", "nan", "-nan", "NaN", "inf", "-inf", "1e400", "", " 5", "5 W", "N/A",
+               "[N/A]", "0x10", "1_000", "+2.5", ".5", "5."]
+
+
+@pytest.mark.parametrize("cell", ODD_NUMBERS)
+@pytest.mark.parametrize("column", [4, 5])  # power_w (must be >= 0), sm_clock_mhz
+def test_numbers_parsed_by_arrow_equal_the_text_path(tmp_path, monkeypatch, cell, column):
+    """Columns Arrow's CSV parser reads as float64 give the row reader's values and errors."""
+    path = trace_csv(tmp_path / "t.csv", ticks=30)
+    lines = path.read_text().splitlines()
+    cells = lines[40].split(",")
+    cells[column] = cell
+    lines[40] = ",".join(cells)
+    path.write_text("\n".join(lines) + "\n")
+    typed_sets = []
+    real = arrow_csv.ArrowCsvReader._read_csv
+
+    def spy(chunk, names, wanted, cell_type, typed):  # noqa: ANN001, ANN202
+        typed_sets.append(set(typed))
+        return real(chunk, names, wanted, cell_type, typed)
+
+    monkeypatch.setattr(arrow_csv.ArrowCsvReader, "_read_csv", staticmethod(spy))
+    meta = their_json(tmp_path / "t.json")
+    both("powertrace-csv", path, "finetune", meta_path=meta)
+    assert typed_sets and column in typed_sets[0]  # the first row is plain: tried typed
+
+
+def test_plain_columns_are_parsed_as_numbers_once(tmp_path, monkeypatch):
+    """A clean file is parsed once, its numeric columns as float64 by the CSV parser."""
+    calls = []
+    real = arrow_csv.ArrowCsvReader._read_csv
+
+    def spy(chunk, names, wanted, cell_type, typed):  # noqa: ANN001, ANN202
+        calls.append(sorted(typed))
+        return real(chunk, names, wanted, cell_type, typed)
+
+    monkeypatch.setattr(arrow_csv.ArrowCsvReader, "_read_csv", staticmethod(spy))
+    path = trace_csv(tmp_path / "t.csv", ticks=30)
+    import_file("powertrace-csv", path, workload="finetune", meta_path=their_json(
+        tmp_path / "t.json"))
+    assert calls == [[3, 4, 5, 6, 7, 8, 10]]  # gpu_id and the signals; one parse
+    calls.clear()
+    import_file("nvidia-smi", units_log(tmp_path / "u.csv", gpus=2, skew_ms=2),
+                workload="inference")
+    assert calls == [[]]  # "250.00 W" cells: text at once, not parsed twice
