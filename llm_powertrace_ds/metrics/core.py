@@ -325,18 +325,14 @@ def _window_means(cs: np.ndarray, starts: np.ndarray, stops: np.ndarray, w: int)
 
 def _sliding_range(al: Aligned, k: int) -> float | None:
     """Largest max − min over windows of k+1 grid points inside one gap-free segment."""
-    from scipy.ndimage import maximum_filter1d, minimum_filter1d
+    from .filters import sliding_max, sliding_min
 
     ok = al.lag_pairs(k)
     if not ok.any():
         return None
     x = al.total if al.valid.all() else np.where(al.valid, al.total, 0.0)
-    size = k + 1
-    half = size // 2
-    n = len(x)
-    # the centred filter's output at i covers [i - half, i - half + k]: window start j is i = j + half
-    rng = maximum_filter1d(x, size=size, mode="nearest")[half:half + n - k]
-    rng -= minimum_filter1d(x, size=size, mode="nearest")[half:half + n - k]
+    rng = sliding_max(x, k + 1)  # window j covers [j, j + k]
+    rng -= sliding_min(x, k + 1)
     return float(rng.max() if ok.all() else rng[ok].max())
 
 

@@ -9,7 +9,6 @@ import pytest
 
 from llm_powertrace_ds import memory
 
-
 PROBE = (
     "import ctypes, ctypes.util, sys\n"
     "from llm_powertrace_ds import memory\n"
@@ -30,8 +29,11 @@ PROBE = (
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc mallopt")
 def test_reuse_freed_memory_serves_large_buffers_from_the_heap():
-    """By default glibc maps a 64 MiB buffer on its own (and unmaps it on free); after
-    ``reuse_freed_memory`` it comes from the heap, where a freed one is reused."""
+    """A 64 MiB buffer: glibc maps it on its own by default, from the heap once tuned.
+
+    By default it is unmapped again on free; after ``reuse_freed_memory`` it comes from the
+    heap, where a freed one is reused.
+    """
     plain = subprocess.run([sys.executable, "-c", PROBE, "plain"], capture_output=True,
                            text=True, check=True).stdout.split()
     tuned = subprocess.run([sys.executable, "-c", PROBE, "reuse"], capture_output=True,
