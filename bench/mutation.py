@@ -63,7 +63,8 @@ TARGETS: dict[str, Target] = {
                      ("tests/llm_powertrace_ds/shards/test_shards.py", "tests/llm_powertrace_ds/shards/test_shards_behaviour.py")),
     "process": Target("generation/sampler/process.py",
                       ("tests/generation/sampler/test_process.py",
-                       "tests/generation/sampler/test_loop.py"),
+                       "tests/generation/sampler/test_loop.py",
+                       "tests/generation/sampler/test_child.py"),
                       # measures a real CPU burst: fails when other workers load the CPU
                       ("-k", "not cpu_proxy_burst_rises_and_falls")),
     "convert": Target("generation/sampler/convert.py",
