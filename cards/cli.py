@@ -29,6 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_card(args: argparse.Namespace) -> int:
     """Rebuild ``DIR/README.md`` (incrementally: unchanged runs reuse their cached summary)."""
+    from llm_powertrace_ds.memory import reuse_freed_memory
+
+    reuse_freed_memory()  # run after run of alike size: keep freed buffers (memory.py)
     root = Path(args.dir)
     if not layout.data_root(root).is_dir():
         raise InputError(f"'{root}' is not a dataset folder (no data/ inside)", field="DIR")

@@ -1,6 +1,8 @@
 """Process memory tuning for the batch commands: keep freed buffers for the next run's reuse.
 
-A batch command (``import``, ``validate``, ``pack``, ``card``) handles run after run of similar
+A batch command (``import``, ``validate``, ``pack``, ``card``: each calls
+:func:`reuse_freed_memory` first; ``generate`` and ``record``, which host a workload, do not)
+handles run after run of similar
 size: each file's bytes, its parsed columns and its aligned node total are allocated, used and
 freed, then allocated again for the next run. glibc's ``malloc`` serves allocations above its
 (dynamic) mmap threshold with fresh ``mmap`` pages and returns them to the kernel on ``free``,

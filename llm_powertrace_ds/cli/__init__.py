@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import MissingExtra, PowerTraceError, UsageError
-from ..memory import reuse_freed_memory
 from ._common import FORMATS, add_format, emit, out_dir
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
@@ -82,7 +81,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
-    reuse_freed_memory()  # batch commands allocate run after run of alike size (memory.py)
     try:
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's final flush

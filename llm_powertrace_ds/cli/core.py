@@ -8,6 +8,7 @@ from pathlib import Path
 from .. import schema
 from ..errors import UsageError
 from ..hub import resolve_dataset
+from ..memory import reuse_freed_memory
 from ._common import add_format, emit, out_dir
 
 
@@ -90,6 +91,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
+    reuse_freed_memory()  # run after run of alike size: keep freed buffers (memory.py)
     from ..hooks import card_writers, rebuild_card
     from ..importers.publish import ImportOptions, import_stream
 
@@ -148,6 +150,7 @@ def _import_summaries(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    reuse_freed_memory()  # run after run of alike size: keep freed buffers (memory.py)
     from ..folder_check import validate_folder
 
     rows = []
@@ -181,6 +184,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_pack(args: argparse.Namespace) -> int:
+    reuse_freed_memory()  # run after run of alike size: keep freed buffers (memory.py)
     from ..hooks import rebuild_card
     from ..shards import pack
 
