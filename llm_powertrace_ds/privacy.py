@@ -133,8 +133,13 @@ _GRAMMARS: dict[str, tuple[re.Pattern[str], str]] = {
 }
 
 
+@functools.lru_cache(maxsize=1)
 def _local_identities() -> tuple[str, ...]:
-    """This machine's host name (and its first label) and user name (never to be published)."""
+    """This machine's host name (and its first label) and user name (never to be published).
+
+    Read once per process (``getpass.getuser`` reads the password database when no login
+    variable is set, and an import checks dozens of texts per run); ``cache_clear()`` re-reads.
+    """
     import getpass
     import socket
 
