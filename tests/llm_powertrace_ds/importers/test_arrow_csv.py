@@ -286,32 +286,10 @@ ODD_NUMBERS = ["-3", "nan", "-nan", "NaN", "inf", "-inf", "1e400", "", " 5", "5 
                "[N/A]", "0x10", "1_000", "+2.5", ".5", "5."]
 
 
-@pytest.mark.parametrize("cell", ODD_NUMBERS)
-@pytest.mark.parametrize("column", [4, 5])  # power_w (must be >= 0), sm_clock_mhz
-def test_numbers_parsed_by_arrow_equal_the_text_path(tmp_path, monkeypatch, cell, column):
-    """Columns Arrow's CSV parser reads as float64 give the row reader's values and errors."""
-    path = trace_csv(tmp_path / "t.csv", ticks=30)
-    lines = path.read_text().splitlines()
-    cells = lines[40].split(",")
-    cells[column] = cell
-    lines[40] = ",".join(cells)
-    path.write_text("\n".join(lines) + "\n")
-    typed_sets = []
-    real = arrow_csv.ArrowCsvReader._read_csv
-
-    def spy(chunk, names, wanted, cell_type, typed):  # noqa: ANN001, ANN202
-        typed_sets.append(set(typed))
-        return real(chunk, names, wanted, cell_type, typed)
-
-    monkeypatch.setattr(arrow_csv.ArrowCsvReader, "_read_csv", staticmethod(spy))
-    meta = their_json(tmp_path / "t.json")
-    both("powertrace-csv", path, "finetune", meta_path=meta)
-    assert typed_sets and column in typed_sets[0]  # the first row is plain: tried typed
-
-
-def test_plain_columns_are_parsed_as_numbers_once(tmp_path, monkeypatch):
-    """A clean file is parsed once, its numeric columns as float64 by the CSV parser."""
-    calls = []
+@pytest.fixture
+def typed_parses(monkeypatch) -> list:
+    """The sorted set of float64-typed columns of every ``read_csv`` the fast path makes."""
+    calls: list = []
     real = arrow_csv.ArrowCsvReader._read_csv
 
     def spy(chunk, names, wanted, cell_type, typed):  # noqa: ANN001, ANN202
@@ -319,6 +297,27 @@ def test_plain_columns_are_parsed_as_numbers_once(tmp_path, monkeypatch):
         return real(chunk, names, wanted, cell_type, typed)
 
     monkeypatch.setattr(arrow_csv.ArrowCsvReader, "_read_csv", staticmethod(spy))
+    return calls
+
+
+@pytest.mark.parametrize("cell", ODD_NUMBERS)
+@pytest.mark.parametrize("column", [4, 5])  # power_w (must be >= 0), sm_clock_mhz
+def test_numbers_parsed_by_arrow_equal_the_text_path(tmp_path, typed_parses, cell, column):
+    """Columns Arrow's CSV parser reads as float64 give the row reader's values and errors."""
+    path = trace_csv(tmp_path / "t.csv", ticks=30)
+    lines = path.read_text().splitlines()
+    cells = lines[40].split(",")
+    cells[column] = cell
+    lines[40] = ",".join(cells)
+    path.write_text("\n".join(lines) + "\n")
+    meta = their_json(tmp_path / "t.json")
+    both("powertrace-csv", path, "finetune", meta_path=meta)
+    assert typed_parses and column in typed_parses[0]  # the first row is plain: tried typed
+
+
+def test_plain_columns_are_parsed_as_numbers_once(tmp_path, typed_parses):
+    """A clean file is parsed once, its numeric columns as float64 by the CSV parser."""
+    calls = typed_parses
     path = trace_csv(tmp_path / "t.csv", ticks=30)
     import_file("powertrace-csv", path, workload="finetune", meta_path=their_json(
         tmp_path / "t.json"))
