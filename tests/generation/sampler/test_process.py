@@ -312,3 +312,19 @@ def test_stop_before_start_is_an_error_with_its_words(tmp_path):
     with pytest.raises(SamplerError) as info:
         Sampler(CPU, tmp_path).stop()
     assert str(info.value) == "the sampler was not started"
+
+
+def test_stop_of_a_frozen_sampler_terminates_then_kills_it(tmp_path):
+    """A sampler that does not stop in time is terminated, then killed; the summary says so."""
+    s = Sampler(CPU, tmp_path).start()
+    time.sleep(0.3)
+    os.kill(s.pid, signal.SIGSTOP)  # frozen: it cannot read STOP, and SIGTERM stays pending
+    started = time.monotonic()
+    summary = s.stop(timeout_s=0.3)
+    took = time.monotonic() - started
+    assert not s.alive() and s._proc.returncode == -signal.SIGKILL
+    assert summary.state == "unfinished"
+    assert summary.message == f"the sampler process was killed by signal {signal.SIGKILL}"
+    assert not summary.complete
+    assert 5.0 <= took < 15.0  # the stop timeout, then 5 s for SIGTERM, then SIGKILL
+    assert summary.ticks >= 1  # what was flushed before the freeze is kept
