@@ -14,6 +14,7 @@ import io
 import json
 import os
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -140,6 +141,10 @@ def test_child_ticks_until_stop_and_writes_everything(tmp_path, monkeypatch, cap
     assert header["source"] == "nvml" and header["period_ns"] == 100_000_000
     assert header["sampler_pid"] == os.getpid() and header["parent_pid"] == os.getppid()
     assert header["priority"] == "default (not changed)"
+    assert header["period_ms"] == 100.0 and header["config"]["period_ms"] == 100.0
+    assert header["sampler_create_time"] > 0
+    assert prov["heavy_modules_loaded"] == sorted(
+        m for m in proc_mod.HEAVY_MODULES if m in sys.modules)
 
 
 def test_child_stops_as_parent_gone_when_stdin_closes(tmp_path, monkeypatch, capsys, fake_nvml):
@@ -212,8 +217,11 @@ def test_child_args_need_every_option():
                                                                           7)
     with pytest.raises(SystemExit):
         _child_args(["--staging", "s", "--source", "gpu", "--config", "{}", "--parent-pid", "7"])
-    with pytest.raises(SystemExit):
-        _child_args(["--staging", "s", "--source", "nvml", "--config", "{}"])
+    full = {"--staging": "s", "--source": "nvml", "--config": "{}", "--parent-pid": "7"}
+    for missing in full:  # every option is required
+        argv = [x for k, v in full.items() if k != missing for x in (k, v)]
+        with pytest.raises(SystemExit):
+            _child_args(argv)
 
 
 class _Loop:
@@ -290,8 +298,8 @@ def test_sampler_before_start_and_add_pid(tmp_path):
     s = Sampler(SamplerConfig(source="cpu_proxy"), tmp_path / "st")
     assert s.pid is None and s.alive() is False
     assert (s.source, s.t_start_ns, s.summary, s.provenance) == (None, None, None, {})
-    s.add_pid(os.getpid(), 3)
-    assert (tmp_path / "st" / "pids" / "rank-3.pid").read_text() == f"{os.getpid()}\n"
+    s.add_pid(os.getppid(), 3)  # another process than ours: the pid given is the one written
+    assert (tmp_path / "st" / "pids" / "rank-3.pid").read_text() == f"{os.getppid()}\n"
     s._kill()  # nothing started: nothing to do, no error
     s.__exit__(None, None, None)  # not started: exit does not try to stop
     assert s.summary is None
