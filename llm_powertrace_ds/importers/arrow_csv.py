@@ -124,8 +124,8 @@ class ArrowCsvReader:
         """The body's line numbers and byte span of a file without CR, if it has no blank line.
 
         The usual logger file: every line after the header is a data row, so the line numbers
-        are a range and the byte span comes from ``count`` and ``find`` (no per-line numpy
-        pass, no search for blank lines). Returns ``(lines, lo, hi, last_line)`` as
+        are a range and the byte span comes from a vectorised newline count and ``find`` (no
+        array of line offsets, no search for blank lines). Returns ``(lines, lo, hi, last_line)`` as
         :meth:`_scanned_lines`; :meth:`_parse` checks the row count and numbers the rows with
         :meth:`_scanned_lines` when blank lines were skipped.
         """

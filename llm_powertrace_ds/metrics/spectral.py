@@ -253,14 +253,13 @@ def _group_across(al: Aligned | None, out: _Out) -> None:
     s1 = np.zeros(ndev)
     s2 = np.zeros((ndev, ndev))
     count = 0
-    rows = np.asarray(al.devices)
     for a, b in zip(starts, stops, strict=True):
         if b - a < nmin:
             continue
-        state = rows[:, a:a + 1] * zi  # (ndev, 2)
+        state = np.array([[row[a]] for row in al.devices]) * zi  # (ndev, 2)
         for c0 in range(a, b, _CHUNK):  # cache-sized chunks; the filter state carries over
             c1 = min(b, c0 + _CHUNK)
-            y, state = highpass(rows[:, c0:c1], state)
+            y, state = highpass(np.stack([row[c0:c1] for row in al.devices]), state)
             s1 += y.sum(axis=1)
             s2 += y @ y.T
         count += b - a
