@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from ..errors import InputError
+from . import arrow_values
 from .common import Converter, CsvReader, Table, one_line, sniff_encoding
 from .values import TYPED_ATTR
 
@@ -281,7 +282,9 @@ class ArrowCsvReader:
     def _repeated_headers(self, first_col: pa.ChunkedArray, data: bytes,
                           lines: np.ndarray) -> np.ndarray:
         """Rows that repeat the header (appended logs): segment starts, not data."""
-        if not pc.any(pc.match_substring(first_col, self.header[0])).as_py():
+        one = arrow_values.constant(first_col)  # a run-id column: one value, checked once
+        if (one is not None and self.header[0] not in one) or \
+                not pc.any(pc.match_substring(first_col, self.header[0])).as_py():
             return np.zeros(len(first_col), dtype=bool)  # the usual case: one pass, no copy
         cand = np.asarray(pc.equal(pc.utf8_trim_whitespace(first_col), self.header[0])
                           .to_numpy(zero_copy_only=False), dtype=bool)

@@ -142,12 +142,91 @@ def _cast_ms(cells: Cells) -> np.ndarray | None:
     return ns // 1_000_000
 
 
+def _cell_matrix(chunk: pa.Array) -> np.ndarray | None:
+    """A string/binary chunk without nulls as an (n, width) uint8 matrix, if all share a width."""
+    if chunk.null_count or not (pa.types.is_string(chunk.type) or pa.types.is_binary(chunk.type)):
+        return None
+    n = len(chunk)
+    bufs = chunk.buffers()
+    offsets = np.frombuffer(bufs[1], dtype=np.int32, count=chunk.offset + n + 1)[chunk.offset:]
+    width = int(offsets[1] - offsets[0])
+    if int(offsets[-1] - offsets[0]) != n * width or (np.diff(offsets) != width).any():
+        return None
+    if width == 0:
+        return np.zeros((n, 0), np.uint8)
+    data = np.frombuffer(bufs[2], dtype=np.uint8, count=int(offsets[-1]))
+    return data[int(offsets[0]):int(offsets[-1])].reshape(n, width)
+
+
+def constant(values: Cells) -> str | None:
+    """The one value of a column whose cells are all the same string (``None`` otherwise).
+
+    Decided on the array's bytes with numpy (equal offsets, then every row's bytes equal the
+    first row's): a run-id column is checked at memory speed instead of hashing every cell.
+    """
+    chunks = [c for c in (values.chunks if isinstance(values, pa.ChunkedArray) else [values])
+              if len(c)]
+    first: bytes | None = None
+    for chunk in chunks:
+        m = _cell_matrix(chunk)
+        if m is None:
+            return None
+        row = m[0].tobytes()
+        if (first is not None and row != first) or not (m == m[0]).all():
+            return None
+        first = row
+    if first is None:
+        return None
+    try:
+        return first.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
 def distinct(values: Cells) -> tuple[list[str], np.ndarray]:
-    """The distinct cells (in order of first appearance) and each row's index into them."""
+    """The distinct cells (in order of first appearance) and each row's index into them.
+
+    Two shortcuts with the same answer as the general hash pass: a column of one repeated
+    value (:func:`constant`), and a column of mostly empty cells (a ``stage`` column labels a
+    few rows), whose non-empty cells alone are hashed.
+    """
+    one = constant(values)
+    if one is not None:
+        return [one], np.zeros(len(values), np.int64)
+    sparse = _mostly_empty(values)
+    if sparse is not None:
+        return sparse
+    return _hashed(values)
+
+
+def _hashed(values: Cells) -> tuple[list[str], np.ndarray]:
     uniq = pc.unique(values)
     inverse = np.asarray(pc.index_in(values, value_set=uniq).to_numpy(zero_copy_only=False),
                          dtype=np.int64)
     return uniq.to_pylist(), inverse
+
+
+def _mostly_empty(values: Cells) -> tuple[list[str], np.ndarray] | None:
+    """:func:`distinct` of a column whose cells are mostly ``""`` (``None`` for other columns)."""
+    if values.null_count or not (pa.types.is_string(values.type)
+                                 or pa.types.is_binary(values.type)):
+        return None
+    n = len(values)
+    filled = np.asarray(pc.binary_length(values).to_numpy(zero_copy_only=False)) > 0
+    rows = np.flatnonzero(filled)
+    if n == 0 or len(rows) == n or len(rows) > n // 4:
+        return None
+    inverse = np.empty(n, np.int64)
+    if len(rows) == 0:
+        inverse[:] = 0
+        return [""], inverse
+    levels, sub = _hashed(values.take(pa.array(rows)))
+    first_rows = rows[np.unique(sub, return_index=True)[1]]  # row where each level first shows
+    rank = int(np.searchsorted(first_rows, int(np.argmin(filled))))  # levels before the first ""
+    levels.insert(rank, "")
+    inverse[:] = rank
+    inverse[rows] = sub + (sub >= rank)
+    return levels, inverse
 
 
 # Fixed-width timestamps (every cell the same length: what loggers write) are parsed straight
