@@ -202,27 +202,51 @@ def build_devices(table: common.Table, path: Path) -> list[DeviceData]:
         raise InputError("a gpu_id must be a whole number >= 0", file=path,
                          line=int(table.lines[row]), field="gpu_id")
     devices = []
-    # one stable sort by GPU, then each device is a slice (file order kept within a GPU)
-    small = gpu.max() < 2**15  # whole numbers >= 0 (checked): int16 keys sort by radix
-    order = np.argsort(gpu.astype(np.int16) if small else gpu, kind="stable")
-    by_gpu = gpu[order]  # sorted: each GPU starts where the value changes (np.unique re-sorts)
-    starts = np.r_[0, np.flatnonzero(by_gpu[1:] != by_gpu[:-1]) + 1]
-    keys = by_gpu[starts]
-    bounds = np.r_[starts, len(order)]
-    sorted_cols = {k: v[order] for k, v in cols.items() if k.startswith("signal:") or k == "ts"}
-    lines = table.lines[order]
-    for i, key in enumerate(keys):
-        sl = slice(int(bounds[i]), int(bounds[i + 1]))
-        signals = {k.split(":", 1)[1]: v[sl] for k, v in sorted_cols.items()
-                   if k.startswith("signal:")}
-        dev = DeviceData(gpu_index=int(key), ts_ms=sorted_cols["ts"][sl], lines=lines[sl],
-                         signals=signals)
+    wanted = {k: v for k, v in cols.items() if k.startswith("signal:") or k == "ts"}
+    keys = _round_robin(gpu)
+    if keys is not None:
+        # rows cycle through the GPUs in ascending order (what a logger writes): device i is
+        # every len(keys)-th row from row i, no sort needed
+        step = len(keys)
+        parts = [(int(key), {k: v[i::step].copy() for k, v in wanted.items()},
+                  table.lines[i::step].copy()) for i, key in enumerate(keys)]
+    else:
+        # one stable sort by GPU, then each device is a slice (file order kept within a GPU)
+        small = gpu.max() < 2**15  # whole numbers >= 0 (checked): int16 keys sort by radix
+        order = np.argsort(gpu.astype(np.int16) if small else gpu, kind="stable")
+        by_gpu = gpu[order]  # sorted: each GPU starts where the value changes
+        starts = np.r_[0, np.flatnonzero(by_gpu[1:] != by_gpu[:-1]) + 1]
+        bounds = np.r_[starts, len(order)]
+        sorted_cols = {k: v[order] for k, v in wanted.items()}
+        lines = table.lines[order]
+        parts = [(int(by_gpu[start]), {k: v[start:stop] for k, v in sorted_cols.items()},
+                  lines[start:stop]) for start, stop in zip(bounds[:-1], bounds[1:], strict=True)]
+    for key, part, lines_of in parts:
+        signals = {k.split(":", 1)[1]: v for k, v in part.items() if k.startswith("signal:")}
+        dev = DeviceData(gpu_index=key, ts_ms=part["ts"], lines=lines_of, signals=signals)
         common.check_increasing(dev, file=path)
         devices.append(dev)
     if not any(np.isfinite(d.signals["power_w"]).any() for d in devices):
         raise InputError("no usable power value: every value is empty", file=path,
                          line=int(table.lines[0]), field="power_w")
     return devices
+
+
+def _round_robin(gpu: np.ndarray) -> np.ndarray | None:
+    """The GPUs in order when the rows cycle through them ascending (0, 1, …, 0, 1, …), else None.
+
+    Then the stable sort by GPU is the same as taking every k-th row, which costs no sort.
+    """
+    n = len(gpu)
+    if n == 0:
+        return None
+    head = gpu[: min(n, 1025)]
+    drops = np.flatnonzero(head[1:] <= head[:-1])
+    k = int(drops[0]) + 1 if len(drops) else len(head)  # gpu[:k] rises strictly
+    keys = gpu[:k]
+    if n % k or not np.array_equal(gpu.reshape(-1, k), np.broadcast_to(keys, (n // k, k))):
+        return None
+    return keys
 
 
 def csv_run_id(table: common.Table, factors: dict[str, common.Factorizer],

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from datasets import load_dataset
 
 from llm_powertrace_ds import schema
@@ -168,3 +170,40 @@ def test_publish_and_load(tmp_path):
     assert [e["label"] for e in ds[0]["events"]] == ["a", "b"]
     fam = load_dataset(str(root), "finetune-gptj", split="l40s", cache_dir=cache)
     assert fam.num_rows == 4
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=5, unique=True), st.integers(0, 12),
+       st.booleans(), st.lists(st.integers(0, 5), max_size=30))
+def test_round_robin_split_equals_the_stable_sort(keys, cycles, whole, noise):
+    """Rows cycling through ascending GPUs are split without a sort, into the sort's devices."""
+    from llm_powertrace_ds.importers.powertrace_csv import _round_robin
+
+    keys = sorted(keys)
+    cycled = np.array((keys * (cycles + 1))[: len(keys) * cycles + (0 if whole else 1)], float)
+    for gpu in (cycled, np.array(noise, float)):
+        found = _round_robin(gpu)
+        if gpu is cycled and len(gpu) and whole:
+            assert found is not None and found.tolist() == keys  # the fast path is taken
+        if found is None:
+            continue
+        k = len(found)
+        split = np.concatenate([np.arange(i, len(gpu), k) for i in range(k)])
+        np.testing.assert_array_equal(split, np.argsort(gpu, kind="stable"))
+
+
+def test_round_robin_and_sorted_logs_import_the_same(tmp_path):
+    """A log whose rows cycle through the GPUs and the same rows grouped by GPU: one run."""
+    rows = [(t, g, 100.0 + 10 * g + t) for t in range(12) for g in range(3)]
+    runs = []
+    for name, order in (("cycled", rows), ("grouped", sorted(rows, key=lambda r: r[1]))):
+        path = tmp_path / f"{name}.csv"
+        path.write_text("run_id,timestamp,gpu_id,power_w\n" + "".join(
+            f"r1,2026-05-01T00:00:{t:02d}.000Z,{g},{p}\n" for t, g, p in order), encoding="utf-8")
+        runs.append(import_file("powertrace-csv", path, workload="finetune", platform="a100"))
+    for a, b in zip(runs[0].devices, runs[1].devices, strict=True):
+        assert a.gpu_index == b.gpu_index
+        np.testing.assert_array_equal(a.t_ms, b.t_ms)
+        np.testing.assert_array_equal(a.power_w, b.power_w)
+    assert [d.gpu_index for d in runs[0].devices] == [0, 1, 2]
+    assert runs[0].devices[2].power_w.tolist() == [120.0 + t for t in range(12)]
