@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from datasets import load_dataset
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from datasets import load_dataset
 
 from llm_powertrace_ds import schema
 from llm_powertrace_ds.cli import main
