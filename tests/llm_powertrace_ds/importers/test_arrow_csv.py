@@ -326,3 +326,26 @@ def test_plain_columns_are_parsed_as_numbers_once(tmp_path, typed_parses):
     import_file("nvidia-smi", units_log(tmp_path / "u.csv", gpus=2, skew_ms=2),
                 workload="inference")
     assert calls == [[]]  # "250.00 W" cells: text at once, not parsed twice
+
+
+@pytest.mark.parametrize("block_bytes", [256, 1000])
+def test_many_arrow_chunks_are_the_same_run(tmp_path, monkeypatch, block_bytes):
+    """Small parse blocks (a log larger than CSV_BLOCK_BYTES): every column in many chunks."""
+    csv_path = trace_csv(tmp_path / "t.csv", ticks=200)
+    meta = their_json(tmp_path / "t.json")
+    one_chunk = outcome("powertrace-csv", csv_path, "finetune", False, meta_path=meta)
+    monkeypatch.setattr(arrow_csv, "CSV_BLOCK_BYTES", block_bytes)
+    chunks: list[int] = []
+    real = arrow_csv.ArrowCsvReader._read_csv
+
+    def counting(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - spy
+        table = real(*args, **kwargs)
+        chunks.append(table.column(0).num_chunks)
+        return table
+
+    monkeypatch.setattr(arrow_csv.ArrowCsvReader, "_read_csv", staticmethod(counting))
+    assert_same(outcome("powertrace-csv", csv_path, "finetune", False, meta_path=meta), one_chunk)
+    assert_same(one_chunk, outcome("powertrace-csv", csv_path, "finetune", True, meta_path=meta))
+    assert chunks and min(chunks) > 10  # the chunked paths really ran
+    for path in smi_shapes(tmp_path):
+        both("nvidia-smi", path, "inference")
