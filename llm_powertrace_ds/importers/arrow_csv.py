@@ -55,8 +55,11 @@ def _plain(col: pa.ChunkedArray) -> bool:
         lo, hi = pc.min_max(col).values()
         return (lo.as_py() is not None and lo.as_py() >= 0.0 and math.isfinite(hi.as_py())
                 and not pc.any(pc.is_nan(col)).as_py())
-    values = np.concatenate([c.to_numpy() for c in col.chunks])
-    return bool(values.min() >= 0.0 and values.max() < np.inf)  # NaN fails both
+    for chunk in col.chunks:  # the value buffers as numpy views (to_numpy imports pandas)
+        values = arrow_values.float_view(chunk)
+        if len(values) and not (values.min() >= 0.0 and values.max() < np.inf):  # NaN fails both
+            return False
+    return True
 
 
 CSV_BLOCK_BYTES = 64 << 20

@@ -44,6 +44,21 @@ def null_mask(cells: Cells) -> np.ndarray:
     return np.asarray(pc.or_(words, note).to_numpy(zero_copy_only=False), dtype=bool)
 
 
+def float_view(chunk: pa.Array) -> np.ndarray:
+    """The values of a float64 array without nulls as a read-only numpy view (no copy).
+
+    ``pyarrow.Array.to_numpy`` does the same but imports ``pandas`` the first time (≈ 0.2 s a
+    process).
+    """
+    if not pa.types.is_float64(chunk.type) or chunk.null_count:
+        raise ValueError(f"a float64 array without nulls, not {chunk.type} with "
+                         f"{chunk.null_count} nulls")
+    n = len(chunk)
+    if n == 0:
+        return np.zeros(0)
+    return np.frombuffer(chunk.buffers()[1], np.float64, count=chunk.offset + n)[chunk.offset:]
+
+
 def _to_float(arr: Cells) -> np.ndarray:
     """A float64 column (chunked or not) as one writable numpy array, NaN for nulls.
 
@@ -64,8 +79,7 @@ def _to_float(arr: Cells) -> np.ndarray:
         if chunk.null_count == n:
             out[pos:pos + n] = np.nan
         elif chunk.null_count == 0:
-            values = np.frombuffer(chunk.buffers()[1], np.float64, count=chunk.offset + n)
-            out[pos:pos + n] = values[chunk.offset:]
+            out[pos:pos + n] = float_view(chunk)
         else:
             out[pos:pos + n] = chunk.to_numpy(zero_copy_only=False)
         pos += n
@@ -165,6 +179,13 @@ def _cast_ms(cells: Cells) -> np.ndarray | None:
     return ns // 1_000_000
 
 
+def _offsets(chunk: pa.Array) -> np.ndarray:
+    """The n + 1 int32 offsets of a string or binary chunk (a view; sliced chunks included)."""
+    n = len(chunk)
+    return np.frombuffer(chunk.buffers()[1], dtype=np.int32,
+                         count=chunk.offset + n + 1)[chunk.offset:] if n else np.zeros(1, np.int32)
+
+
 def _cell_matrix(chunk: pa.Array) -> np.ndarray | None:
     """A string/binary chunk without nulls as an (n, width) uint8 matrix, if all share a width."""
     if chunk.null_count or not (pa.types.is_string(chunk.type) or pa.types.is_binary(chunk.type)):
@@ -237,7 +258,8 @@ def _mostly_empty(values: Cells) -> tuple[list[str], np.ndarray] | None:
                                  or pa.types.is_binary(values.type)):
         return None
     n = len(values)
-    filled = np.asarray(pc.binary_length(values).to_numpy(zero_copy_only=False)) > 0
+    chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+    filled = np.concatenate([np.diff(_offsets(c)) > 0 for c in chunks] or [np.zeros(0, bool)])
     rows = np.flatnonzero(filled)
     if n == 0 or len(rows) == n or len(rows) > n // 4:
         return None
