@@ -176,7 +176,8 @@ def _read_trace_cached(root: Path, workload: str, split: str, path: Path,
         pass
     n, devices = _read_file(path, DEVICE_COLUMNS)
     try:
-        write_text_atomic(cache, json.dumps({"key": key, "rows": n, "devices": devices}))
+        write_text_atomic(cache, json.dumps({"key": key, "rows": n, "devices": devices}),
+                          fsync=False)  # a cache: lost in a crash, it is rebuilt
     except OSError:
         log.debug("%s: summary cache not written (read-only folder?)", cache)
     return n, devices

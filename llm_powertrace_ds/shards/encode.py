@@ -65,8 +65,9 @@ def _signal_array(devices: list[DeviceSeries], name: str, dtype: str) -> pa.Arra
         parts = [np.asarray(d.t_ms, dtype=np.int64) for d in devices]
     else:
         found = [d.signals.get(name) for d in devices]
-        valid = np.array([p is not None and len(p) > 0 and not np.isnan(p).all() for p in found],
-                         dtype=bool)
+        # fmax skips NaN: NaN only when every value is NaN (one pass, no temporary array)
+        valid = np.array([p is not None and len(p) > 0 and not np.isnan(np.fmax.reduce(p))
+                          for p in found], dtype=bool)
         lengths = np.where(valid, lengths, 0)
         parts = [p for p, ok in zip(found, valid, strict=True) if ok and p is not None]
     offsets = np.zeros(len(devices) + 1, dtype=np.int32)
@@ -76,11 +77,13 @@ def _signal_array(devices: list[DeviceSeries], name: str, dtype: str) -> pa.Arra
                           type=pa.int64())
     else:
         raw = np.concatenate(parts) if parts else np.zeros(0)
-        mask = np.isnan(raw)
+        # a sum is NaN when any value is: the mask is built only for a column with gaps
+        mask = np.isnan(raw) if raw.size and np.isnan(np.add.reduce(raw)) else None
         if dtype.startswith("int"):
-            raw = np.where(mask, 0, np.rint(raw))
+            raw = np.rint(raw) if mask is None else np.where(mask, 0, np.rint(raw))
         arr_np = raw.astype(dtype)
-        values = pa.array(arr_np, type=_ARROW_TYPES[dtype], mask=mask if mask.any() else None)
+        values = pa.array(arr_np, type=_ARROW_TYPES[dtype],
+                          mask=mask if mask is not None and mask.any() else None)
     return pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), values,
                                     mask=None if valid.all() else pa.array(~valid))
 
