@@ -76,3 +76,57 @@ def test_events_with_missing_keys_and_numpy_values():
           "label": None}, {"t_ms": 2.0, "kind": "step"}],
     ]}
     _same(encode._table("finetune", rows), _with_datasets("finetune", rows))
+
+
+def test_defaults_of_a_run_that_does_not_say(make_run):
+    """schema_version, num_gpus and quality_flags are filled when the run's meta lacks them."""
+    run = make_run("bare", devices=3)
+    for key in ("schema_version", "num_gpus", "quality_flags"):
+        run.meta.pop(key, None)
+    for table in (encode.trace_table(run), encode.runs_table(run, {})):
+        assert set(table.column("schema_version").to_pylist()) == {schema.SCHEMA_VERSION}
+        assert set(table.column("num_gpus").to_pylist()) == {3}
+        assert table.column("quality_flags").to_pylist() == [[]] * table.num_rows
+    said = make_run("said", devices=3, num_gpus=8, schema_version="0.9")
+    said.add_flags("power_is_1s_average")
+    row = encode.runs_table(said, {}).to_pylist()[0]
+    assert (row["num_gpus"], row["schema_version"]) == (8, "0.9")  # what the run says is kept
+    assert row["quality_flags"] == ["power_is_1s_average"]
+
+
+def test_runs_row_names_a_device_setting_only_when_every_device_shares_it(make_run):
+    run = make_run("same", devices=2)
+    row = encode.runs_table(run, {"energy_j": 12.5, "not_a_column": 1}).to_pylist()[0]
+    assert (row["gpu_name"], row["power_limit_w"], row["default_power_limit_w"]) == \
+        ("NVIDIA L40S", 350.0, 350.0)
+    assert row["energy_j"] == 12.5 and "not_a_column" not in row
+    mixed = make_run("mixed", devices=2)
+    mixed.devices[1].gpu_name = "NVIDIA A100"
+    mixed.devices[1].power_limit_w = 300.0
+    mixed.devices[1].default_power_limit_w = 400.0
+    row = encode.runs_table(mixed, {}).to_pylist()[0]
+    assert (row["gpu_name"], row["power_limit_w"], row["default_power_limit_w"]) == \
+        (None, None, None)
+    named = make_run("named", devices=2, gpu_name="NVIDIA H100")  # the run's meta wins
+    named.devices[1].gpu_name = "NVIDIA A100"
+    assert encode.runs_table(named, {}).column("gpu_name").to_pylist() == ["NVIDIA H100"]
+
+
+def test_trace_rows_carry_each_devices_own_settings_and_events(make_run):
+    run = make_run("per-device", devices=2)
+    run.devices[1].power_limit_w = 300.0
+    rows = encode.trace_table(run).to_pylist()
+    assert [(r["gpu_index"], r["gpu_uuid_hash"], r["power_limit_w"]) for r in rows] == \
+        [(0, "h0", 350.0), (1, "h1", 300.0)]
+    kinds = [[(e["kind"], e["rank"]) for e in r["events"]] for r in rows]
+    assert ("step_begin", 0) in kinds[0] and ("step_begin", 1) in kinds[1]
+    assert ("step_begin", 1) not in kinds[0]  # a rank's event sits on its own device's row
+
+
+@pytest.mark.parametrize("nbytes, compressed", [(None, True), (encode.COMPRESS_MIN_BYTES, True),
+                                                (encode.COMPRESS_MIN_BYTES - 1, False), (0, False)])
+def test_small_shards_are_not_compressed(nbytes, compressed):
+    options = encode.ipc_options(nbytes)
+    assert (options.compression is not None) == (compressed and encode.SHARD_COMPRESSION is not None)
+    if compressed and encode.SHARD_COMPRESSION:
+        assert options.compression == encode.SHARD_COMPRESSION
