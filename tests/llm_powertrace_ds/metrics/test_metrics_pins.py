@@ -1,0 +1,337 @@
+"""Behaviours of the metric helpers that mutation testing (``make mutation``) found unpinned.
+
+Each test states a rule of the helper and checks it on values worked out by hand, so that a
+one-line change of the rule (a bound, a default, a join) fails here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from llm_powertrace_ds import metrics
+from llm_powertrace_ds.metrics import core
+from llm_powertrace_ds.run import DeviceSeries, Run
+
+
+def _run(*devices: tuple[np.ndarray, np.ndarray], requests: list[dict] | None = None,
+         workload: str = "finetune") -> Run:
+    devs = [DeviceSeries(g, np.asarray(t, dtype=np.int64), {"power_w": np.asarray(p, float)},
+                         power_limit_w=400.0, default_power_limit_w=400.0)
+            for g, (t, p) in enumerate(devices)]
+    return Run({"run_id": "pins", "workload": workload, "platform": "l40s",
+                "sample_period_ms": 100.0}, devs, [], requests)
+
+
+# --------------------------------------------------------------------------------------------
+# metric_formulas: the docstring bullet parser behind the card's formula table
+# --------------------------------------------------------------------------------------------
+
+def _group_a() -> None:
+    """Group A.
+
+    - ``alpha_w`` = the first formula,
+      continued on a second line.
+    - not a name = ignored (the left side is not a list of ``names``)
+    - ``beta_w``, ``gamma_w`` = one formula for two names.
+    - ``no_formula_w`` has no equals sign
+    - ``delta_{δ}_w`` = x over {δ}.
+
+    A paragraph after the list is not part of the last bullet.
+    """
+
+
+def _group_without_docstring() -> None:
+    pass
+
+
+def test_metric_formulas_parses_bullets_continuations_shared_names_and_windows(monkeypatch):
+    monkeypatch.setattr(metrics, "_GROUPS", [_group_without_docstring, _group_a])
+    formulas = metrics.metric_formulas()
+    expected = {
+        "alpha_w": "the first formula, continued on a second line.",
+        "beta_w": "one formula for two names.",
+        "gamma_w": "one formula for two names.",
+    }
+    for tag, _ in core.RAMP_WINDOWS:
+        expected[f"delta_{tag}_w"] = f"x over {tag}."
+    assert formulas == expected
+
+
+def test_metric_formulas_real_groups_join_continuations_and_expand_windows():
+    formulas = metrics.metric_formulas()
+    assert formulas["ramp_up_max_5s_pct_per_s"] == (
+        "100 · ramp_up_max_5s_w_per_s / C (% of N × limit per s; null when a limit is unknown).")
+    # only the braced {δ} is a window placeholder; r_δ in a formula stays symbolic
+    assert formulas["ramp_abs_p99_100ms_w_per_s"] == "p99 of |r_δ(t)|."
+
+
+def test_ramp_names_are_four_per_window_and_unit_in_order():
+    names = core._ramp_names()
+    assert names[:4] == ["ramp_up_max_100ms_w_per_s", "ramp_down_max_100ms_w_per_s",
+                         "ramp_abs_p95_100ms_w_per_s", "ramp_abs_p99_100ms_w_per_s"]
+    assert names[-4:] == ["ramp_up_max_10s_pct_per_s", "ramp_down_max_10s_pct_per_s",
+                          "ramp_abs_p95_10s_pct_per_s", "ramp_abs_p99_10s_pct_per_s"]
+    assert len(names) == 2 * 4 * len(core.RAMP_WINDOWS) == len(set(names))
+    assert names == list(metrics.RAMP_NAMES)
+
+
+# --------------------------------------------------------------------------------------------
+# node_total
+# --------------------------------------------------------------------------------------------
+
+def test_node_total_needs_two_readings_per_device_and_takes_the_grid_step():
+    t = np.arange(0, 10_001, 100)
+    two = _run((t, np.full(len(t), 100.0)), (np.array([0, 10_000]), np.array([50.0, 150.0])))
+    al = metrics.node_total(two)
+    assert al is not None  # two readings are enough
+    assert al.total[0] == pytest.approx(150.0) and al.total[-1] == pytest.approx(250.0)
+    assert np.diff(al.grid_ms).tolist() == [100] * 100
+    coarse = metrics.node_total(two, grid_ms=1000)
+    assert coarse is not None and np.diff(coarse.grid_ms).tolist() == [1000] * 10
+    one = _run((t, np.full(len(t), 100.0)), (np.array([0, 10_000]), np.array([np.nan, 150.0])))
+    assert metrics.node_total(one) is None  # one finite reading on a device: no node total
+    assert metrics.node_total(_run()) is None  # no device
+
+
+def test_node_total_is_none_when_a_device_cannot_be_read():
+    t = np.arange(0, 2001, 100)
+    good = DeviceSeries(0, t, {"power_w": np.full(len(t), 100.0)})
+    bad = DeviceSeries(1, t, {"power_w": np.full(len(t), 100.0)})
+    bad.signals["power_w"] = np.full(len(t) - 1, 100.0)  # lengths differ: the device is ignored
+    run = Run({"run_id": "pins", "workload": "finetune", "platform": "l40s"}, [good, bad], [])
+    assert metrics.node_total(run) is None  # a node total without a device would be wrong
+
+
+# --------------------------------------------------------------------------------------------
+# steady-window tokens: the first token at first_token_ms, the other k − 1 spread evenly over
+# [first_token_ms, finish_ms]; a request of zero span counts its k − 1 when it finishes inside
+# --------------------------------------------------------------------------------------------
+
+def _req(first: float, finish: float, k: int) -> dict:
+    return {"first_token_ms": first, "finish_ms": finish, "output_tokens": k}
+
+
+@pytest.mark.parametrize(("request_", "tokens"), [
+    (_req(1000, 3000, 11), 1 + 10 * 0.5),     # first token at t0 counts; half the rest inside
+    (_req(2000, 2000, 3), 1 + 2),             # first token and zero-span finish at t1 count
+    (_req(1000, 1000, 4), 1 + 3),             # zero span at t0
+    (_req(0, 500, 5), 0.0),                   # wholly before: no negative share
+    (_req(500, 1000, 2), 0.0),                # finishes at t0: nothing inside
+    (_req(1999.75, 2000.25, 3), 1 + 2 * 0.5),  # a sub-millisecond span is still spread
+    (_req(1500, 2500, 1), 1.0),               # one token: only the first
+    (_req(2500, 3000, 4), 0.0),               # wholly after
+])
+def test_steady_tokens_per_request(request_, tokens):
+    run = _run(requests=[request_], workload="inference")
+    assert core._steady_tokens(run, 1000, 2000) == pytest.approx(tokens, abs=1e-12)
+
+
+def test_steady_tokens_sums_requests_and_skips_incomplete_rows():
+    rows = [_req(1000, 3000, 11), _req(2000, 2000, 3),
+            {"first_token_ms": None, "finish_ms": 1500, "output_tokens": 9}]
+    run = _run(requests=rows, workload="inference")
+    assert core._steady_tokens(run, 1000, 2000) == pytest.approx(6 + 3)
+    assert core._steady_tokens(_run(requests=rows[2:], workload="inference"), 0, 1) is None
+    assert core._steady_tokens(_run(requests=[], workload="inference"), 0, 1) is None
+
+
+# --------------------------------------------------------------------------------------------
+# the one energy rule: trapezoid on the device's own timestamps, the counter's advance, and
+# their signed mismatch
+# --------------------------------------------------------------------------------------------
+
+def test_device_energy_is_the_trapezoid_in_joules_bridging_missing_readings():
+    dev = DeviceSeries(0, np.array([0, 1000, 3000]), {"power_w": np.array([100.0, 200.0, 200.0])})
+    assert metrics.device_energy_j(dev) == pytest.approx(150.0 + 400.0)  # W · s
+    bridged = DeviceSeries(0, np.array([0, 1000, 2000]),
+                           {"power_w": np.array([100.0, np.nan, 300.0])})
+    assert metrics.device_energy_j(bridged) == pytest.approx(400.0)
+    two = DeviceSeries(0, np.array([0, 500]), {"power_w": np.array([80.0, 120.0])})
+    assert metrics.device_energy_j(two) == pytest.approx(50.0)  # two readings are enough
+    one = DeviceSeries(0, np.array([0, 500]), {"power_w": np.array([80.0, np.nan])})
+    assert metrics.device_energy_j(one) is None
+
+
+def test_mismatch_pct_is_signed_and_needs_an_advancing_counter():
+    assert metrics.mismatch_pct(110.0, 100.0) == pytest.approx(10.0)
+    assert metrics.mismatch_pct(90.0, 100.0) == pytest.approx(-10.0)
+    assert metrics.mismatch_pct(1.0, 0.5) == pytest.approx(100.0)  # a small counter still counts
+    assert metrics.mismatch_pct(1.0, 0.0) is None
+    assert metrics.mismatch_pct(None, 100.0) is None
+    assert metrics.mismatch_pct(1.0, None) is None
+
+
+def test_device_mismatch_pct_compares_the_integral_with_the_counter():
+    t = np.array([0, 1000, 2000])
+    power = np.array([100.0, 100.0, 100.0])  # 200 J by the trapezoid
+    dev = DeviceSeries(0, t, {"power_w": power, "energy_mj": np.array([0.0, 80_000, 160_000])})
+    assert metrics.device_mismatch_pct(dev) == pytest.approx(25.0)  # 200 J against 160 J
+    reset = DeviceSeries(0, t, {"power_w": power,
+                                "energy_mj": np.array([50_000.0, 250_000, 10_000])})
+    # a counter reset loses its interval: the advance is 200 J, so no mismatch
+    assert metrics.device_mismatch_pct(reset) == pytest.approx(0.0)
+    assert metrics.device_mismatch_pct(DeviceSeries(0, t, {"power_w": power})) is None
+    stuck = DeviceSeries(0, t, {"power_w": power, "energy_mj": np.array([5.0, 5.0, 5.0])})
+    assert metrics.device_mismatch_pct(stuck) is None  # the counter did not advance
+    no_power = DeviceSeries(0, t, {"power_w": np.full(3, np.nan),
+                                   "energy_mj": np.array([0.0, 80_000, 160_000])})
+    assert metrics.device_mismatch_pct(no_power) is None
+
+
+# --------------------------------------------------------------------------------------------
+# windows inside gap-free segments, and ratios with a zero denominator
+# --------------------------------------------------------------------------------------------
+
+def _without(t: np.ndarray, lo_ms: int, hi_ms: int) -> np.ndarray:
+    return t[(t <= lo_ms) | (t >= hi_ms)]
+
+
+def test_dynamic_range_never_spans_a_gap():
+    # 0-10 s at 200 W with a 300 W half-second; a 2 s hole (a gap); 12-20 s at 500 W with a
+    # 450 W dip. Across the hole the level moves by 300 W: that is not a swing inside a window.
+    t = _without(np.arange(0, 20_001, 100), 10_000, 12_000)
+    p = np.where(t <= 10_000, 200.0, 500.0)
+    p[(t >= 5000) & (t < 5500)] = 300.0
+    p[t == 15_000] = 450.0
+    m = metrics.compute_run_metrics(_run((t, p)))
+    assert m["dynamic_range_1s_w"] == pytest.approx(100.0)
+    assert m["dynamic_range_10s_w"] == pytest.approx(100.0)  # only 0-10 s holds 10 s
+
+
+def test_windows_longer_than_the_run_are_null_not_zero():
+    t = np.arange(0, 30_001, 100)  # 30 s
+    p = 200.0 + 50.0 * np.sin(t / 700.0)
+    m = metrics.compute_run_metrics(_run((t, p)))
+    assert m["peak_power_1s_w"] is not None and m["peak_power_1s_w"] > 200.0
+    assert m["peak_power_60s_w"] is None and m["par_60s"] is None
+    short = metrics.compute_run_metrics(_run((np.arange(0, 3001, 100), np.full(31, 200.0))))
+    for name in ("ramp_up_max_5s_w_per_s", "ramp_down_max_10s_w_per_s",
+                 "ramp_abs_p99_10s_w_per_s", "dynamic_range_10s_w"):
+        assert short[name] is None, name
+    assert short["ramp_up_max_1s_w_per_s"] == 0.0  # a flat 3 s run has 1 s windows, no ramp
+
+
+def test_zero_power_gives_null_ratios_not_a_division_error():
+    t = np.arange(0, 120_001, 100)
+    m = metrics.compute_run_metrics(_run((t, np.zeros(len(t)))))
+    assert m["mean_power_w"] == 0.0 and m["peak_power_w"] == 0.0
+    for name in ("par", "par_1s", "par_60s", "load_factor"):
+        assert m[name] is None, name
+
+
+def test_idle_power_clips_the_window_to_each_device_span():
+    from llm_powertrace_ds.run import Event
+
+    t0 = np.arange(0, 10_001, 100)
+    t1 = np.arange(3000, 10_001, 100)
+    run = _run((t0, np.full(len(t0), 100.0)), (t1, np.full(len(t1), 50.0)))
+    # 0-2 s: only device 0 is there (device 1 adds nothing, not a joule)
+    run.events = [Event(0, "idle_begin"), Event(2000, "idle_end")]
+    assert metrics.compute_run_metrics(run)["idle_power_w"] == pytest.approx(100.0)
+    # 8-12 s: both devices end at 10 s; 2 s of 150 W over a 4 s window
+    run.events = [Event(8000, "idle_begin"), Event(12_000, "idle_end")]
+    assert metrics.compute_run_metrics(run)["idle_power_w"] == pytest.approx(150.0 * 2 / 4)
+
+
+# --------------------------------------------------------------------------------------------
+# the dominant spectral peak: a local maximum in [max(0.05 Hz, 5 cycles), 5 Hz] whose ratio to
+# the mean-scaled running median reaches max(4, χ²_ν(1 − 0.01/m)/ν), ν = windows + 1
+# --------------------------------------------------------------------------------------------
+
+def _threshold_height(windows: int, m: int) -> float:
+    """The smallest peak over a flat unit background that passes, from scipy.stats."""
+    from scipy.stats import chi2
+
+    dof = windows + 1.0
+    threshold = max(chi2.ppf(1.0 - 0.01 / m, dof) / dof, 4.0)
+    return threshold / (1.0 - 2.0 / (9.0 * dof)) ** 3
+
+
+@pytest.mark.parametrize("windows", [3, 400])  # the χ² term rules; the floor of 4 rules
+def test_dominant_peak_threshold_is_exact(windows):
+    from llm_powertrace_ds.metrics import spectral
+
+    freqs = np.arange(0, 601) * 0.01  # 0-6 Hz; band 0.05-5 Hz = bins 5..500
+    m = 496
+    h = _threshold_height(windows, m)
+    for scale in (1.0, 1e-6):  # a background far below 1 W²/Hz is still a background
+        psd = np.full(len(freqs), scale)
+        psd[200] = scale * h * 1.001
+        assert spectral._dominant_peak(freqs, psd, windows) == (200, "")
+        psd[200] = scale * h * 0.999
+        peak, reason = spectral._dominant_peak(freqs, psd, windows)
+        assert peak is None
+        shown = max(h * (1.0 - 2.0 / (9.0 * (windows + 1.0))) ** 3, 4.0)
+        assert reason == (f"no spectral peak in 0.05-5 Hz stands {shown:.1f}x above its local "
+                          "background (trend or broadband fluctuation only)")
+
+
+def test_dominant_peak_band_edges_and_cycles():
+    from llm_powertrace_ds.metrics import spectral
+
+    freqs = np.arange(0, 601) * 0.01
+    for j in (5, 500):  # 0.05 Hz and 5 Hz are inside the band
+        psd = np.ones(len(freqs))
+        psd[j] = 1000.0
+        assert spectral._dominant_peak(freqs, psd, 50)[0] == j
+    psd = np.ones(len(freqs))
+    psd[550] = 1000.0  # 5.5 Hz: outside, even as the largest bin
+    psd[300] = 100.0
+    assert spectral._dominant_peak(freqs, psd, 50)[0] == 300
+    psd = np.ones(len(freqs))
+    psd[599] = 1000.0  # the bin before the last: still a local maximum candidate
+    wide = np.arange(0, 601) * 0.00834  # 0-5.004 Hz: the band reaches the last bins
+    assert spectral._dominant_peak(wide, psd, 50)[0] == 599
+    coarse = np.arange(0, 301) * 0.02  # 5 cycles need 0.1 Hz here
+    psd = np.ones(len(coarse))
+    psd[4] = 1000.0  # 0.08 Hz: fewer than 5 cycles per window
+    assert spectral._dominant_peak(coarse, psd, 50)[0] is None
+    psd[4] = 1.0
+    psd[5] = 1000.0  # 0.10 Hz: 5 cycles; a plateau's first bin is the peak
+    psd[6] = 1000.0
+    assert spectral._dominant_peak(coarse, psd, 50)[0] == 5
+
+
+def test_dominant_peak_needs_three_bins_and_a_true_local_maximum():
+    from llm_powertrace_ds.metrics import spectral
+
+    freqs = np.arange(0, 10) * 0.7  # band bins 5, 6, 7 (3.5, 4.2, 4.9 Hz): just enough
+    psd = np.ones(10)
+    psd[6] = 100.0
+    assert spectral._dominant_peak(freqs, psd, 50)[0] == 6
+    short = np.arange(0, 10) * 0.8  # band bins 5, 6 only (4.0, 4.8 Hz)
+    peak, reason = spectral._dominant_peak(short, psd, 50)
+    assert peak is None
+    assert reason == "the analysed window is too short for 5 cycles above 0.05 Hz"
+    freqs = np.arange(0, 601) * 0.01
+    trend = np.ones(len(freqs))
+    trend[3], trend[4], trend[5] = 1.0, 1e6, 1e3  # a trend's tail entering the band falling
+    assert spectral._dominant_peak(freqs, trend, 50)[0] is None
+    rising = np.ones(len(freqs))
+    rising[495:] = np.geomspace(10.0, 1e6, 106)  # rising through the top edge, no maximum
+    assert spectral._dominant_peak(freqs, rising, 50)[0] is None
+
+
+# --------------------------------------------------------------------------------------------
+# the seed authors' ramp r_δ(t) = (P(t) − P(t − δ)) / δ, on samples and on the 0.1 s tick grid
+# --------------------------------------------------------------------------------------------
+
+def test_seed_ramps_divide_by_delta_and_start_one_delta_in():
+    from llm_powertrace_ds.metrics import ramps
+
+    t_s = np.arange(0, 20.0, 0.5)
+    r = ramps.seed_ramps(t_s, 10.0 * t_s, 5.0)  # P rises 10 W/s
+    assert len(r) == len(t_s) - 10 and np.allclose(r, 10.0)
+    assert ramps.seed_ramps(np.array([0.0, 0.5]), np.array([1.0, 2.0]), 1.0).size == 0
+
+
+def test_tick_ramps_lag_is_delta_over_the_grid_step():
+    from llm_powertrace_ds.metrics import ramps
+
+    p = np.arange(1000.0) * 2.0  # +2 W per 0.1 s tick = 20 W/s
+    for delta, k in ((0.1, 1), (1.0, 10), (60.0, 600)):
+        r = ramps._tick_ramps(p, delta)
+        assert len(r) == len(p) - k and np.allclose(r, 20.0), delta
+    assert ramps._tick_ramps(p, 0.01).size == 0  # shorter than one tick: no lag
+    assert ramps._tick_ramps(p[:10], 1.0).size == 0  # the run is shorter than δ
