@@ -335,3 +335,245 @@ def test_tick_ramps_lag_is_delta_over_the_grid_step():
         assert len(r) == len(p) - k and np.allclose(r, 20.0), delta
     assert ramps._tick_ramps(p, 0.01).size == 0  # shorter than one tick: no lag
     assert ramps._tick_ramps(p[:10], 1.0).size == 0  # the run is shorter than δ
+
+
+# --------------------------------------------------------------------------------------------
+# states: idle and near-limit shares, steps, checkpoint dips (C = 400 W: one device, 400 W limit)
+# --------------------------------------------------------------------------------------------
+
+def _grid_run(p: np.ndarray, events: list | None = None) -> Run:
+    run = _run((np.arange(len(p)) * 100, np.asarray(p, float)))
+    run.events = list(events or [])
+    return run
+
+
+def test_idle_below_and_near_limit_at_or_above_their_thresholds():
+    # 0.2 · C = 80 W (idle strictly below), 0.9 · C = 360 W (near the limit from 360 W on)
+    p = np.r_[np.full(50, 79.9), np.full(50, 80.0), np.full(50, 360.0), np.full(50, 359.9)]
+    m = metrics.compute_run_metrics(_grid_run(p))
+    assert m["idle_fraction"] == pytest.approx(0.25)
+    assert m["near_limit_fraction"] == pytest.approx(0.25)
+
+
+def test_step_count_needs_more_than_a_tenth_of_the_limit_within_one_second():
+    # ±40 W (exactly 0.1 · C) over 1 s is not a step; +100 W ramped over 1 s is one
+    edge = np.r_[np.full(50, 100.0), np.full(50, 140.0), np.full(50, 100.0)]
+    assert metrics.compute_run_metrics(_grid_run(edge))["step_count"] == 0
+    ramp = np.r_[np.full(50, 100.0), np.linspace(110.0, 200.0, 10), np.full(50, 200.0),
+                 np.full(50, 100.0), np.full(50, 200.0)]
+    assert metrics.compute_run_metrics(_grid_run(ramp))["step_count"] == 3
+    short = metrics.compute_run_metrics(_grid_run(np.r_[np.full(5, 100.0), np.full(5, 300.0)]))
+    assert short["step_count"] == 0  # under 1 s of readings: no window, no step
+    coarse = metrics.compute_run_metrics(_grid_run(ramp), grid_ms=1000)
+    assert coarse["step_count"] == 3  # a 1 s grid compares neighbours
+
+
+def _ckpt(b: int, e: int) -> list:
+    from llm_powertrace_ds.run import Event
+
+    return [Event(b, "checkpoint_begin"), Event(e, "checkpoint_end")]
+
+
+def test_checkpoint_dip_depth_and_half_depth_width():
+    # 10 s at 200 W, then [10 s, 12 s]: 0.5 s at 150 W (exactly half depth: not below it),
+    # 0.5 s at 120 W, and the minimum 100 W at the checkpoint's end itself
+    p = np.r_[np.full(100, 200.0), np.full(5, 150.0), np.full(5, 120.0), np.full(10, 160.0),
+              [100.0], np.full(30, 200.0)]
+    m = metrics.compute_run_metrics(_grid_run(p, _ckpt(10_000, 12_000)))
+    assert m["checkpoint_dip_pct"] == pytest.approx(50.0)
+    assert m["checkpoint_dip_s"] == pytest.approx(0.6)  # 5 points at 120 W and the 100 W one
+
+
+def test_checkpoint_dip_of_under_a_watt_and_a_rise():
+    p = np.r_[np.full(100, 200.0), np.full(10, 199.5), np.full(30, 200.0)]
+    m = metrics.compute_run_metrics(_grid_run(p, _ckpt(10_000, 10_900)))
+    assert m["checkpoint_dip_pct"] == pytest.approx(0.25)
+    assert m["checkpoint_dip_s"] == pytest.approx(1.0)
+    rise = np.r_[np.full(100, 200.0), np.full(10, 250.0), np.full(30, 200.0)]
+    m = metrics.compute_run_metrics(_grid_run(rise, _ckpt(10_000, 10_900)))
+    assert m["checkpoint_dip_pct"] == pytest.approx(-25.0)
+    assert m["checkpoint_dip_s"] == 0.0
+
+
+def test_checkpoints_without_a_baseline_are_skipped_not_fatal():
+    p = np.r_[np.full(100, 0.5), np.full(10, 0.25), np.full(100, 200.0), np.full(10, 100.0),
+              np.full(30, 200.0)]
+    # the first checkpoint starts at 0 (no baseline before it), the second has a baseline of
+    # 0.5 W (small, still a baseline), the third a 200 W one
+    events = _ckpt(0, 500) + _ckpt(10_000, 10_900) + _ckpt(21_000, 21_900)
+    m = metrics.compute_run_metrics(_grid_run(p, events))
+    assert m["checkpoint_dip_pct"] == pytest.approx(50.0)
+    zero = np.r_[np.full(100, 0.0), np.full(10, 0.0), np.full(100, 200.0), np.full(10, 100.0),
+                 np.full(30, 200.0)]
+    m = metrics.compute_run_metrics(_grid_run(zero, _ckpt(10_000, 10_900) + _ckpt(21_000, 21_900)))
+    assert m["checkpoint_dip_pct"] == pytest.approx(50.0)  # a 0 W baseline is no baseline
+    m = metrics.compute_run_metrics(_grid_run(zero[:110], _ckpt(0, 500)))
+    assert m["checkpoint_dip_pct"] is None and m["checkpoint_dip_s"] is None
+    assert ("checkpoint_dip_pct: no checkpoint with gap-free power before and during it"
+            in m["metric_notes"])
+    assert "checkpoint_dip_s: no checkpoint with gap-free power before and during it" in (
+        m["metric_notes"])
+
+
+# --------------------------------------------------------------------------------------------
+# gaps merged across devices; the observed sampling interval
+# --------------------------------------------------------------------------------------------
+
+def test_gaps_of_several_devices_merge_when_they_overlap_or_touch():
+    t = np.arange(0, 20_001, 100)
+    clean = (t, np.full(len(t), 100.0))
+    a = _without(t, 1000, 2000)  # 1-2 s
+    b = _without(_without(t, 2000, 3000), 5000, 6000)  # touches a; 5-6 s
+    c = _without(t, 5500, 7000)  # overlaps b's second gap
+    m = metrics.compute_run_metrics(_run(clean, (a, np.full(len(a), 100.0)),
+                                         (b, np.full(len(b), 100.0)),
+                                         (c, np.full(len(c), 100.0))))
+    assert m["gap_count"] == 2
+    assert m["gap_s"] == pytest.approx(2.0 + 2.0)  # 1-3 s and 5-7 s
+
+
+def test_observed_sampling_interval_is_numpys_percentile_of_every_interval():
+    rng = np.random.default_rng(3)
+    t0 = np.cumsum(np.r_[0, rng.integers(50, 150, 300)])
+    t1 = np.cumsum(np.r_[0, rng.integers(100, 400, 200)])
+    t2 = np.cumsum(np.r_[0, rng.integers(90, 110, 100), 65_536, 70_000])  # two long intervals
+    one = np.array([0])  # one reading: no interval
+    devices = [(t, np.full(len(t), 100.0)) for t in (one, t0, t1, t2)]
+    m = metrics.compute_run_metrics(_run(*devices))
+    dt = np.concatenate([np.diff(t) for t in (t0, t1, t2)]) / 1000.0
+    assert m["sampling_interval_observed_median_s"] == pytest.approx(np.percentile(dt, 50))
+    assert m["sampling_interval_observed_p95_s"] == pytest.approx(np.percentile(dt, 95))
+    two = metrics.compute_run_metrics(_run((np.array([0, 250]), np.array([1.0, 2.0]))))
+    assert two["sampling_interval_observed_median_s"] == pytest.approx(0.25)
+    from llm_powertrace_ds.metrics import states
+
+    out = core._Out()  # the group on its own (a run with such a device is nulled before it)
+    states._group_sampling([None, core._prepare_device(_run(), DeviceSeries(
+        0, one, {"power_w": np.array([1.0])}), 0, [])], out)
+    assert out.values == {"sampling_interval_observed_median_s": None,
+                          "sampling_interval_observed_p95_s": None}
+    assert out.notes == ["sampling_interval_observed_median_s: no device has 2 readings",
+                         "sampling_interval_observed_p95_s: no device has 2 readings"]
+
+
+# --------------------------------------------------------------------------------------------
+# energy group: nulls carry their reasons (published in metric_notes), and the edge values
+# --------------------------------------------------------------------------------------------
+
+def _notes(m: dict) -> dict[str, str]:
+    return dict(n.split(": ", 1) for n in m["metric_notes"])
+
+
+def test_energy_nulls_name_their_reasons():
+    from llm_powertrace_ds.run import Event
+
+    t = np.arange(0, 5001, 100)
+    one = DeviceSeries(1, t, {"power_w": np.r_[100.0, np.full(len(t) - 1, np.nan)]})
+    ok = DeviceSeries(0, t, {"power_w": np.full(len(t), 100.0),
+                             "energy_mj": np.arange(len(t)) * 10_000.0})
+    run = Run({"run_id": "pins", "workload": "finetune", "platform": "l40s", "tokens": 100},
+              [ok, one], [Event(0, "idle_begin"), Event(1000, "idle_end"),
+                          Event(1000, "steady_begin"), Event(2000, "steady_end")])
+    notes = _notes(metrics.compute_run_metrics(run))
+    assert notes["energy_j"] == "gpu 1 has fewer than 2 power readings"
+    assert notes["energy_counter_j"] == "no energy counter"
+    assert notes["energy_mismatch_pct"] == "no energy counter"
+    assert notes["energy_per_token_j"] == "energy_j is null"
+    assert notes["idle_power_w"] == "a device has fewer than 2 power readings"
+    assert notes["steady_energy_j"] == "a device has fewer than 2 power readings"
+    both = Run(dict(run.meta), [DeviceSeries(0, t, {"power_w": one.power_w}), one], [])
+    assert _notes(metrics.compute_run_metrics(both))["energy_j"] == (
+        "gpu 0, 1 has fewer than 2 power readings")
+    counted = Run(dict(run.meta), [ok, DeviceSeries(1, t, {
+        "power_w": one.power_w, "energy_mj": np.arange(len(t)) * 10_000.0})], [])
+    assert _notes(metrics.compute_run_metrics(counted))["energy_mismatch_pct"] == (
+        "energy_j is null")
+
+
+def test_energy_counter_and_token_edges():
+    t = np.arange(0, 2001, 100)
+    p = np.full(len(t), 100.0)  # 200 J
+    stuck = Run({"run_id": "pins", "workload": "finetune", "platform": "l40s", "tokens": 0},
+                [DeviceSeries(0, t, {"power_w": p, "energy_mj": np.full(len(t), 7.0)})], [])
+    m = metrics.compute_run_metrics(stuck)
+    assert m["energy_counter_j"] == 0.0 and m["energy_mismatch_pct"] is None
+    assert _notes(m)["energy_mismatch_pct"] == "energy counter did not advance"
+    assert m["energy_per_token_j"] is None and _notes(m)["energy_per_token_j"] == "no token count"
+    small = Run({"run_id": "pins", "workload": "finetune", "platform": "l40s", "tokens": 0.5},
+                [DeviceSeries(0, t, {"power_w": p,
+                                     "energy_mj": np.linspace(0.0, 500.0, len(t))})], [])
+    m = metrics.compute_run_metrics(small)
+    assert m["energy_counter_j"] == pytest.approx(0.5)
+    assert m["energy_mismatch_pct"] == pytest.approx(100.0 * (200.0 - 0.5) / 0.5)
+    assert m["energy_per_token_j"] == pytest.approx(400.0)
+
+
+def test_counter_energy_sorts_drops_missing_and_skips_resets():
+    t = np.array([0, 1000, 2000, 3000])
+    assert metrics.counter_energy_j(t[:2], np.array([1000.0, 3000.0])) == pytest.approx(2.0)
+    assert metrics.counter_energy_j(t, np.array([1000.0, np.nan, 3000.0, 4000.0])) == (
+        pytest.approx(3.0))
+    # out of time order: sorted first (the later times are all after the first one)
+    assert metrics.counter_energy_j(np.array([0, 2000, 1000]), np.array([0.0, 5000.0, 2000.0])) \
+        == pytest.approx(5.0)
+    # sub-millijoule steps are advances, not resets
+    assert metrics.counter_energy_j(t[:3], np.array([0.0, 0.5, 1.0])) == pytest.approx(0.001)
+    assert metrics.counter_energy_j(t[:2], np.array([np.nan, 5.0])) is None
+    assert metrics.counter_energy_j(t, None) is None
+    assert metrics.counter_energy_j(t, np.zeros(3)) is None
+
+
+# --------------------------------------------------------------------------------------------
+# the capacity C behind every %-of-limit metric, event windows, token counts
+# --------------------------------------------------------------------------------------------
+
+def _cap_run(limits: list[tuple[float | None, float | None]], **meta) -> Run:
+    t = np.arange(0, 1001, 100)
+    devs = [DeviceSeries(g, t, {"power_w": np.full(len(t), 100.0)}, power_limit_w=lim,
+                         default_power_limit_w=default)
+            for g, (lim, default) in enumerate(limits)]
+    return Run({"run_id": "pins", "workload": "finetune", "platform": "l40s", **meta}, devs, [])
+
+
+def test_capacity_is_the_enforced_limits_else_defaults_unless_a_cap_was_set():
+    assert core._capacity_w(_cap_run([(300.0, 350.0), (250.0, 350.0)])) == 550.0
+    assert core._capacity_w(_cap_run([(None, 350.0), (300.0, 350.0)])) == 650.0
+    # a cap was set: a device without an enforced limit does not fall back to its default...
+    assert core._capacity_w(_cap_run([(None, 350.0)], power_limit_setting_w=200.0)) is None
+    # ...but to the run's recorded limit
+    assert core._capacity_w(_cap_run([(None, 350.0)], power_limit_setting_w=200.0,
+                                     power_limit_w=200.0)) == 200.0
+    assert core._capacity_w(_cap_run([(None, None)], power_limit_w=280.0)) == 280.0
+    assert core._capacity_w(_cap_run([(0.5, None)])) == 0.5
+    assert core._capacity_w(_cap_run([(0.0, 350.0)])) is None
+    assert core._capacity_w(_cap_run([(None, None)])) is None
+    assert core._capacity_w(_cap_run([])) is None
+    m = metrics.compute_run_metrics(_cap_run([(None, 400.0)], power_limit_setting_w=200.0,
+                                             power_limit_w=200.0))
+    assert m["limit_utilisation"] == pytest.approx(0.5)
+
+
+def test_event_windows_pair_each_begin_with_the_first_end_after_it():
+    from llm_powertrace_ds.run import Event
+
+    run = _run()
+    run.events = [Event(1000, "idle_begin"), Event(1000, "idle_end"), Event(2000, "idle_end"),
+                  Event(5000, "idle_begin")]
+    assert core.event_windows(run, "idle_begin", "idle_end") == [(1000, 2000)]
+    assert core.event_windows(run, "steady_begin", "steady_end") == []
+
+
+def test_tokens_come_from_the_workloads_own_count():
+    reqs = [{"output_tokens": 5}, {"output_tokens": 7}]
+    assert core._tokens(_run(requests=reqs, workload="inference")) == 12.0
+    assert core._tokens(_run(requests=reqs, workload="finetune")) is None  # needs `tokens`
+    partial = [{"output_tokens": 5}, {"output_tokens": None}]
+    assert core._tokens(_run(requests=partial, workload="inference")) is None
+
+
+def test_segments_are_read_only():
+    al = metrics.node_total(_run((np.arange(0, 2001, 100), np.full(21, 100.0))))
+    starts, stops = al.segments()
+    assert starts.tolist() == [0] and stops.tolist() == [21]
+    with pytest.raises(ValueError):
+        starts[0] = 1
