@@ -577,3 +577,53 @@ def test_segments_are_read_only():
     assert starts.tolist() == [0] and stops.tolist() == [21]
     with pytest.raises(ValueError):
         starts[0] = 1
+
+
+# --------------------------------------------------------------------------------------------
+# Welch: how many windows, when there is a spectrum, and the one-sided scaling
+# --------------------------------------------------------------------------------------------
+
+def _aligned(valid: np.ndarray, total: np.ndarray | None = None) -> core.Aligned:
+    n = len(valid)
+    total = np.ones(n) if total is None else total
+    return core.Aligned(np.arange(n, dtype=np.int64) * 100, [total], np.where(valid, total, np.nan),
+                        valid, 0.1)
+
+
+def test_welch_windows_counts_half_overlapping_windows_per_segment():
+    from llm_powertrace_ds.metrics import spectral
+
+    assert spectral.welch_windows(_aligned(np.ones(3000, bool))) == 4  # (3000 − 1024) // 512 + 1
+    split = np.ones(3000, bool)
+    split[1500:1600] = False  # segments of 1500 and 1400 points
+    assert spectral.welch_windows(_aligned(split)) == 2
+    short = np.zeros(900, bool)
+    short[:500] = True  # 500 and 300 points: one window of the longest; the other too short
+    short[600:] = True
+    assert spectral.welch_windows(_aligned(short)) == 1
+    exact = np.zeros(1000, bool)
+    exact[:400] = exact[500:900] = True  # two segments as long as the window
+    assert spectral.welch_windows(_aligned(exact)) == 2
+    assert spectral.welch_windows(_aligned(np.zeros(50, bool))) == 0
+    assert spectral.welch_windows(_aligned(np.ones(10, bool)), segment_s=0.3) == 8  # hop 1
+    assert spectral.welch_windows(_aligned(np.ones(20, bool)), segment_s=0.5) == 8  # hop 2
+    assert spectral.welch_windows(_aligned(np.ones(21, bool)), segment_s=0.4) == 9  # hop 2
+
+
+def test_welch_psd_needs_twenty_seconds_and_scales_like_scipy_for_odd_windows():
+    from scipy.signal import welch
+
+    from llm_powertrace_ds.metrics import spectral
+
+    rng = np.random.default_rng(5)
+    assert spectral.welch_psd(_aligned(np.ones(199, bool), rng.normal(size=199))) is None
+    assert spectral.welch_psd(_aligned(np.ones(200, bool), rng.normal(size=200))) is not None
+    x = 300.0 + 20.0 * np.sin(np.arange(201) * 0.9) + rng.normal(size=201)
+    freqs, psd = spectral.welch_psd(_aligned(np.ones(201, bool), x))
+    f_ref, p_ref = welch(x, fs=10.0, window="hann", nperseg=201, detrend="linear")
+    assert np.allclose(freqs, f_ref)
+    assert np.allclose(psd, p_ref, rtol=1e-9, atol=1e-12 * p_ref.max())
+    gapped = np.ones(1000, bool)
+    gapped[400:500] = False  # 400 and 500 points: the window is the longest segment
+    assert spectral.welch_psd(_aligned(gapped, x.repeat(5)[:1000]))[1].size == 251
+    assert np.isfinite(spectral.welch_psd(_aligned(gapped, x.repeat(5)[:1000]))[1]).all()
