@@ -197,6 +197,8 @@ def test_dynamic_range_never_spans_a_gap():
     m = metrics.compute_run_metrics(_run((t, p)))
     assert m["dynamic_range_1s_w"] == pytest.approx(100.0)
     assert m["dynamic_range_10s_w"] == pytest.approx(100.0)  # only 0-10 s holds 10 s
+    assert m["ramp_up_max_1s_w_per_s"] == pytest.approx(100.0)  # 200 -> 300 W, not 200 -> 500
+    assert m["ramp_down_max_1s_w_per_s"] == pytest.approx(100.0)
 
 
 def test_windows_longer_than_the_run_are_null_not_zero():
@@ -627,3 +629,12 @@ def test_welch_psd_needs_twenty_seconds_and_scales_like_scipy_for_odd_windows():
     gapped[400:500] = False  # 400 and 500 points: the window is the longest segment
     assert spectral.welch_psd(_aligned(gapped, x.repeat(5)[:1000]))[1].size == 251
     assert np.isfinite(spectral.welch_psd(_aligned(gapped, x.repeat(5)[:1000]))[1]).all()
+
+
+def test_duration_spans_the_earliest_first_to_the_latest_last_reading():
+    t0 = np.arange(5000, 10_001, 100)
+    t1 = np.arange(6000, 12_001, 100)
+    m = metrics.compute_run_metrics(_run((t0, np.full(len(t0), 100.0)),
+                                         (t1, np.full(len(t1), 100.0))))
+    assert m["duration_s"] == pytest.approx(7.0)
+    assert m["mean_power_w"] == pytest.approx((100.0 * 5 + 100.0 * 6) / 7.0)
