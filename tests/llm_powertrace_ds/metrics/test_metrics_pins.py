@@ -638,3 +638,153 @@ def test_duration_spans_the_earliest_first_to_the_latest_last_reading():
                                          (t1, np.full(len(t1), 100.0))))
     assert m["duration_s"] == pytest.approx(7.0)
     assert m["mean_power_w"] == pytest.approx((100.0 * 5 + 100.0 * 6) / 7.0)
+
+
+# --------------------------------------------------------------------------------------------
+# every null carries its reason into metric_notes (published with the run): pinned per case
+# --------------------------------------------------------------------------------------------
+
+def _by_reason(m: dict) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for name, why in _notes(m).items():
+        out.setdefault(why, []).append(name)
+    return out
+
+
+def _ramp_block(tag: str) -> list[str]:
+    return [f"ramp_{k}_{tag}_{u}" for u in ("w_per_s", "pct_per_s")
+            for k in ("up_max", "down_max", "abs_p95", "abs_p99")]
+
+
+def test_null_reasons_of_a_short_flat_run():
+    t = np.arange(0, 3001, 100)
+    m = metrics.compute_run_metrics(_run((t, np.full(len(t), 100.0))))
+    spectral = ["dominant_freq_hz", "dominant_amplitude_w", "band_rms_low_w", "band_rms_mid_w",
+                "band_rms_high_w", "band_fraction_low", "band_fraction_mid",
+                "band_fraction_high"]
+    assert _by_reason(m) == {
+        "no energy counter": ["energy_counter_j", "energy_mismatch_pct"],
+        "no token count": ["energy_per_token_j"],
+        "no idle_begin/idle_end events": ["idle_power_w"],
+        "no steady_begin/steady_end events": ["steady_energy_j", "steady_energy_per_token_j"],
+        "no gap-free 60 s window": ["peak_power_60s_w"],
+        "peak_power_60s_w or mean_power_w is null": ["par_60s"],
+        "no gap-free stretch of 5 s": _ramp_block("5s"),
+        "no gap-free stretch of 10 s": _ramp_block("10s"),
+        "no up-ramps": ["ramp_up_p95_1s_w_per_s", "ramp_up_p99_1s_w_per_s"],
+        "no down-ramps": ["ramp_down_p99_1s_w_per_s"],
+        "no up-ramps over 5s": ["ramp_up_p95_5s_w_per_s", "ramp_up_p99_5s_w_per_s"],
+        "no down-ramps over 5s": ["ramp_down_p99_5s_w_per_s"],
+        "no up-ramps over 10s": ["ramp_up_p95_10s_w_per_s", "ramp_up_p99_10s_w_per_s"],
+        "no down-ramps over 10s": ["ramp_down_p99_10s_w_per_s"],
+        "no gap-free 10 s window": ["dynamic_range_10s_w"],
+        "no gap-free stretch of 20 s": spectral,
+        "fewer than 2 step events": ["step_freq_hz"],
+        "needs at least 2 devices": ["synchrony_index", "projected_swing_1000_w"],
+        "no checkpoint events": ["checkpoint_dip_pct", "checkpoint_dip_s"],
+    }
+
+
+def test_null_reasons_of_a_flat_run_without_a_limit():
+    t = np.arange(0, 30_001, 100)
+    run = _run((t, np.full(len(t), 100.0)))
+    run.devices[0].power_limit_w = run.devices[0].default_power_limit_w = None
+    reasons = _by_reason(metrics.compute_run_metrics(run))
+    pct = [n for tag in ("100ms", "1s", "5s", "10s") for n in _ramp_block(tag)
+           if n.endswith("pct_per_s")]
+    assert reasons["power limit unknown"] == (["limit_utilisation"] + pct
+                                              + ["idle_fraction", "near_limit_fraction",
+                                                 "step_count"])
+    assert reasons["no oscillation power in 0.05-5 Hz"] == ["band_fraction_low",
+                                                            "band_fraction_mid",
+                                                            "band_fraction_high"]
+    assert reasons["flat spectrum (no oscillation in 0.05-5 Hz)"] == ["dominant_freq_hz",
+                                                                      "dominant_amplitude_w"]
+
+
+def test_null_reasons_when_devices_share_no_span_or_a_device_has_no_power():
+    apart = _run((np.arange(0, 5001, 100), np.full(51, 100.0)),
+                 (np.arange(6000, 10_001, 100), np.full(41, 100.0)))
+    reasons = _by_reason(metrics.compute_run_metrics(apart))
+    assert len(reasons["devices share no common span"]) == 76
+    assert "p5_power_w" in reasons["devices share no common span"]
+    t = np.arange(0, 3001, 100)
+    reasons = _by_reason(metrics.compute_run_metrics(_run((t, np.full(len(t), np.nan)))))
+    assert reasons["a device has no power readings"] == ["duration_s"]
+    assert reasons["energy_j is null"] == ["energy_per_token_j", "mean_power_w"]
+    assert reasons["mean_power_w is null"] == ["limit_utilisation"]
+    assert len(reasons["a device has fewer than 2 power readings"]) == 76
+
+
+# --------------------------------------------------------------------------------------------
+# spectrum metrics: bands by their edges, the flat-spectrum floor, step frequency, swings
+# --------------------------------------------------------------------------------------------
+
+def test_band_rms_and_fractions_follow_the_band_edges():
+    from llm_powertrace_ds.metrics import spectral
+
+    # 20 s of noise: one 200-point window, bins every 0.05 Hz, so 0.05, 0.1, 1, 2.5 and 5 Hz
+    # are bins themselves; amplitudes small enough that band powers are below 1 W²
+    rng = np.random.default_rng(11)
+    t = np.arange(0, 20_000, 100)
+    p = 300.0 + rng.normal(0, 0.05, len(t))
+    run = _run((t, p))
+    m = metrics.compute_run_metrics(run)
+    freqs, psd = spectral.welch_psd(metrics.node_total(run))
+    df = freqs[1] - freqs[0]
+    f = np.round(freqs, 9)
+
+    def power(sel: np.ndarray) -> float:
+        return float(psd[sel].sum() * df)
+
+    total = power((f >= 0.05) & (f <= 5.0))
+    bands = {"low": (f >= 0.1) & (f < 1.0), "mid": (f >= 1.0) & (f < 2.5),
+             "high": (f >= 2.5) & (f <= 5.0)}
+    assert total < 1.0
+    for key, sel in bands.items():
+        assert m[f"band_rms_{key}_w"] == pytest.approx(np.sqrt(power(sel)), rel=1e-12), key
+        assert m[f"band_fraction_{key}"] == pytest.approx(power(sel) / total, rel=1e-12), key
+
+
+@pytest.mark.parametrize(("level_w", "ripple_w", "flat"), [
+    (0.5, 1.5e-9, False),   # band power ≈ 1.1e-18 W² > 1e-18 · 1²
+    (300.0, 1e-9, True),    # 5e-19 W² ≤ 1e-18 · 300²
+    (300.0, 1e-7, True),    # 5e-15 W² ≤ 9e-14 W²
+    (300.0, 1e-6, False),   # 5e-13 W² > 9e-14 W²
+])
+def test_a_spectrum_is_flat_below_1e18_of_the_squared_mean_level(level_w, ripple_w, flat):
+    t = np.arange(0, 60_000, 100)
+    p = level_w + ripple_w * np.sin(2 * np.pi * 1.0 * t / 1000.0)  # 1 Hz
+    m = metrics.compute_run_metrics(_run((t, p)))
+    if flat:
+        assert m["dominant_freq_hz"] is None
+        assert _notes(m)["dominant_freq_hz"] == "flat spectrum (no oscillation in 0.05-5 Hz)"
+    else:
+        assert m["dominant_freq_hz"] == pytest.approx(1.0, abs=0.01)
+
+
+def test_dominant_amplitude_is_the_sinusoids_amplitude():
+    t = np.arange(0, 300_000, 100)
+    p = 400.0 + 30.0 * np.sin(2 * np.pi * 0.5 * t / 1000.0)
+    m = metrics.compute_run_metrics(_run((t, p)))
+    assert m["dominant_freq_hz"] == pytest.approx(0.5, abs=0.01)
+    assert m["dominant_amplitude_w"] == pytest.approx(30.0, rel=0.02)
+
+
+def test_step_frequency_from_step_begin_else_step_end_events():
+    from llm_powertrace_ds.run import Event
+
+    run = _run((np.arange(0, 5001, 100), np.full(51, 100.0)))
+    run.events = [Event(1000, "step_end"), Event(1500, "step_end")]
+    assert metrics.compute_run_metrics(run)["step_freq_hz"] == pytest.approx(2.0)
+    run.events += [Event(1000, "step_begin"), Event(3000, "step_begin"), Event(4000, "step_begin")]
+    assert metrics.compute_run_metrics(run)["step_freq_hz"] == pytest.approx(1 / 1.5)
+
+
+def test_projected_swing_uses_each_devices_p5_p95_on_gap_free_points():
+    t = _without(np.arange(0, 100_000, 100), 40_000, 60_000)
+    p = t / 100.0  # 0 ... 999 W, the same on both devices: ρ̄ = 1
+    m = metrics.compute_run_metrics(_run((t, p), (t, p)))
+    swing = np.percentile(p, 95) - np.percentile(p, 5)  # every reading is a gap-free grid point
+    assert m["synchrony_index"] == pytest.approx(1.0)
+    assert m["projected_swing_1000_w"] == pytest.approx(1000.0 * swing)
