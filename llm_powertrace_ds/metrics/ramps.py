@@ -77,8 +77,7 @@ def _group_level(run: Run, devs: list[_Dev | None], al: Aligned | None, cap: flo
     out.set("p99_power_w", p99)
     out.set("peak_power_w", peak)
     starts, stops = al.segments()
-    cs = np.empty(len(al.total) + 1)
-    cs[0] = 0.0
+    cs = np.zeros(len(al.total) + 1)  # cs[0] = 0: the sum before the first point
     np.cumsum(al.total if al.valid.all() else np.where(al.valid, al.total, 0.0), out=cs[1:])
     for name, seconds in (("peak_power_1s_w", 1.0), ("peak_power_60s_w", 60.0)):
         w = max(1, int(round(seconds / al.step_s)))

@@ -788,3 +788,45 @@ def test_projected_swing_uses_each_devices_p5_p95_on_gap_free_points():
     swing = np.percentile(p, 95) - np.percentile(p, 5)  # every reading is a gap-free grid point
     assert m["synchrony_index"] == pytest.approx(1.0)
     assert m["projected_swing_1000_w"] == pytest.approx(1000.0 * swing)
+
+
+def test_seed_ramps_over_5_and_10_seconds_on_the_tick_total():
+    # one device on the 0.1 s grid: Pₖ is its power; r_δ = (P(t) − P(t − δ)) / δ
+    rng = np.random.default_rng(17)
+    t = np.arange(0, 300_000, 100)
+    p = 300.0 + 80.0 * np.sin(2 * np.pi * t / 37_000.0) + np.cumsum(rng.normal(0, 2.0, len(t)))
+    m = metrics.compute_run_metrics(_run((t, p)))
+    for tag, delta in (("5s", 5.0), ("10s", 10.0)):
+        k = int(delta * 10)
+        r = (p[k:] - p[:-k]) / delta
+        up, down = r[r > 0], -r[r < 0]
+        assert m[f"ramp_up_p95_{tag}_w_per_s"] == pytest.approx(np.percentile(up, 95)), tag
+        assert m[f"ramp_up_p99_{tag}_w_per_s"] == pytest.approx(np.percentile(up, 99)), tag
+        assert m[f"ramp_down_p99_{tag}_w_per_s"] == pytest.approx(np.percentile(down, 99)), tag
+    r1 = (p[10:] - p[:-10]) / 1.0
+    assert m["ramp_down_p99_1s_w_per_s"] == pytest.approx(np.percentile(-r1[r1 < 0], 99))
+
+
+def test_seed_ramps_with_a_device_of_two_readings():
+    t = np.arange(0, 20_001, 100)
+    m = metrics.compute_run_metrics(_run((t, np.linspace(100.0, 300.0, len(t))),
+                                         (np.array([0, 20_000]), np.array([50.0, 50.0]))))
+    assert m["ramp_up_p95_1s_w_per_s"] == pytest.approx(10.0)  # +200 W over 20 s
+
+
+def test_a_one_second_grid_has_no_100ms_ramps_and_one_point_1s_windows():
+    t = np.arange(0, 120_001, 100)
+    p = np.full(len(t), 100.0)
+    p[(t >= 50_000) & (t < 51_000)] = 500.0  # one second at 500 W
+    m = metrics.compute_run_metrics(_run((t, p)), grid_ms=1000)
+    assert m["peak_power_1s_w"] == pytest.approx(500.0)
+    notes = _notes(m)
+    for name in _ramp_block("100ms"):
+        assert m[name] is None and notes[name] == "grid step 1 s is longer than δ", name
+    assert m["ramp_up_max_1s_w_per_s"] == pytest.approx(400.0)
+
+
+def test_load_factor_of_a_zero_peak_names_its_reason():
+    t = np.arange(0, 120_001, 100)
+    m = metrics.compute_run_metrics(_run((t, np.zeros(len(t)))))
+    assert _notes(m)["load_factor"] == "mean_power_w is null or peak is 0"
