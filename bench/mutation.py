@@ -148,24 +148,35 @@ def read_verdicts(folder: Path) -> dict[str, str]:
             if (m := _RESULT_RE.match(line))}
 
 
+def _mutmut_run(name: str, folder: Path, max_children: int, mutants: list[str]) -> None:
+    """``mutmut run`` of the given mutants (all when none) in ``folder``."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the copy, not the tree
+    batches = [mutants[i:i + 200] for i in range(0, len(mutants), 200)] or [[]]
+    for batch in batches:  # keep each command line short
+        proc = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children",
+                               str(max_children), *batch], cwd=folder, env=env,
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            tail = (proc.stdout + proc.stderr)[-2000:]
+            raise SystemExit(f"mutmut run failed for {name} (exit {proc.returncode}):\n{tail}")
+
+
+def _prepare(name: str, folder: Path) -> None:
+    """Copy the working tree into ``folder`` and configure mutmut for one target there."""
+    _copy_tree(folder)
+    pyproject = folder / "pyproject.toml"
+    pyproject.write_text((REPO / "pyproject.toml").read_text(encoding="utf-8")
+                         + _config(TARGETS[name]), encoding="utf-8")
+
+
 def run_module(name: str, work: Path, max_children: int) -> dict[str, str]:
     """Run mutmut on one target in ``work/<name>``; return ``{mutant: verdict}``."""
-    target = TARGETS[name]
     folder = work / name
     shutil.rmtree(folder, ignore_errors=True)  # fresh: a cached "survived" may predate a test
     folder.mkdir(parents=True, exist_ok=True)
-    _copy_tree(folder)
-    pyproject = folder / "pyproject.toml"
-    pyproject.write_text((REPO / "pyproject.toml").read_text(encoding="utf-8") + _config(target),
-                         encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the copy, not the tree
-    mutmut = [sys.executable, "-m", "mutmut"]
+    _prepare(name, folder)
     started = time.monotonic()
-    proc = subprocess.run([*mutmut, "run", "--max-children", str(max_children)], cwd=folder,
-                          env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        tail = (proc.stdout + proc.stderr)[-2000:]
-        raise SystemExit(f"mutmut run failed for {name} (exit {proc.returncode}):\n{tail}")
+    _mutmut_run(name, folder, max_children, [])
     verdicts = read_verdicts(folder)
     print(f"{name}: {len(verdicts)} mutants in {time.monotonic() - started:.0f} s",
           file=sys.stderr)
@@ -173,34 +184,32 @@ def run_module(name: str, work: Path, max_children: int) -> dict[str, str]:
 
 
 def rerun_module(name: str, work: Path, max_children: int) -> dict[str, str]:
-    """Run again, with the current tests, the mutants the last run in ``work/<name>`` left.
+    """Run again, with the current tree, the mutants the last run in ``work/<name>`` left.
 
-    Those are the mutants not killed (survived, no tests, timeout, suspicious). The tests are copied into the copy (and mutmut's ``mutants/`` folder) first; mutmut finds
+    Those are the mutants not killed (survived, no tests, timeout, suspicious), plus every
+    mutant of a function whose code changed since (mutmut regenerates those and forgets their
+    verdicts). The tree (code and tests) is copied over the earlier copy first; mutmut finds
     the new tests and collects their coverage. A mutant killed before stays killed as long as
-    tests were only added, so this gives the fresh run's numbers in a fraction of its time;
-    after a test was changed or removed, or the module itself changed, run afresh.
+    tests were only added, so this gives a fresh run's numbers in a fraction of its time;
+    after a test was changed or removed, run afresh.
     """
     folder = work / name
     if not (folder / "mutants").is_dir():
         raise SystemExit(f"no earlier run of {name} in {folder}: run without --rerun first")
-    for dst in (folder, folder / "mutants"):
-        shutil.rmtree(dst / "tests", ignore_errors=True)
-        shutil.copytree(REPO / "tests", dst / "tests",
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     before = read_verdicts(folder)
+    _prepare(name, folder)
+    shutil.rmtree(folder / "mutants" / "tests", ignore_errors=True)
+    shutil.copytree(REPO / "tests", folder / "mutants" / "tests",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     todo = sorted(k for k, v in before.items() if v not in ("killed", "caught by type check"))
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     started = time.monotonic()
-    for i in range(0, len(todo), 200):  # keep the command line short
-        proc = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children",
-                               str(max_children), *todo[i:i + 200]], cwd=folder, env=env,
-                              capture_output=True, text=True)
-        if proc.returncode != 0:
-            tail = (proc.stdout + proc.stderr)[-2000:]
-            raise SystemExit(f"mutmut run failed for {name} (exit {proc.returncode}):\n{tail}")
+    _mutmut_run(name, folder, max_children, todo)
+    fresh = sorted(k for k, v in read_verdicts(folder).items() if v == "not checked")
+    if fresh:  # mutants of changed functions, regenerated by the run above
+        _mutmut_run(name, folder, max_children, fresh)
     verdicts = read_verdicts(folder)
-    print(f"{name}: {len(todo)} mutants run again in {time.monotonic() - started:.0f} s",
-          file=sys.stderr)
+    print(f"{name}: {len(todo)} + {len(fresh)} mutants run again in "
+          f"{time.monotonic() - started:.0f} s", file=sys.stderr)
     return verdicts
 
 
