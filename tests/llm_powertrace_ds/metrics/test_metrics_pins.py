@@ -830,3 +830,132 @@ def test_load_factor_of_a_zero_peak_names_its_reason():
     t = np.arange(0, 120_001, 100)
     m = metrics.compute_run_metrics(_run((t, np.zeros(len(t)))))
     assert _notes(m)["load_factor"] == "mean_power_w is null or peak is 0"
+
+
+# --------------------------------------------------------------------------------------------
+# across devices: synchrony as scipy computes it, coincidence with tiny and zero power
+# --------------------------------------------------------------------------------------------
+
+def _reference_synchrony(rows: list[np.ndarray], segments: list[tuple[int, int]]) -> float:
+    """ρ̄ by scipy, from the docstring's definition.
+
+    Each segment of ≥ 200 points is high-passed from its steady state; ρ̄ is the Pearson
+    correlation of the concatenated outputs, averaged over device pairs.
+    """
+    from scipy.signal import butter, sosfilt, sosfilt_zi
+
+    sos = butter(2, 0.05, "highpass", fs=10.0, output="sos")
+    out = []
+    for row in rows:
+        parts = [sosfilt(sos, row[a:b], zi=sosfilt_zi(sos) * row[a])[0]
+                 for a, b in segments if b - a >= 200]
+        out.append(np.concatenate(parts))
+    corr = np.corrcoef(np.vstack(out))
+    return float(corr[np.triu_indices(len(rows), k=1)].mean())
+
+
+def test_synchrony_index_is_the_mean_pairwise_correlation_of_high_passed_power():
+    rng = np.random.default_rng(23)
+    n = 3000  # 300 s on the grid
+    t = np.arange(n) * 100
+    common = 40.0 * np.sin(2 * np.pi * t / 4000.0)
+    rows = [300.0 + common + rng.normal(0, 30.0, n), 280.0 + common + rng.normal(0, 10.0, n),
+            250.0 - common + rng.normal(0, 20.0, n)]  # the third swings against the others
+    m = metrics.compute_run_metrics(_run(*[(t, r) for r in rows]))
+    expected = _reference_synchrony(rows, [(0, n)])
+    assert -0.5 < expected < 0.5  # mixed signs: not a case clipping or |ρ| would hide
+    assert m["synchrony_index"] == pytest.approx(expected, rel=1e-6)
+    swings = [np.percentile(r, 95) - np.percentile(r, 5) for r in rows]
+    assert m["projected_swing_1000_w"] == pytest.approx(
+        np.mean(swings) * np.sqrt(1000 * (1 + 999 * max(expected, 0.0))), rel=1e-6)
+
+
+def test_synchrony_skips_segments_shorter_than_20_seconds():
+    rng = np.random.default_rng(29)
+    t_all = np.arange(0, 600_000, 100)
+    # holes at 250-260 s and 275-280 s: segments of 250 s, 15 s (too short) and 320 s
+    t = _without(_without(t_all, 250_000, 260_000), 275_000, 280_000)
+    a = 300.0 + rng.normal(0, 20.0, len(t))
+    b = 0.5 * a + rng.normal(0, 20.0, len(t))
+    m = metrics.compute_run_metrics(_run((t, a), (t, b)))
+    grid = np.arange(0, 600_000, 100)
+    rows = [np.interp(grid, t, x) for x in (a, b)]
+    segments = [(0, 2501), (2600, 2751), (2800, 6000)]
+    assert m["synchrony_index"] == pytest.approx(_reference_synchrony(rows, segments), rel=1e-6)
+
+
+def test_synchrony_needs_two_fluctuating_devices():
+    t = np.arange(0, 60_000, 100)
+    rng = np.random.default_rng(31)
+    m = metrics.compute_run_metrics(_run((t, 300.0 + rng.normal(0, 5.0, len(t))),
+                                         (t, np.full(len(t), 200.0))))
+    assert m["synchrony_index"] is None
+    assert _notes(m)["synchrony_index"] == "fewer than 2 devices with fluctuating power"
+    assert _notes(m)["projected_swing_1000_w"] == "fewer than 2 devices with fluctuating power"
+
+
+def test_coincidence_factor_with_tiny_and_zero_power():
+    t = np.arange(0, 20_001, 100)
+    tiny = metrics.compute_run_metrics(_run((t, np.full(len(t), 0.2)), (t, np.full(len(t), 0.2))))
+    assert tiny["coincidence_factor"] == pytest.approx(1.0)
+    assert tiny["diversity_factor"] == pytest.approx(1.0)
+    zero = metrics.compute_run_metrics(_run((t, np.zeros(len(t))), (t, np.zeros(len(t)))))
+    assert zero["coincidence_factor"] is None and zero["diversity_factor"] is None
+    assert _notes(zero)["coincidence_factor"] == "peak power is not positive"
+    assert _notes(zero)["diversity_factor"] == "peak power is not positive"
+
+
+# --------------------------------------------------------------------------------------------
+# a device's own readings: out-of-order and duplicate times, per-device energy, gap intervals
+# --------------------------------------------------------------------------------------------
+
+def test_unsorted_timestamps_are_sorted_and_duplicates_dropped_with_a_note():
+    t = np.array([0, 2000, 1000, 3000, 3000, 4000])
+    p = np.array([100.0, 300.0, 200.0, 400.0, 999.0, 400.0])  # the second 3000 ms is dropped
+    m = metrics.compute_run_metrics(_run((t, p)))
+    # sorted: 100, 200, 300, 400, 400 W at 0-4 s, 1 s apart
+    assert m["gpu_energy_j"] == [pytest.approx(150.0 + 250.0 + 350.0 + 400.0)]
+    assert m["gpu_peak_power_w"] == [400.0]
+    assert "gpu 0: timestamps not increasing; sorted, duplicates dropped" in m["metric_notes"]
+    two = metrics.compute_run_metrics(_run((np.array([1000, 0]), np.array([300.0, 100.0]))))
+    assert two["gpu_energy_j"] == [pytest.approx(200.0)]  # two readings, reversed
+    fine = metrics.compute_run_metrics(_run((np.arange(0, 200), np.full(200, 100.0))))
+    assert not [n for n in fine["metric_notes"] if n.startswith("gpu 0:")]  # 1 ms apart: in order
+
+
+def test_a_device_whose_columns_differ_in_length_is_ignored_with_a_note():
+    t = np.arange(0, 2001, 100)
+    bad = DeviceSeries(1, t, {"power_w": np.full(len(t), 100.0)})
+    bad.signals["power_w"] = np.full(len(t) - 1, 100.0)
+    run = Run({"run_id": "pins", "workload": "finetune", "platform": "l40s"},
+              [DeviceSeries(0, t, {"power_w": np.full(len(t), 100.0)}), bad], [])
+    m = metrics.compute_run_metrics(run)
+    assert "gpu 1: power_w and t_ms differ in length; device ignored" in m["metric_notes"]
+    assert m["gpu_energy_j"] == [pytest.approx(200.0), None]
+
+
+def test_per_device_energy_mean_and_peak():
+    t = np.arange(1000, 4001, 100)  # 3 s from t = 1 s
+    p = np.linspace(100.0, 400.0, len(t))
+    m = metrics.compute_run_metrics(_run((t, p), (np.array([1000, 2000]), np.array([50.0, 50.0])),
+                                         (np.array([1000, 4000]), np.array([np.nan, 70.0]))))
+    assert m["gpu_energy_j"] == [pytest.approx(750.0), pytest.approx(50.0), None]
+    assert m["gpu_mean_power_w"] == [pytest.approx(250.0), pytest.approx(50.0), None]
+    assert m["gpu_peak_power_w"] == [pytest.approx(400.0), 50.0, 70.0]  # one reading: its own
+
+
+def test_gaps_are_longer_than_three_periods_of_the_median_interval():
+    # no declared period: the median interval (100 ms, from alternating 50 / 150 ms) rules;
+    # an interval of exactly 3 periods (300 ms) is no gap, one of 1 s is
+    dt = np.r_[np.tile([50, 150], 200), 300, np.tile([50, 150], 200), 1000, np.tile([50, 150], 50)]
+    t = np.r_[0, np.cumsum(dt)]
+    run = _run((t, np.full(len(t), 100.0)))
+    del run.meta["sample_period_ms"]
+    m = metrics.compute_run_metrics(run)
+    assert m["gap_count"] == 1 and m["gap_s"] == pytest.approx(1.0)
+
+
+def test_a_long_device_takes_its_period_from_every_kth_interval():
+    t = np.arange(0, 450_000 * 100, 100)  # 450,000 readings: a stride of 2 for the median
+    m = metrics.compute_run_metrics(_run((t, np.full(len(t), 100.0))))
+    assert m["gap_count"] == 0 and m["duration_s"] == pytest.approx((len(t) - 1) / 10)
