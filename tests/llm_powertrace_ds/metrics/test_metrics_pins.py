@@ -959,3 +959,80 @@ def test_a_long_device_takes_its_period_from_every_kth_interval():
     t = np.arange(0, 450_000 * 100, 100)  # 450,000 readings: a stride of 2 for the median
     m = metrics.compute_run_metrics(_run((t, np.full(len(t), 100.0))))
     assert m["gap_count"] == 0 and m["duration_s"] == pytest.approx((len(t) - 1) / 10)
+
+
+# --------------------------------------------------------------------------------------------
+# the seed authors' aggregates, built block by block: the same numbers for any block size
+# --------------------------------------------------------------------------------------------
+
+def _reference_seed(devices: list[tuple[np.ndarray, np.ndarray]], delta_s: float = 1.0):
+    """Pᵤ and Pₖ from their definitions (each device's last reading carried forward)."""
+    start = max(int(t[0]) for t, _ in devices)
+    end = max(int(t[-1]) for t, _ in devices)
+    union = np.unique(np.concatenate([t[t > start] for t, _ in devices] + [np.array([start])]))
+
+    def total_at(x: np.ndarray) -> np.ndarray:
+        return sum(p[np.searchsorted(t, x, side="right") - 1] for t, p in devices)
+
+    pu = total_at(union)
+    t_s = union / 1000.0
+    first = int(np.searchsorted(t_s, t_s[0] + delta_s))
+    r = (pu[first:] - np.interp(t_s[first:] - delta_s, t_s, pu)) / delta_s
+    tick = total_at(np.arange(start, end + 1, 100))
+    return r, (t_s[-1] - t_s[0]) / 60.0, tick
+
+
+@pytest.mark.parametrize("block", [8, 50, 1 << 18])
+def test_seed_ramps_are_the_same_for_any_union_block(monkeypatch, block):
+    from llm_powertrace_ds.metrics import ramps
+
+    monkeypatch.setattr(ramps, "_UNION_BLOCK", block)
+    rng = np.random.default_rng(41)
+    t0 = np.r_[np.arange(0, 59_901, 100), 59_999]  # ends off the 0.1 s grid
+    t1 = np.arange(0, 59_901, 100) + np.where(rng.random(600) < 0.5, 0, 3)  # some equal to t0
+    devices = [(t0, 300 + np.cumsum(rng.normal(0, 4, len(t0)))),
+               (t1, 200 + np.cumsum(rng.normal(0, 4, len(t1))))]
+    m = metrics.compute_run_metrics(_run(*devices))
+    r, minutes, tick = _reference_seed(devices)
+    up = r[r >= 0]
+    assert m["ramp_down_p99_1s_w_per_s"] == pytest.approx(np.percentile(-r[r < 0], 99))
+    assert m["ramp_event_frequency_1s"] == pytest.approx(
+        np.count_nonzero(up >= np.percentile(up, 95)) / minutes)
+    r1 = tick[10:] - tick[:-10]
+    assert m["ramp_up_p95_1s_w_per_s"] == pytest.approx(np.percentile(r1[r1 > 0], 95))
+
+
+@pytest.mark.parametrize("delta_s", [2.0, 5.0])
+def test_seed_union_ramps_for_other_deltas(monkeypatch, delta_s):
+    from llm_powertrace_ds.metrics import ramps
+
+    monkeypatch.setattr(ramps, "_UNION_BLOCK", 40)
+    rng = np.random.default_rng(43)
+    t0 = np.arange(0, 30_001, 100)
+    t1 = np.arange(50, 30_051, 100)
+    devices = [(t0, 300 + np.cumsum(rng.normal(0, 4, len(t0)))),
+               (t1, 200 + np.cumsum(rng.normal(0, 4, len(t1))))]
+    devs = [core._prepare_device(_run(), DeviceSeries(i, t, {"power_w": p}), i, [])
+            for i, (t, p) in enumerate(devices)]
+    _, (down, upward, minutes) = ramps._seed_aggregates(devs, delta_s)
+    r, ref_minutes, _ = _reference_seed(devices, delta_s)
+    assert np.sort(down) == pytest.approx(np.sort(-r[r < 0]))
+    assert np.sort(upward) == pytest.approx(np.sort(r[r >= 0]))
+    assert minutes == pytest.approx(ref_minutes)
+
+
+def test_a_run_without_devices_says_so_for_every_node_metric():
+    m = metrics.compute_run_metrics(_run())
+    reasons = _by_reason(m)
+    assert "p5_power_w" in reasons["the run has no devices"]
+    assert "ramp_up_p95_1s_w_per_s" in reasons["the run has no devices"]
+
+
+def test_seed_ramp_notes_sit_between_the_ramp_and_the_oscillation_notes():
+    # the seed group may run in a thread; its notes are put back in the groups' order
+    t = np.arange(0, 3001, 100)
+    m = metrics.compute_run_metrics(_run((t, np.full(len(t), 100.0))))
+    names = [n.split(": ", 1)[0] for n in m["metric_notes"]]
+    seed = [names.index(n) for n in ("ramp_up_p95_1s_w_per_s", "ramp_down_p99_10s_w_per_s")]
+    assert names.index("ramp_abs_p99_10s_pct_per_s") < min(seed)
+    assert max(seed) < names.index("dynamic_range_10s_w")
