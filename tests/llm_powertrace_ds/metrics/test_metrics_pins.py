@@ -483,6 +483,7 @@ def test_energy_nulls_name_their_reasons():
     assert notes["energy_per_token_j"] == "energy_j is null"
     assert notes["idle_power_w"] == "a device has fewer than 2 power readings"
     assert notes["steady_energy_j"] == "a device has fewer than 2 power readings"
+    assert notes["steady_energy_per_token_j"] == "a device has fewer than 2 power readings"
     both = Run(dict(run.meta), [DeviceSeries(0, t, {"power_w": one.power_w}), one], [])
     assert _notes(metrics.compute_run_metrics(both))["energy_j"] == (
         "gpu 0, 1 has fewer than 2 power readings")
@@ -1026,6 +1027,7 @@ def test_a_run_without_devices_says_so_for_every_node_metric():
     reasons = _by_reason(m)
     assert "p5_power_w" in reasons["the run has no devices"]
     assert "ramp_up_p95_1s_w_per_s" in reasons["the run has no devices"]
+    assert "energy_j" in reasons["the run has no devices"]
 
 
 def test_seed_ramp_notes_sit_between_the_ramp_and_the_oscillation_notes():
@@ -1036,3 +1038,52 @@ def test_seed_ramp_notes_sit_between_the_ramp_and_the_oscillation_notes():
     seed = [names.index(n) for n in ("ramp_up_p95_1s_w_per_s", "ramp_down_p99_10s_w_per_s")]
     assert names.index("ramp_abs_p99_10s_pct_per_s") < min(seed)
     assert max(seed) < names.index("dynamic_range_10s_w")
+
+
+def test_steady_energy_per_token_needs_tokens_in_the_window():
+    from llm_powertrace_ds.run import Event
+
+    t = np.arange(0, 10_001, 100)
+    events = [Event(2000, "steady_begin"), Event(4000, "steady_end")]
+
+    def run_with(requests: list[dict]) -> dict:
+        run = _run((t, np.full(len(t), 100.0)), requests=requests, workload="inference")
+        run.events = list(events)
+        return metrics.compute_run_metrics(run)
+
+    half = run_with([_req(1000, 5000, 2)])  # no first token inside; half of the second one
+    assert half["steady_energy_j"] == pytest.approx(200.0)
+    assert half["steady_energy_per_token_j"] == pytest.approx(400.0)
+    none = run_with([_req(5000, 6000, 3)])
+    assert none["steady_energy_per_token_j"] is None
+    assert _notes(none)["steady_energy_per_token_j"] == (
+        "no request log with tokens in the steady window")
+
+
+def test_node_total_over_exactly_one_grid_step_and_up_to_the_common_end():
+    a = _run((np.array([0, 100]), np.array([1.0, 2.0])), (np.array([0, 100]), np.array([1.0, 2.0])))
+    assert metrics.node_total(a).grid_ms.tolist() == [0, 100]
+    t = np.r_[np.arange(0, 9901, 100), 9999]
+    al = metrics.node_total(_run((t, np.full(len(t), 1.0))))
+    assert al.grid_ms[-1] == 9900  # no grid point after the last reading
+
+
+def test_out_keeps_floats_and_nulls_what_is_not_finite():
+    out = core._Out()
+    out.set("a", np.float64(2.5))
+    out.set("b", np.float64(np.inf))
+    out.set("c", 3)
+    assert type(out.values["a"]) is float and out.values["c"] == 3
+    assert out.values["b"] is None and out.notes == ["b: not finite"]
+    out.null(("a", "d", "e"), "why")  # a keeps its value; the others get the reason
+    assert out.values["a"] == 2.5 and out.values["d"] is None and out.values["e"] is None
+    assert out.notes == ["b: not finite", "d: why", "e: why"]
+
+
+def test_percentiles_are_numpys_to_the_bit():
+    assert core._percentiles(np.array([0.1, 0.7]), (50,)) == [np.percentile([0.1, 0.7], 50)]
+    rng = np.random.default_rng(47)
+    for n in (1, 2, 3, 7, 100, 1001):
+        x = rng.normal(300, 50, n)
+        qs = (0, 5, 50, 95, 99, 100)
+        assert core._percentiles(x.copy(), qs) == [float(v) for v in np.percentile(x, qs)], n

@@ -20,6 +20,10 @@ def test_runs_configs_maps_every_config_name_to_its_runs_config():
         with pytest.raises(UnknownName, match="--config") as err:
             rows.runs_configs(bad)
         assert bad in str(err.value) and "finetune_runs" in str(err.value)
+    with pytest.raises(UnknownName) as err:
+        rows.runs_configs("zzz")
+    assert str(err.value).startswith("field '--config': unknown config 'zzz'; valid: finetune, ")
+    assert "inference_requests" not in str(err.value)
 
 
 @pytest.fixture
@@ -66,6 +70,16 @@ def test_recompute_gives_the_metrics_of_the_trace(folder):
     assert again["metric_notes"] == list(fresh.get("metric_notes") or [])
 
 
+def test_config_and_split_both_select(tmp_path, make_run):
+    publish_run(tmp_path, make_run("ft", n=300, seed=4))
+    publish_run(tmp_path, make_run("inf", workload="inference", n=300, seed=5))
+    publish_run(tmp_path, make_run("ft-h", platform="h100_sxm_80gb", n=300, seed=6))
+    picked = rows.run_metrics_rows(tmp_path, config="inference_runs", split="l40s")
+    assert [r["run_id"] for r in picked] == ["inf"]
+    picked = rows.run_metrics_rows(tmp_path, config="finetune", split="h100_sxm_80gb")
+    assert [r["run_id"] for r in picked] == ["ft-h"]
+
+
 def test_an_unknown_run_is_an_error_naming_the_run_and_the_selection(folder):
     with pytest.raises(RunNotFound) as err:
         rows.run_metrics_rows(folder, run_id="nope")
@@ -73,3 +87,6 @@ def test_an_unknown_run_is_an_error_naming_the_run_and_the_selection(folder):
     with pytest.raises(RunNotFound) as err:
         rows.run_metrics_rows(folder, config="finetune", split="l40s", run_id="inf-a")
     assert str(err.value) == f"run 'inf-a' is not in {folder} (config finetune, split l40s)"
+    with pytest.raises(RunNotFound) as err:
+        rows.run_metrics_rows(folder, config="finetune", run_id="inf-a")
+    assert str(err.value) == f"run 'inf-a' is not in {folder} (config finetune, split None)"
