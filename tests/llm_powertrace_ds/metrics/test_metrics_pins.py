@@ -121,6 +121,8 @@ def _req(first: float, finish: float, k: int) -> dict:
     (_req(1999.75, 2000.25, 3), 1 + 2 * 0.5),  # a sub-millisecond span is still spread
     (_req(1500, 2500, 1), 1.0),               # one token: only the first
     (_req(2500, 3000, 4), 0.0),               # wholly after
+    (_req(500, 500, 3), 0.0),                 # zero span, before
+    (_req(2500, 2500, 3), 0.0),               # zero span, after
 ])
 def test_steady_tokens_per_request(request_, tokens):
     run = _run(requests=[request_], workload="inference")
@@ -368,6 +370,8 @@ def test_step_count_needs_more_than_a_tenth_of_the_limit_within_one_second():
     assert short["step_count"] == 0  # under 1 s of readings: no window, no step
     coarse = metrics.compute_run_metrics(_grid_run(ramp), grid_ms=1000)
     assert coarse["step_count"] == 3  # a 1 s grid compares neighbours
+    spike = np.r_[np.full(50, 100.0), np.full(10, 300.0), np.full(50, 100.0)]  # 1 s at 300 W
+    assert metrics.compute_run_metrics(_grid_run(spike), grid_ms=1000)["step_count"] == 2
 
 
 def _ckpt(b: int, e: int) -> list:
@@ -398,13 +402,13 @@ def test_checkpoint_dip_of_under_a_watt_and_a_rise():
 
 
 def test_checkpoints_without_a_baseline_are_skipped_not_fatal():
-    p = np.r_[np.full(100, 0.5), np.full(10, 0.25), np.full(100, 200.0), np.full(10, 100.0),
+    p = np.r_[np.full(100, 0.5), np.full(10, 0.4), np.full(100, 200.0), np.full(10, 100.0),
               np.full(30, 200.0)]
     # the first checkpoint starts at 0 (no baseline before it), the second has a baseline of
     # 0.5 W (small, still a baseline), the third a 200 W one
     events = _ckpt(0, 500) + _ckpt(10_000, 10_900) + _ckpt(21_000, 21_900)
     m = metrics.compute_run_metrics(_grid_run(p, events))
-    assert m["checkpoint_dip_pct"] == pytest.approx(50.0)
+    assert m["checkpoint_dip_pct"] == pytest.approx((20.0 + 50.0) / 2)
     zero = np.r_[np.full(100, 0.0), np.full(10, 0.0), np.full(100, 200.0), np.full(10, 100.0),
                  np.full(30, 200.0)]
     m = metrics.compute_run_metrics(_grid_run(zero, _ckpt(10_000, 10_900) + _ckpt(21_000, 21_900)))
@@ -439,10 +443,12 @@ def test_observed_sampling_interval_is_numpys_percentile_of_every_interval():
     t0 = np.cumsum(np.r_[0, rng.integers(50, 150, 300)])
     t1 = np.cumsum(np.r_[0, rng.integers(100, 400, 200)])
     t2 = np.cumsum(np.r_[0, rng.integers(90, 110, 100), 65_536, 70_000])  # two long intervals
+    t3 = np.cumsum(np.r_[0, rng.integers(90, 110, 50), 65_536])  # longest exactly 65,536 ms
     one = np.array([0])  # one reading: no interval
-    devices = [(t, np.full(len(t), 100.0)) for t in (one, t0, t1, t2)]
+    order = (t1, t0, t2, t3)  # t0's histogram is shorter than t1's
+    devices = [(t, np.full(len(t), 100.0)) for t in (one, *order)]
     m = metrics.compute_run_metrics(_run(*devices))
-    dt = np.concatenate([np.diff(t) for t in (t0, t1, t2)]) / 1000.0
+    dt = np.concatenate([np.diff(t) for t in order]) / 1000.0
     assert m["sampling_interval_observed_median_s"] == pytest.approx(np.percentile(dt, 50))
     assert m["sampling_interval_observed_p95_s"] == pytest.approx(np.percentile(dt, 95))
     two = metrics.compute_run_metrics(_run((np.array([0, 250]), np.array([1.0, 2.0]))))
@@ -516,9 +522,12 @@ def test_counter_energy_sorts_drops_missing_and_skips_resets():
     assert metrics.counter_energy_j(t[:2], np.array([1000.0, 3000.0])) == pytest.approx(2.0)
     assert metrics.counter_energy_j(t, np.array([1000.0, np.nan, 3000.0, 4000.0])) == (
         pytest.approx(3.0))
-    # out of time order: sorted first (the later times are all after the first one)
-    assert metrics.counter_energy_j(np.array([0, 2000, 1000]), np.array([0.0, 5000.0, 2000.0])) \
-        == pytest.approx(5.0)
+    assert metrics.counter_energy_j(t, np.array([1000.0, 3000.0, 4000.0, np.nan])) == (
+        pytest.approx(3.0))
+    # out of time order: sorted first (the later times are all after the first one); in time
+    # order the counter reads 0, 10, 5 (a reset), 15 mJ: advances of 10 + 10 mJ
+    assert metrics.counter_energy_j(np.array([0, 2000, 1000, 3000]),
+                                    np.array([0.0, 5.0, 10.0, 15.0])) == pytest.approx(0.020)
     # sub-millijoule steps are advances, not resets
     assert metrics.counter_energy_j(t[:3], np.array([0.0, 0.5, 1.0])) == pytest.approx(0.001)
     assert metrics.counter_energy_j(t[:2], np.array([np.nan, 5.0])) is None
@@ -1087,3 +1096,37 @@ def test_percentiles_are_numpys_to_the_bit():
         x = rng.normal(300, 50, n)
         qs = (0, 5, 50, 95, 99, 100)
         assert core._percentiles(x.copy(), qs) == [float(v) for v in np.percentile(x, qs)], n
+
+
+def test_broadband_noise_has_no_dominant_peak_and_says_why():
+    rng = np.random.default_rng(53)
+    t = np.arange(0, 300_000, 100)
+    m = metrics.compute_run_metrics(_run((t, 300.0 + rng.normal(0, 10.0, len(t)))))
+    notes = _notes(m)
+    assert m["dominant_freq_hz"] is None and m["dominant_amplitude_w"] is None
+    assert notes["dominant_freq_hz"].startswith("no spectral peak in 0.05-5 Hz stands ")
+    assert notes["dominant_amplitude_w"] == notes["dominant_freq_hz"]
+
+
+@pytest.mark.parametrize(("level_w", "sigma_w", "live"), [
+    (300.0, 1e-4, False),  # variance 1e-8 W² ≤ 1e-12 · 300²
+    (300.0, 4e-4, True),   # 1.6e-7 W² > 9e-8 W²
+    (1.0, 1.4e-6, True),   # 2e-12 W² > 1e-12 · max(1, 1 W)²
+])
+def test_a_device_fluctuates_above_1e12_of_its_squared_mean_level(level_w, sigma_w, live):
+    rng = np.random.default_rng(59)
+    t = np.arange(0, 300_000, 100)
+    a = level_w + rng.normal(0, level_w / 300.0, len(t))
+    b = level_w + rng.normal(0, sigma_w, len(t))
+    m = metrics.compute_run_metrics(_run((t, a), (t, b)))
+    if live:
+        assert m["synchrony_index"] is not None
+    else:
+        assert _notes(m)["synchrony_index"] == "fewer than 2 devices with fluctuating power"
+
+
+def test_one_complete_60s_window_gives_the_60s_peak():
+    t = np.arange(0, 61_001, 100)  # 61 s: one complete 60 s window from the start
+    p = np.where(t < 30_000, 100.0, 300.0)
+    m = metrics.compute_run_metrics(_run((t, p)))
+    assert m["peak_power_60s_w"] == pytest.approx(200.0)  # 300 points at 100 W, 300 at 300 W
