@@ -40,6 +40,21 @@ def test_highpass_equals_sosfilt_from_any_state(n):
         np.testing.assert_allclose(zf[d], ref_zf[0], rtol=1e-9, atol=1e-9 * np.abs(x).max())
 
 
+@pytest.mark.parametrize("fc", [0.5, 2.0])  # fast-decaying sections: carry 2 and 1 blocks
+def test_highpass_of_a_fast_section_equals_sosfilt_on_a_long_input(fc):
+    rng = np.random.default_rng(7)
+    sos, zi = filters.butter_highpass(fc, 10.0)
+    hp = filters.HighPass(sos)
+    assert hp.carry == (2 if fc == 0.5 else 1)
+    x = rng.normal(300, 30, (2, 20 * filters.BLOCK + 17))  # many blocks: the carried path
+    z0 = x[:, :1] * zi + rng.normal(0, 5, (2, 2))
+    y, zf = hp(x, z0)
+    for d in range(2):
+        ref, ref_zf = signal.sosfilt(sos, x[d], zi=z0[d:d + 1])
+        np.testing.assert_allclose(y[d], ref, rtol=1e-9, atol=1e-9 * np.abs(x).max())
+        np.testing.assert_allclose(zf[d], ref_zf[0], rtol=1e-9, atol=1e-9 * np.abs(x).max())
+
+
 def test_highpass_carries_state_across_chunks():
     rng = np.random.default_rng(1)
     sos, zi = filters.butter_highpass(0.05, 10.0)

@@ -883,14 +883,15 @@ def test_synchrony_index_is_the_mean_pairwise_correlation_of_high_passed_power()
 def test_synchrony_skips_segments_shorter_than_20_seconds():
     rng = np.random.default_rng(29)
     t_all = np.arange(0, 600_000, 100)
-    # holes at 250-260 s and 275-280 s: segments of 250 s, 15 s (too short) and 320 s
-    t = _without(_without(t_all, 250_000, 260_000), 275_000, 280_000)
+    # holes at 250-260 s, 275-280 s and 300-310 s: segments of 250 s, 15 s (too short), exactly
+    # 20 s (200 points: long enough) and 290 s
+    t = _without(_without(_without(t_all, 250_000, 260_000), 275_000, 280_000), 299_900, 310_000)
     a = 300.0 + rng.normal(0, 20.0, len(t))
     b = 0.5 * a + rng.normal(0, 20.0, len(t))
     m = metrics.compute_run_metrics(_run((t, a), (t, b)))
     grid = np.arange(0, 600_000, 100)
     rows = [np.interp(grid, t, x) for x in (a, b)]
-    segments = [(0, 2501), (2600, 2751), (2800, 6000)]
+    segments = [(0, 2501), (2600, 2751), (2800, 3000), (3100, 6000)]
     assert m["synchrony_index"] == pytest.approx(_reference_synchrony(rows, segments), rel=1e-6)
 
 
@@ -1130,3 +1131,25 @@ def test_one_complete_60s_window_gives_the_60s_peak():
     p = np.where(t < 30_000, 100.0, 300.0)
     m = metrics.compute_run_metrics(_run((t, p)))
     assert m["peak_power_60s_w"] == pytest.approx(200.0)  # 300 points at 100 W, 300 at 300 W
+
+
+def test_synchrony_reasons_and_a_flat_device_among_three():
+    t = np.arange(0, 10_001, 100)
+    rng = np.random.default_rng(61)
+    short = metrics.compute_run_metrics(_run((t, 300 + rng.normal(0, 5, len(t))),
+                                             (t, 300 + rng.normal(0, 5, len(t)))))
+    assert _notes(short)["synchrony_index"] == "no gap-free stretch of 20 s"
+    t = np.arange(0, 120_000, 100)
+    common = 30.0 * np.sin(2 * np.pi * t / 5000.0)
+    rows = [300 + common + rng.normal(0, 5, len(t)), np.full(len(t), 200.0),
+            280 + common + rng.normal(0, 5, len(t))]
+    m = metrics.compute_run_metrics(_run(*[(t, r) for r in rows]))
+    assert m["synchrony_index"] == pytest.approx(_reference_synchrony([rows[0], rows[2]],
+                                                                      [(0, len(t))]), rel=1e-6)
+
+
+def test_dynamic_range_on_a_one_second_grid_spans_two_points():
+    t = np.arange(0, 20_001, 100)
+    p = 100.0 + 100.0 * (t // 1000)  # +100 W every second
+    m = metrics.compute_run_metrics(_run((t, p)), grid_ms=1000)
+    assert m["dynamic_range_1s_w"] == pytest.approx(100.0)
