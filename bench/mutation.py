@@ -112,6 +112,184 @@ EQUIVALENT: dict[str, str] = {
 }
 """Surviving mutants judged equivalent, each with a one-line reason (see README, Development)."""
 
+
+def _judge(reason: str, function: str, *numbers: int) -> None:
+    """Record mutants ``<function>__mutmut_<n>`` of the metrics package as equivalent."""
+    for n in numbers:
+        EQUIVALENT[f"llm_powertrace_ds.metrics.{function}__mutmut_{n}"] = reason
+
+
+_FAST = "a fast path's guard: with every mask true the general path gives the same values"
+_DTYPE = ("the dtype numpy infers (int64 or float64 from these integers and floats) gives the "
+          "same values")
+_STRICT = "zip over sequences of one length by construction: strict or not, the same pairs"
+_SIDE = "searchsorted's side='left' is its default"
+_UNREACHED = ("unreachable through compute_run_metrics: a run without a gap-free node total "
+              "gets every such metric nulled with the node total's reason first, and a null "
+              "never overwrites")
+_THREAD = ("where the seed group runs (inline or in its thread) changes no value: replay_into "
+           "applies the same calls in the same order")
+_CARRY = ("the seed aggregate keeps more carried points than the next block's t − δ can reach: "
+          "the interpolation uses the same two neighbours")
+_HP_EXACT = ("HighPass takes its exact block-by-block path (or a longer carry): sosfilt's "
+             "values to rounding, only slower")
+_judge(_UNREACHED, "ramps.x__group_level", 51, 52, 53, 54, 55, 56, 57, 58, *range(68, 90), 119,
+       122, 123)
+_judge(_UNREACHED, "ramps.x__group_ramps", 13, 17, 18, 19)
+_judge(_UNREACHED, "ramps.x__group_seed_ramps", 10, 13, 14, 47, 77, 79, 80, 81)
+_judge(_UNREACHED, "spectral.x__group_across", 5, 8, 9)
+_judge(_UNREACHED, "spectral.x__group_oscillations", 8, 12, 17, 18)
+_judge(_UNREACHED, "states.x__group_states", 12, 15, 16)
+_judge("step events are distinct times after _events keeps one per time, so the median "
+       "interval is > 0 and this branch is never taken", "spectral.x__group_oscillations", 91,
+       101, 102, 103, 104, 105, 106, 107, 108)
+_judge("the spectrum exists only when the node total does: `al is not None` always holds here",
+       "spectral.x__spectrum_metrics", 88, 89, 98, 99, 125, 126, 128, 129)
+_judge("no Welch bin lies within 1e-9 Hz of an edge except on it, and 5 Hz is the last bin",
+       "spectral.x__spectrum_metrics", 36, 37, 39, 41)
+_judge("a float tie of band power and the floor: measure zero", "spectral.x__spectrum_metrics",
+       102)
+_judge("the peak is at bin 5 or above (5 cycles per window), so max(0, ·) and max(1, ·) agree",
+       "spectral.x__spectrum_metrics", 145)
+_judge("rfftfreq starts at 0 Hz: freqs[1] + freqs[0] is the bin width", "spectral.x__dominant_peak",
+       3)
+_judge("the band starts at bin 5 or above (5 cycles per window): band > 0 and band > 1 hold",
+       "spectral.x__dominant_peak", 66, 67)
+_judge("on a plateau argmax picks the first of the equal bins, the one > its left neighbour",
+       "spectral.x__dominant_peak", 73)
+_judge("a ratio exactly equal to the threshold: a float tie of measure zero",
+       "spectral.x__dominant_peak", 80)
+_judge("rfft's default axis (-1) is axis 1 of the 2-D frames", "spectral.x_welch_psd", 85)
+_judge("Cauchy–Schwarz keeps each correlation in [-1, 1] up to rounding: the clip bounds never bind",
+       "spectral.x__group_across", 191, 192, 202, 203)
+_judge(_FAST, "spectral.x__group_across", 10, 11, 14)
+_judge("with non-negative power, Σ peaks > 0 exactly when the node total's peak is > 0, and "
+       "a 0 on either side fails the other test", "spectral.x__group_across", 33, 34, 36)
+_judge("count is 0 or at least 200 (segments of 20 s or more): < 2, ≤ 2 and < 3 agree",
+       "spectral.x__group_across", 132, 133)
+_judge("chunks of one sample carry the filter state the same way: the same sums, slower",
+       "spectral.x__group_across", 110)
+_judge("a variance exactly at the floor: a float tie of measure zero", "spectral.x__group_across",
+       166)
+_judge(_STRICT, "spectral.x__group_across", 94, 97, 98)
+_judge(_THREAD, "xǁ_SeedRampsǁ__init__", 6, 7, 8, 9, 10, 11, 12, 16, 17, 20, 21, 22, 23, 24)
+_judge("replay_into treats every recorded op other than 'set' as a null", "xǁ_Deferredǁnull",
+       2, 3)
+_judge("threadpoolctl limits every API to one thread instead of BLAS only: the same values",
+       "x_compute_run_metrics", 2, 4)
+_judge("'' is falsy like None, and reason is set before it is read", "x__compute", 24)
+_judge("_capacity_w of a run without devices is None as well", "x__compute", 49)
+_judge("al is None exactly when a reason was set: `and` and `or` agree", "x__compute", 51)
+_judge("`inside = None` is falsy like False", "x_metric_formulas", 2, 24)
+_judge("a group without a docstring reads one line 'XXXX', which is not a bullet",
+       "x_metric_formulas", 5)
+_judge(_FAST, "core.xǁAlignedǁvalues", 3)
+_judge(_FAST, "core.xǁAlignedǁlag_diff", 12)
+_judge("at k == n both branches give an empty mask", "core.xǁAlignedǁlag_pairs", 3)
+_judge("an empty mask's dtype is never used: every caller returns on an empty mask first",
+       "core.xǁAlignedǁlag_pairs", 6, 8)
+_judge("the float diff is ±1.0, which compares equal to 1 and -1", "core.xǁAlignedǁsegments", 6)
+_judge("writeable = None is writeable = False", "core.xǁAlignedǁsegments", 16)
+_judge(_FAST, "core.x__sliding_range", 5, 30)
+_judge("NaN (or None, which the float padding reads as NaN) at invalid points reaches only the "
+       "windows that hold them, which the pair mask drops", "core.x__sliding_range", 6, 9)
+_judge("the filler sits only in windows the pair mask drops", "core.x__sliding_range", 13)
+_judge("at b == a the general path integrates over [a, a]: 0.0", "core.x__device_integral", 15)
+_judge("astype(None) is float64", "core.x__device_integral", 18)
+_judge("an end point repeated among the abscissae adds a zero-width trapezoid",
+       "core.x__device_integral", 20, 21)
+_judge(_DTYPE, "core.x__steady_tokens", 17, 19, 25, 66)
+_judge(_STRICT, "core.x__steady_tokens", 20, 22, 23)
+_judge("where span ≤ 0 the divided value (0/0, or over 2.0) is discarded by the outer where",
+       "core.x__steady_tokens", 63, 65)
+_judge(_DTYPE, "core.x__tokens", 30, 32)
+_judge(_DTYPE, "core.x_event_windows", 3, 5, 12, 14)
+_judge(_STRICT, "core.x_event_windows", 34, 37, 38)
+_judge("the index only labels notes, which node_total discards", "core.x_node_total", 4)
+_judge("numpy.percentile itself: the shortcut gives its values to the bit",
+       "core.x__percentiles", 1, 3)
+_judge("overwrite_input only spares a copy: the same values", "core.x__percentiles", 12, 15, 16)
+_judge(_DTYPE, "core.x_align", 16, 20)
+_judge(_SIDE, "core.x_align", 53)
+_judge("bin counts past n are sliced off before the cumulative sum", "core.x_align", 66, 68, 75,
+       77)
+_judge("None assigned into a float array is NaN", "core.x_align", 82)
+_judge("_Dev.index and _Dev.period_ms are never read by the metrics", "core.x__prepare_device",
+       37, 40, 105, 108)
+_judge('float("NAN") is float("nan")', "core.x__prepare_device", 49)
+_judge("an empty gap index is never used for indexing (callers test .size), whatever its dtype",
+       "core.x__prepare_device", 51, 53, 87, 89)
+_judge("the period's median is taken on a subsample by design (any stride of a regular log "
+       "gives the same median; `dt[::None]` is every interval)", "core.x__prepare_device", 55, 62)
+_judge("flatnonzero of an all-false mask is the same empty index", "core.x__prepare_device", 82,
+       85)
+_judge("numpy reads any negative size in reshape as 'the rest'", "filters.x__window_extreme", 19)
+_judge("the padding lies past n − size: it never enters a window", "filters.x_sliding_max", 9)
+_judge("partition's default axis (-1) is axis 1 of the 2-D windows", "filters.x_running_median",
+       32)
+_judge("one unused extra A^t slot", "filters.xǁHighPassǁ__init__", 20)
+_judge("the clipped lag only feeds entries where np.where puts 0, or lags already in [0, L-1]",
+       "filters.xǁHighPassǁ__init__", 60, 61, 66)
+_judge(_HP_EXACT, "filters.xǁHighPassǁ__init__", 80, 81, 87, 89, 91)
+_judge("the section is stable (spectral radius < 1): radius < 1, ≤ 1 and < 2 agree",
+       "filters.xǁHighPassǁ__init__", 82, 99, 100)
+_judge(_HP_EXACT, "filters.xǁHighPassǁ__call__", 24, 25, 27, 56)
+_judge(_DTYPE, "energy.x_counter_energy_j", 20, 22)
+_judge(_FAST, "energy.x_counter_energy_j", 10)
+_judge("sorting readings already in time order (stable) changes nothing",
+       "energy.x_counter_energy_j", 13, 15)
+_judge("numpy reads the sort kind case-insensitively", "energy.x_counter_energy_j", 24)
+_judge("a zero step subtracts nothing", "energy.x_counter_energy_j", 28)
+_judge("event_windows pairs a begin only with an end strictly after it",
+       "energy.x__idle_power", 16)
+_judge("_tokens returns None for 0 tokens, so `< 0` and `<= 0` agree", "energy.x__run_energy",
+       92)
+_judge(_STRICT, "energy.x__per_device_energy", 7, 10, 11)
+_judge("abs into a new array instead of in place: the same values", "ramps.x__group_ramps", 64,
+       66)
+_judge(_STRICT, "ramps.x__group_ramps", 71, 74, 75, 89, 92, 93)
+_judge(_STRICT, "ramps.x__group_seed_ramps", 63)
+_judge(_FAST, "ramps.x__group_level", 175)
+_judge("the filler sits only where no complete window is summed", "ramps.x__group_level", 183)
+_judge(_SIDE, "ramps.x_seed_ramps", 8)
+_judge("first == len gives an empty ramp array either way", "ramps.x_seed_ramps", 13)
+_judge("cuts of every reading (step None) or of two readings per device are other block sizes: "
+       "the same values (tested for block sizes 8, 50 and 2^18)", "ramps.x__union_blocks", 16, 21)
+_judge("np.unique drops the repeated start or end cut", "ramps.x__union_blocks", 29, 34)
+_judge(_STRICT, "ramps.x__union_blocks", 59, 62, 63, 107, 110, 111)
+_judge("readings at one time get one union index whatever their order after the sort",
+       "ramps.x__union_blocks", 66, 68, 70)
+_judge("a one-point grid gives no 1 s ramp either: the same empty result as no grid",
+       "ramps.x__seed_aggregates", 12, 23, 24)
+_judge(_DTYPE, "ramps.x__seed_aggregates", 16, 20)
+_judge("g0 = None slices from the start like g0 = 0 (the first block only)",
+       "ramps.x__seed_aggregates", 30)
+_judge("the ramp buffer holds one value per union point at least δ after the first, fewer "
+       "than the readings: one slot less or more is never reached", "ramps.x__seed_aggregates",
+       36, 38)
+_judge("grid and tick are None together", "ramps.x__seed_aggregates", 48)
+_judge("an empty block cannot occur (every cut is a reading)", "ramps.x__seed_aggregates", 74)
+_judge(_SIDE, "ramps.x__seed_aggregates", 96, 114, 187, 225)
+_judge("first == len gives no ramp either way", "ramps.x__seed_aggregates", 100)
+_judge("on the first block every t − δ is at or after its first point: split is 0 either way",
+       "ramps.x__seed_aggregates", 107)
+_judge(_CARRY, "ramps.x__seed_aggregates", 193, 194, 195, 196, 212, 227, 228, 231)
+_judge("t0 and t_last are set together", "ramps.x__seed_aggregates", 233)
+_judge(_DTYPE, "states.x__group_states", 123, 125)
+_judge(_SIDE, "states.x__group_states", 132, 143)
+_judge(_STRICT, "states.x__group_states", 160, 164, 165)
+_judge("on the 0.1 s grid the first point at or after b − 10.01 s is the one at b − 10 s",
+       "states.x__group_states", 120)
+_judge("with depth ≤ 0 every point inside is at or above B − depth/2: the width is 0 either way",
+       "states.x__group_states", 187, 195)
+_judge("overlapping gaps merge the same whatever the order of equal starts",
+       "states.x__group_gaps", 31, 33, 35)
+_judge("cluster ids shifted by one rotate the per-cluster maxima: the same count and sum",
+       "states.x__group_gaps", 49)
+_judge(_DTYPE, "states.x__group_gaps", 53, 55)
+_judge("a one-slot empty histogram adds nothing", "states.x__group_sampling", 6)
+_judge("with equal lengths both branches add the two histograms", "states.x__group_sampling", 21)
+
 _RESULT_RE = re.compile(r"^\s+(\S+): (.+)$")
 
 
