@@ -289,6 +289,23 @@ _judge("cluster ids shifted by one rotate the per-cluster maxima: the same count
 _judge(_DTYPE, "states.x__group_gaps", 53, 55)
 _judge("a one-slot empty histogram adds nothing", "states.x__group_sampling", 6)
 _judge("with equal lengths both branches add the two histograms", "states.x__group_sampling", 21)
+_judge("no recorded kind gives None instead of [], and `not evs` returns [] for both",
+       "core.x__events", 7, 9)
+_judge("partitioning at k and k + 2 leaves one slot between them: the (k + 1)-th order "
+       "statistic; at n − 2 it leaves the maximum at n − 1", "core.x__percentiles", 33, 35)
+_judge("numpy reads the sort kind case-insensitively", "core.x__prepare_device", 22)
+_judge("a device of 2 or more readings at distinct times has a span > 0",
+       "energy.x__per_device_energy", 34, 37)
+_judge("the event frequency is set in the 5 s pass instead of the 1 s one, from the same 1 s "
+       "union values", "ramps.x__group_seed_ramps", 103)
+_judge(_STRICT, "ramps.x__group_seed_ramps", 53, 56)
+_judge("k == len(p) gives an empty lag difference either way", "ramps.x__tick_ramps", 10)
+_judge("no bin lies within 1e-9 Hz of a band edge except on it", "spectral.x__dominant_peak", 18,
+       21)
+_judge("rfftfreq starts at 0 Hz: freqs[1] + freqs[0] is the bin width",
+       "spectral.x__spectrum_metrics", 30)
+_judge("no bin lies within 1e-9 Hz of a band edge except on it, and 5 Hz is the last bin",
+       "spectral.x__spectrum_metrics", 49, 54, 56, 57)
 
 _RESULT_RE = re.compile(r"^\s+(\S+): (.+)$")
 

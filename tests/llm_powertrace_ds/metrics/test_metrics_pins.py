@@ -32,7 +32,7 @@ def _group_a() -> None:
 
     - ``alpha_w`` = the first formula,
       continued on a second line.
-    - not a name = ignored (the left side is not a list of ``names``)
+    - ``eta_w`` and more = ignored (the left side is not a list of names)
     - ``beta_w``, ``gamma_w`` = one formula for two names.
     - ``no_formula_w`` has no equals sign
     - ``delta_{δ}_w`` = x over {δ}.
@@ -295,6 +295,12 @@ def test_dominant_peak_band_edges_and_cycles():
     psd[5] = 1000.0  # 0.10 Hz: 5 cycles; a plateau's first bin is the peak
     psd[6] = 1000.0
     assert spectral._dominant_peak(coarse, psd, 50)[0] == 5
+    psd = np.ones(len(freqs))
+    psd[100], psd[300] = 200.0, 900.0  # two qualifying peaks: the larger one
+    assert spectral._dominant_peak(freqs, psd, 50)[0] == 300
+    psd = np.ones(len(freqs))
+    psd[500], psd[501] = 1000.0, 2000.0  # rising out of the band at 5 Hz: not a maximum
+    assert spectral._dominant_peak(freqs, psd, 50)[0] is None
 
 
 def test_dominant_peak_needs_three_bins_and_a_true_local_maximum():
@@ -372,6 +378,8 @@ def test_step_count_needs_more_than_a_tenth_of_the_limit_within_one_second():
     assert coarse["step_count"] == 3  # a 1 s grid compares neighbours
     spike = np.r_[np.full(50, 100.0), np.full(10, 300.0), np.full(50, 100.0)]  # 1 s at 300 W
     assert metrics.compute_run_metrics(_grid_run(spike), grid_ms=1000)["step_count"] == 2
+    stairs = 100.0 + 30.0 * (np.arange(150) // 10)  # +30 W a second: 60 W over 2 s, no step
+    assert metrics.compute_run_metrics(_grid_run(stairs), grid_ms=1000)["step_count"] == 0
 
 
 def _ckpt(b: int, e: int) -> list:
@@ -610,8 +618,8 @@ def test_welch_windows_counts_half_overlapping_windows_per_segment():
     split[1500:1600] = False  # segments of 1500 and 1400 points
     assert spectral.welch_windows(_aligned(split)) == 2
     short = np.zeros(900, bool)
-    short[:500] = True  # 500 and 300 points: one window of the longest; the other too short
-    short[600:] = True
+    short[:500] = True  # 500 and 100 points: one window of the longest; the other too short
+    short[800:] = True
     assert spectral.welch_windows(_aligned(short)) == 1
     exact = np.zeros(1000, bool)
     exact[:400] = exact[500:900] = True  # two segments as long as the window
@@ -724,6 +732,10 @@ def test_null_reasons_when_devices_share_no_span_or_a_device_has_no_power():
     assert m["ramp_event_frequency_1s"] is not None
     for name in metrics.SEED_RAMP_NAMES:
         assert (m[name] is None) == (name in _notes(m)), name
+    two = metrics.compute_run_metrics(_run((np.array([0, 5000]), np.array([100.0, 150.0])),
+                                           (np.array([6000, 10_000]), np.array([80.0, 90.0]))))
+    for name in metrics.SEED_RAMP_NAMES:
+        assert (two[name] is None) == (name in _notes(two)), name
     t = np.arange(0, 3001, 100)
     reasons = _by_reason(metrics.compute_run_metrics(_run((t, np.full(len(t), np.nan)))))
     assert reasons["a device has no power readings"] == ["duration_s"]
@@ -780,11 +792,19 @@ def test_a_spectrum_is_flat_below_1e18_of_the_squared_mean_level(level_w, ripple
 
 
 def test_dominant_amplitude_is_the_sinusoids_amplitude():
+    from llm_powertrace_ds.metrics import spectral
+
     t = np.arange(0, 300_000, 100)
-    p = 400.0 + 30.0 * np.sin(2 * np.pi * 0.5 * t / 1000.0)
-    m = metrics.compute_run_metrics(_run((t, p)))
-    assert m["dominant_freq_hz"] == pytest.approx(0.5, abs=0.01)
+    p = 400.0 + 30.0 * np.sin(2 * np.pi * 0.503 * t / 1000.0)  # between two bins
+    run = _run((t, p))
+    m = metrics.compute_run_metrics(run)
+    assert m["dominant_freq_hz"] == pytest.approx(0.503, abs=0.01)
     assert m["dominant_amplitude_w"] == pytest.approx(30.0, rel=0.02)
+    freqs, psd = spectral.welch_psd(metrics.node_total(run))
+    k = int(np.flatnonzero(freqs == m["dominant_freq_hz"])[0])
+    df = freqs[1] - freqs[0]
+    lobe = psd[k - 2:k + 3].sum() * df  # |f − f*| ≤ 2 Δf
+    assert m["dominant_amplitude_w"] == pytest.approx(np.sqrt(2.0 * lobe), rel=1e-12)
 
 
 def test_step_frequency_from_step_begin_else_step_end_events():
@@ -828,6 +848,7 @@ def test_seed_ramps_with_a_device_of_two_readings():
     m = metrics.compute_run_metrics(_run((t, np.linspace(100.0, 300.0, len(t))),
                                          (np.array([0, 20_000]), np.array([50.0, 50.0]))))
     assert m["ramp_up_p95_1s_w_per_s"] == pytest.approx(10.0)  # +200 W over 20 s
+    assert m["p50_power_w"] == pytest.approx(250.0)  # two readings make a node total
 
 
 def test_a_one_second_grid_has_no_100ms_ramps_and_one_point_1s_windows():
@@ -938,6 +959,15 @@ def test_unsorted_timestamps_are_sorted_and_duplicates_dropped_with_a_note():
     assert two["gpu_energy_j"] == [pytest.approx(200.0)]  # two readings, reversed
     fine = metrics.compute_run_metrics(_run((np.arange(0, 200), np.full(200, 100.0))))
     assert not [n for n in fine["metric_notes"] if n.startswith("gpu 0:")]  # 1 ms apart: in order
+    dup = metrics.compute_run_metrics(_run((np.array([0, 1000, 1000, 2000]),
+                                            np.array([100.0, 200.0, 900.0, 200.0]))))
+    assert "gpu 0: timestamps not increasing; sorted, duplicates dropped" in dup["metric_notes"]
+    assert dup["gpu_peak_power_w"] == [200.0]  # in order, but a repeated time: the first kept
+    # many readings out of order with a repeated time: the first one logged is kept
+    t = np.r_[np.arange(5000, 0, -100), 2500]
+    p = np.r_[np.full(50, 100.0), 700.0]
+    m = metrics.compute_run_metrics(_run((t, p)))
+    assert m["gpu_peak_power_w"] == [100.0]
 
 
 def test_a_device_whose_columns_differ_in_length_is_ignored_with_a_note():
@@ -962,9 +992,9 @@ def test_per_device_energy_mean_and_peak():
 
 
 def test_gaps_are_longer_than_three_periods_of_the_median_interval():
-    # no declared period: the median interval (100 ms, from alternating 50 / 150 ms) rules;
-    # an interval of exactly 3 periods (300 ms) is no gap, one of 1 s is
-    dt = np.r_[np.tile([50, 150], 200), 300, np.tile([50, 150], 200), 1000, np.tile([50, 150], 50)]
+    # no declared period: the median interval (100 ms) rules; an interval of exactly 3 periods
+    # (300 ms) is no gap, one of 1 s is
+    dt = np.r_[np.full(400, 100), 300, np.full(400, 100), 1000, np.full(100, 100)]
     t = np.r_[0, np.cumsum(dt)]
     run = _run((t, np.full(len(t), 100.0)))
     del run.meta["sample_period_ms"]
@@ -1005,8 +1035,10 @@ def test_seed_ramps_are_the_same_for_any_union_block(monkeypatch, block):
 
     monkeypatch.setattr(ramps, "_UNION_BLOCK", block)
     rng = np.random.default_rng(41)
-    t0 = np.r_[np.arange(0, 59_901, 100), 59_999]  # ends off the 0.1 s grid
-    t1 = np.arange(0, 59_901, 100) + np.where(rng.random(600) < 0.5, 0, 3)  # some equal to t0
+    # both start at 0; no union point lies exactly 1 s after it; half of t1 equals t0; the
+    # last reading is off the 0.1 s grid
+    t0 = np.r_[0, np.arange(97, 59_900, 100), 59_999]
+    t1 = np.r_[0, np.arange(97, 59_900, 100) + np.where(rng.random(599) < 0.5, 0, 5)]
     devices = [(t0, 300 + np.cumsum(rng.normal(0, 4, len(t0)))),
                (t1, 200 + np.cumsum(rng.normal(0, 4, len(t1))))]
     m = metrics.compute_run_metrics(_run(*devices))
@@ -1159,3 +1191,27 @@ def test_dynamic_range_on_a_one_second_grid_spans_two_points():
     p = 100.0 + 100.0 * (t // 1000)  # +100 W every second
     m = metrics.compute_run_metrics(_run((t, p)), grid_ms=1000)
     assert m["dynamic_range_1s_w"] == pytest.approx(100.0)
+
+
+def test_seed_event_frequency_counts_flat_stretches_as_upward():
+    # mostly flat (r = 0) with a few 1 s rises: θ = p95 of U = 0, so every r ≥ 0 is an event
+    t = np.arange(0, 120_001, 100)
+    p = np.full(len(t), 100.0)
+    for s0 in (20_000, 60_000, 100_000):
+        p[(t >= s0) & (t < s0 + 1000)] = np.linspace(100.0, 200.0, 10)
+        p[t >= s0 + 1000] += 100.0
+    p[t >= 110_000] -= 250.0  # one fall
+    m = metrics.compute_run_metrics(_run((t, p)))
+    r = (p[10:] - p[:-10]) / 1.0
+    assert np.percentile(r[r >= 0], 95) == 0.0
+    assert m["ramp_event_frequency_1s"] == pytest.approx(np.count_nonzero(r >= 0) / 2.0)
+    for tag, k in (("5s", 50), ("10s", 100)):
+        rk = (p[k:] - p[:-k]) / (k / 10)
+        assert m[f"ramp_down_p99_{tag}_w_per_s"] == pytest.approx(np.percentile(-rk[rk < 0], 99))
+
+
+def test_a_falling_run_has_no_upward_ramps_for_the_event_frequency():
+    t = np.arange(0, 30_001, 100)
+    m = metrics.compute_run_metrics(_run((t, 1000.0 - t / 100.0)))
+    assert m["ramp_event_frequency_1s"] is None
+    assert _notes(m)["ramp_event_frequency_1s"] == "no ramps"
