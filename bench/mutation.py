@@ -299,6 +299,12 @@ _judge("a device of 2 or more readings at distinct times has a span > 0",
 _judge("the event frequency is set in the 5 s pass instead of the 1 s one, from the same 1 s "
        "union values", "ramps.x__group_seed_ramps", 103)
 _judge(_STRICT, "ramps.x__group_seed_ramps", 53, 56)
+_judge("a carried point at 0 s lies at or before the union's start: np.interp never reads it "
+       "(every t − δ is at or after the start, and at a repeated abscissa it takes the later "
+       "point)", "ramps.x__seed_aggregates", 45)
+_judge("new[1] is overwritten by the not_equal on the next line", "ramps.x__union_blocks", 78)
+_judge("a negated sum of the outputs enters the covariance only as mean · meanᵀ, the same for "
+       "−mean", "spectral.x__group_across", 124)
 _judge("k == len(p) gives an empty lag difference either way", "ramps.x__tick_ramps", 10)
 _judge("no bin lies within 1e-9 Hz of a band edge except on it", "spectral.x__dominant_peak", 18,
        21)

@@ -1051,14 +1051,14 @@ def test_seed_ramps_are_the_same_for_any_union_block(monkeypatch, block):
     assert m["ramp_up_p95_1s_w_per_s"] == pytest.approx(np.percentile(r1[r1 > 0], 95))
 
 
-@pytest.mark.parametrize("delta_s", [2.0, 5.0])
-def test_seed_union_ramps_for_other_deltas(monkeypatch, delta_s):
+@pytest.mark.parametrize(("delta_s", "block"), [(1.0, 1 << 18), (2.0, 40), (5.0, 40)])
+def test_seed_union_ramps_for_other_deltas(monkeypatch, delta_s, block):
     from llm_powertrace_ds.metrics import ramps
 
-    monkeypatch.setattr(ramps, "_UNION_BLOCK", 40)
+    monkeypatch.setattr(ramps, "_UNION_BLOCK", block)
     rng = np.random.default_rng(43)
     t0 = np.arange(0, 30_001, 100)
-    t1 = np.arange(50, 30_051, 100)
+    t1 = np.r_[53, np.arange(153, 30_051, 100) + rng.integers(1, 40, 299)]  # t0 + δ: no point
     devices = [(t0, 300 + np.cumsum(rng.normal(0, 4, len(t0)))),
                (t1, 200 + np.cumsum(rng.normal(0, 4, len(t1))))]
     devs = [core._prepare_device(_run(), DeviceSeries(i, t, {"power_w": p}), i, [])
@@ -1200,7 +1200,8 @@ def test_seed_event_frequency_counts_flat_stretches_as_upward():
     for s0 in (20_000, 60_000, 100_000):
         p[(t >= s0) & (t < s0 + 1000)] = np.linspace(100.0, 200.0, 10)
         p[t >= s0 + 1000] += 100.0
-    p[t >= 110_000] -= 250.0  # one fall
+    fall = t >= 110_000  # a fall of uneven steps: down ramps of many sizes
+    p[fall] -= np.cumsum(np.random.default_rng(67).uniform(0.0, 5.0, int(fall.sum())))
     m = metrics.compute_run_metrics(_run((t, p)))
     r = (p[10:] - p[:-10]) / 1.0
     assert np.percentile(r[r >= 0], 95) == 0.0
@@ -1215,3 +1216,30 @@ def test_a_falling_run_has_no_upward_ramps_for_the_event_frequency():
     m = metrics.compute_run_metrics(_run((t, 1000.0 - t / 100.0)))
     assert m["ramp_event_frequency_1s"] is None
     assert _notes(m)["ramp_event_frequency_1s"] == "no ramps"
+
+
+def test_of_readings_logged_twice_at_one_time_the_first_is_kept():
+    rng = np.random.default_rng(71)
+    t = rng.permutation(np.repeat(np.arange(500, dtype=np.int64) * 100, 2))
+    seen: set[int] = set()
+    p = np.empty(len(t))
+    for i, v in enumerate(t):  # the first reading logged at a time is 100 W, the second 900 W
+        p[i] = 900.0 if int(v) in seen else 100.0
+        seen.add(int(v))
+    m = metrics.compute_run_metrics(_run((t, p)))
+    assert m["gpu_peak_power_w"] == [100.0]
+
+
+def test_synchrony_of_trending_devices_over_several_segments():
+    # ramps leave a steady offset after the high-pass (slope / ω0²): the outputs' means are far
+    # from 0, so the mean term of the covariance and the point count must be right
+    rng = np.random.default_rng(73)
+    t_all = np.arange(0, 200_000, 100)
+    t = _without(t_all, 80_000, 90_000)
+    a = 300.0 + 2.0 * t / 1000.0 + rng.normal(0, 3.0, len(t))
+    b = 500.0 - 1.5 * t / 1000.0 + 0.5 * a + rng.normal(0, 3.0, len(t))
+    m = metrics.compute_run_metrics(_run((t, a), (t, b)))
+    grid = np.arange(0, 200_000, 100)
+    rows = [np.interp(grid, t, x) for x in (a, b)]
+    expected = _reference_synchrony(rows, [(0, 801), (900, 2000)])
+    assert m["synchrony_index"] == pytest.approx(expected, rel=1e-6)
