@@ -1,0 +1,73 @@
+"""A published run reads back whole: every device attribute, every event, both read paths.
+
+Found unpinned by mutation testing (``make mutation``): the round-trip tests compared samples
+and metadata, not the per-device attributes or the events, so a reader that dropped a GPU's
+name, limits or node, or an event, passed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from llm_powertrace_ds import shards
+from llm_powertrace_ds.run import DeviceSeries, Event, Run
+
+
+def _run() -> Run:
+    t = np.arange(0, 3000, 100, dtype=np.int64)
+    power = np.linspace(100.0, 300.0, len(t))
+    power[5] = np.nan  # a missing reading stays missing
+    devices = [
+        DeviceSeries(0, t, {"power_w": power, "gpu_util_pct": np.full(len(t), 50.0)},
+                     node_index=0, gpu_name="NVIDIA L40S", gpu_uuid_hash="h-a",
+                     power_limit_w=300.0, default_power_limit_w=350.0),
+        DeviceSeries(3, t + 7, {"power_w": power + 1.0, "gpu_util_pct": np.full(len(t), np.nan)},
+                     node_index=1, gpu_name="NVIDIA L40S (b)", gpu_uuid_hash="h-b",
+                     power_limit_w=None, default_power_limit_w=400.0, rank=1),
+    ]
+    events = [Event(0, "idle_begin"), Event(500, "idle_end"),
+              Event(700, "step_begin", step=1, rank=0), Event(700, "step_begin", step=1, rank=1),
+              Event(1500, "checkpoint_begin", rank=0), Event(1900, "checkpoint_end", rank=0),
+              Event(2000, "stage", label="CKPT")]
+    meta = {"run_id": "pins-read", "workload": "finetune", "platform": "l40s",
+            "model_family": "llama", "num_gpus": 2, "sample_period_ms": 100.0,
+            "tokens": 1000}
+    return Run(meta, devices, events)
+
+
+def _same(back: Run, run: Run) -> None:
+    assert [d.gpu_index for d in back.devices] == [0, 3]
+    for got, want in zip(back.devices, run.devices, strict=True):
+        assert got.node_index == want.node_index
+        assert got.gpu_name == want.gpu_name
+        assert got.gpu_uuid_hash == want.gpu_uuid_hash
+        assert got.power_limit_w == want.power_limit_w
+        assert got.default_power_limit_w == want.default_power_limit_w
+        assert got.t_ms.dtype == np.int64 and np.array_equal(got.t_ms, want.t_ms)
+        # float32 on disk (the column contract); NaN where NaN
+        np.testing.assert_array_equal(got.power_w, want.power_w.astype(np.float32))
+    assert "gpu_util_pct" in back.devices[0].signals
+    assert "gpu_util_pct" not in back.devices[1].signals  # never reported: not a NaN column
+    key = [(e.t_ms, e.kind, e.step, e.rank, e.label) for e in run.events]
+    assert [(e.t_ms, e.kind, e.step, e.rank, e.label) for e in back.events] == key
+    assert back.meta["run_id"] == "pins-read" and back.meta["tokens"] == 1000
+
+
+def test_read_run_gives_back_devices_and_events(tmp_path):
+    run = _run()
+    shards.publish_run(tmp_path, run)
+    _same(shards.read_run(tmp_path, "pins-read"), run)
+    (back,) = list(shards.iter_runs(tmp_path))
+    _same(back, run)
+
+
+def test_run_from_rows_gives_back_devices_and_events(tmp_path):
+    from datasets import load_dataset
+
+    run = _run()
+    shards.publish_run(tmp_path, run)
+    rows = list(load_dataset(str(tmp_path), "finetune", split="l40s"))
+    _same(shards.run_from_rows(rows, root=tmp_path), run)
+    with pytest.raises(IndexError):
+        shards.run_from_rows([])
