@@ -71,3 +71,45 @@ def test_run_from_rows_gives_back_devices_and_events(tmp_path):
     _same(shards.run_from_rows(rows, root=tmp_path), run)
     with pytest.raises(IndexError):
         shards.run_from_rows([])
+
+
+def test_list_runs_is_one_row_per_run_sorted(tmp_path, make_run):
+    for run_id, workload in (("b-ft", "finetune"), ("a-inf", "inference"), ("c-ft", "finetune")):
+        shards.publish_run(tmp_path, make_run(run_id, workload=workload, n=120))
+    listed = shards.list_runs(tmp_path)
+    assert [r["run_id"] for r in listed] == ["a-inf", "b-ft", "c-ft"]
+    assert [r["workload"] for r in listed] == ["inference", "finetune", "finetune"]
+    assert shards.list_runs(tmp_path / "empty") == []
+
+
+def test_repair_removes_dead_writers_temp_files_and_rows_without_a_trace(tmp_path, make_run):
+    from filelock import FileLock
+
+    from llm_powertrace_ds import layout
+
+    for run_id in ("keep", "orphan", "busy"):
+        shards.publish_run(tmp_path, make_run(run_id, n=120))
+    data = layout.data_root(tmp_path)
+    dead = data / "finetune_runs" / "l40s" / ".x.arrow.999999999.tmp"  # no such process
+    dead.write_bytes(b"half")
+    alive = data / "finetune_runs" / "l40s" / f".y.arrow.{__import__('os').getpid()}.tmp"
+    alive.write_bytes(b"writing")
+    files = {rid: shards.existing_run_files(tmp_path, rid) for rid in ("orphan", "busy")}
+    for rid in ("orphan", "busy"):
+        for p in files[rid]:
+            if p.relative_to(data).parts[0] == "finetune":
+                p.unlink()  # the trace is gone: the runs row is an orphan
+    with FileLock(str(layout.lock_path(tmp_path, "busy"))):  # being published now
+        removed = shards.repair_folder(tmp_path)
+    orphan_rows = [p.relative_to(tmp_path).as_posix()
+                   for p in files["orphan"] if p.relative_to(data).parts[0] != "finetune"]
+    assert orphan_rows and sorted(removed) == sorted([dead.relative_to(tmp_path).as_posix()]
+                                                     + orphan_rows)
+    assert not dead.exists() and alive.exists()
+    assert shards.existing_run_files(tmp_path, "orphan") == []
+    assert shards.existing_run_files(tmp_path, "busy")  # its lock is held: left alone
+    assert [r["run_id"] for r in shards.list_runs(tmp_path)] == ["busy", "keep"]
+    busy_rows = [p.relative_to(tmp_path).as_posix()
+                 for p in files["busy"] if p.relative_to(data).parts[0] != "finetune"]
+    assert sorted(shards.repair_folder(tmp_path)) == sorted(busy_rows)  # the lock is free now
+    assert [r["run_id"] for r in shards.list_runs(tmp_path)] == ["keep"]
