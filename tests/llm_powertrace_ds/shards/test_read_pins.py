@@ -113,3 +113,50 @@ def test_repair_removes_dead_writers_temp_files_and_rows_without_a_trace(tmp_pat
                  for p in files["busy"] if p.relative_to(data).parts[0] != "finetune"]
     assert sorted(shards.repair_folder(tmp_path)) == sorted(busy_rows)  # the lock is free now
     assert [r["run_id"] for r in shards.list_runs(tmp_path)] == ["keep"]
+
+
+def test_the_configs_block_keeps_the_rest_of_the_card_as_written(tmp_path, make_run):
+    from llm_powertrace_ds.shards.publish import CARD_PENDING
+
+    fresh = tmp_path / "fresh"
+    shards.publish_run(fresh, make_run("r0", n=120))
+    text = (fresh / "README.md").read_text(encoding="utf-8")
+    assert text.startswith("---\nconfigs:\n- config_name: finetune\n")
+    assert text.endswith("\n---\n\n" + CARD_PENDING + "\n")  # an empty body gets the notice
+    readme = tmp_path / "README.md"
+    long = "a long description " * 8  # wider than YAML's default 80 columns
+    readme.write_text("---\nlicense: cc-by-4.0\npretty_name: Énergie — traces\ndescription: "
+                      f"{long.strip()}\n---\n\n# My card\n", encoding="utf-8")
+    shards.publish_run(tmp_path, make_run("r1", n=120))
+    text = readme.read_text(encoding="utf-8")
+    assert text.startswith("---\nlicense: cc-by-4.0\npretty_name: Énergie — traces\n"
+                           f"description: {long.strip()}\nconfigs:\n")  # order, unicode, width
+    assert text.endswith("\n---\n\n# My card\n") and "\n\n---\n" not in text
+
+
+def test_prepare_run_returns_its_metrics_and_writes_requests_for_inference_only(tmp_path,
+                                                                                 make_run):
+    from llm_powertrace_ds import layout, metrics
+    from llm_powertrace_ds.shards.publish import prepare_run
+
+    run = make_run("ft-req", n=120, with_requests=True)
+    prepared = prepare_run(tmp_path, run)
+    assert layout.requests_path(tmp_path, "l40s", "ft-req") not in prepared.files
+    fresh = metrics.compute_run_metrics(make_run("ft-req", n=120, with_requests=True))
+    assert prepared.metrics["energy_j"] == pytest.approx(fresh["energy_j"])
+    inf = prepare_run(tmp_path, make_run("inf-req", workload="inference", n=120,
+                                         with_requests=True))
+    assert layout.requests_path(tmp_path, "l40s", "inf-req") in inf.files
+
+
+def test_a_packed_destination_is_refused_with_its_reason(tmp_path, make_run):
+    from llm_powertrace_ds.errors import ShardError
+
+    shards.publish_run(tmp_path, make_run("r1", n=120))
+    folder = tmp_path / "data" / "finetune_runs" / "l40s"
+    (folder / "l40s-00000-of-00001.arrow").write_bytes(b"")
+    with pytest.raises(ShardError) as err:
+        shards.publish_run(tmp_path, make_run("r2", n=120))
+    assert str(err.value) == ("'data/finetune_runs/l40s' holds packed shards: a packed folder is "
+                              "for reading and publishing; add runs to the unpacked folder and "
+                              "pack again")
