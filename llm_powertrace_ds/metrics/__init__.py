@@ -195,6 +195,8 @@ def _compute(run: Run, grid_ms: int) -> dict[str, Any]:
     _group_energy(run, devs, out, ev)
     al = None
     reason = None
+    own: tuple[str, ...] = ENERGY_NAMES + GAP_NAMES + ("duration_s", "mean_power_w",
+                                                       "limit_utilisation")
     if not run.devices:
         reason = "the run has no devices"
     elif any(d is None or len(d.t_ms) < 2 for d in devs):
@@ -203,15 +205,12 @@ def _compute(run: Run, grid_ms: int) -> dict[str, Any]:
         al = align([d for d in devs if d is not None], grid_ms)
         if al is None:
             reason = "devices share no common span"
+            # the seed authors' aggregates need no common span (each device's last reading
+            # carried forward): their group sets them, so they get no note here
+            own += SEED_RAMP_NAMES
     cap = _capacity_w(run) if run.devices else None
     if al is None and reason:
-        shape = [n for n in METRIC_NAMES if n not in ENERGY_NAMES + GAP_NAMES
-                 + ("duration_s", "mean_power_w", "limit_utilisation")]
-        if run.devices and all(d is not None and len(d.t_ms) >= 2 for d in devs):
-            # devices that share no span still have the seed authors' aggregates (each
-            # device's last reading carried forward): their group sets them, so no note here
-            shape = [n for n in shape if n not in SEED_RAMP_NAMES]
-        out.null(shape, reason)
+        out.null([n for n in METRIC_NAMES if n not in own], reason)
     seed = _SeedRamps(devs)
     _group_level(run, devs, al, cap, out)
     _group_ramps(al, cap, out)
