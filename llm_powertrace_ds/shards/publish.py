@@ -215,7 +215,8 @@ CARD_PENDING = ("This folder's full dataset card (summaries, figures) has not be
 def split_front_matter(text: str) -> tuple[dict[str, Any], str]:
     """A card's YAML front matter (a mapping) and its Markdown body."""
     if text.startswith("---\n"):
-        end = text.find("\n---\n", 4)
+        # from 3: an empty block ("---\n---\n") closes on the opening line's own newline
+        end = text.find("\n---\n", 3)
         if end != -1:
             meta = yaml.load(text[4:end], Loader=_YAML_LOADER) or {}
             if isinstance(meta, dict):
