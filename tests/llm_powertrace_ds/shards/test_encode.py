@@ -64,6 +64,12 @@ def test_tables_of_runs_equal_datasets_encoding(make_run, monkeypatch):
     {"quality_flags": [[]], "run_id": [None], "num_gpus": [np.int16(2)]},
     {"quality_flags": [[None, "late"]], "power_limit_w": [decimal.Decimal("1.5")]},  # foreign
     {"start_time": [pd.Timestamp("2026-01-02", tz="UTC")]},  # foreign: a pandas subclass
+    # a sweep file's 1 for a flag and "1.5" for a number: converted as Value.encode_example does
+    {"gradient_checkpointing": [1, 0], "tf32": [np.int64(1), None],
+     "power_limit_w": ["1.5", "300"]},
+    # list cells whose first non-null item needs encoding (decides whether every item is)
+    {"quality_flags": [[None, 5], [7], None, [np.array(3)]], "num_gpus": [np.array(2), 1, 2, 3]},
+    {"quality_flags": [None, [], [None, None, 8]], "run_id": [None, 4, "x"]},
 ])
 def test_odd_cells_encode_as_datasets_does(cells):
     _same(encode._table("finetune_runs", dict(cells)), _with_datasets("finetune_runs", cells))
@@ -75,6 +81,16 @@ def test_events_with_missing_keys_and_numpy_values():
         [{"t_ms": 1, "kind": "step", "step": 3, "rank": None, "request_id": None,
           "label": None}, {"t_ms": 2.0, "kind": "step"}],
     ]}
+    _same(encode._table("finetune", rows), _with_datasets("finetune", rows))
+
+
+@pytest.mark.parametrize("events", [
+    [None, [None, {"t_ms": 1, "kind": "stage", "label": 7}], [{"t_ms": 2, "kind": 3}]],
+    [[], [{"t_ms": np.array(4), "kind": "stage", "step": np.float64(2.0)}]],
+    [[{"t_ms": 5, "kind": "stage", "label": "a"}, {"t_ms": 6, "kind": "stage", "label": 9}]],
+])
+def test_event_lists_whose_items_need_encoding(events):
+    rows = {"run_id": ["r"] * len(events), "events": events}
     _same(encode._table("finetune", rows), _with_datasets("finetune", rows))
 
 
