@@ -113,10 +113,16 @@ EQUIVALENT: dict[str, str] = {
 """Surviving mutants judged equivalent, each with a one-line reason (see README, Development)."""
 
 
-def _judge(reason: str, function: str, *numbers: int) -> None:
-    """Record mutants ``<function>__mutmut_<n>`` of the metrics package as equivalent."""
+def _judge(reason: str, function: str, *numbers: int,
+           package: str = "llm_powertrace_ds.metrics") -> None:
+    """Record mutants ``<package>.<function>__mutmut_<n>`` as equivalent (default: metrics)."""
     for n in numbers:
-        EQUIVALENT[f"llm_powertrace_ds.metrics.{function}__mutmut_{n}"] = reason
+        EQUIVALENT[f"{package}.{function}__mutmut_{n}"] = reason
+
+
+def _judge_shards(reason: str, function: str, *numbers: int) -> None:
+    """:func:`_judge` for the shards package."""
+    _judge(reason, function, *numbers, package="llm_powertrace_ds.shards")
 
 
 _FAST = "a fast path's guard: with every mask true the general path gives the same values"
@@ -312,6 +318,73 @@ _judge("rfftfreq starts at 0 Hz: freqs[1] + freqs[0] is the bin width",
        "spectral.x__spectrum_metrics", 30)
 _judge("no bin lies within 1e-9 Hz of a band edge except on it, and 5 Hz is the last bin",
        "spectral.x__spectrum_metrics", 49, 54, 56, 57)
+
+# -- shards ---------------------------------------------------------------------------------
+_S_CAST = ("the schema type is applied afterwards (pa.array's inferred type, or _table's cast "
+           "to the column's type): the same values")
+_S_MASKED = "changes only values under the null mask, which no reader sees"
+_S_NO_DEVICE = ("a run without devices (which validate refuses as `empty`): an unreferenced "
+                "value in an empty list column")
+_S_MODE = "pyarrow opens a file for reading by default"
+_S_REASON = ("pyarrow's errors always carry a message: the empty-message fallback is never "
+             "taken")
+_S_COST = ("selects which columns are decoded (cost only): the same rows and columns come out")
+_judge_shards(_S_CAST, "encode.x__signal_array", 3, 5, 17, 19, 24, 26, 55, 57, 70, 72, 111, 114,
+              117, 130, 132)
+_judge_shards("np.ones with a float dtype: the t_ms branch's validity is all true, so only "
+              "valid.all() reads it", "encode.x__signal_array", 12, 14)
+_judge_shards(_STRICT, "encode.x__signal_array", 46, 49, 50)
+_judge_shards("parts is assigned in both branches before it is read", "encode.x__signal_array",
+              6)
+_judge_shards("t_ms through the general branch: rint of int64 milliseconds (< 2^53) gives them "
+              "back", "encode.x__signal_array", 66, 67)
+_judge_shards(_S_NO_DEVICE, "encode.x__signal_array", 77, 79, 80)
+_judge_shards("every device's cell is null: one unreferenced value behind empty offsets, the "
+              "same null cells", "encode.x__signal_array", 86)
+_judge_shards("the mask is computed when the column has no gap too, and passed only if any is "
+              "set: the same array", "encode.x__signal_array", 89, 91, 120)
+_judge_shards(_S_MASKED, "encode.x__signal_array", 98, 99, 101, 102, 108)
+_judge_shards("an all-false validity mask is no mask", "encode.x__signal_array", 133)
+_judge_shards(_STRICT, "encode.x__converted", 10, 13, 14, 15, 17, 18)
+_judge_shards("unreachable: _encode_batch gives every column n cells", "encode.x__converted", 20)
+_judge_shards("rows is never empty (a runs row has its metadata; requests name every column)",
+              "encode.x__table", 5, 6, 17)
+_judge_shards("unreachable: every field not in `extra` is in `full`, so in `converted`",
+              "encode.x__table", 36, 37, 38, 39, 40)
+_judge_shards(_S_MODE, "read.x_file_schema", 4)
+_judge_shards(_S_MODE, "read.x_read_table", 10)
+_judge_shards(_S_MODE, "read.x_iter_file_batches", 11)
+_judge_shards(_S_REASON, "read.x_file_schema", 12, 15, 16)
+_judge_shards(_S_REASON, "read.x_read_table", 18, 21, 22)
+_judge_shards(_S_REASON, "pack.x__stream_files", 5, 8, 9)
+_judge_shards(_S_COST, "read.x_iter_batches", 8, 10)
+_judge_shards(_S_COST, "read.x_count_rows", 3, 5, 6, 7)
+_judge_shards("table.column() is always a ChunkedArray", "read.x__signal_values", 3)
+_judge_shards("zero_copy_only=None is falsy like False", "read.x__signal_values", 7, 13, 16, 20)
+_judge_shards("int32 offsets without nulls convert zero-copy", "read.x__signal_values", 8)
+_judge_shards("float32 values: DeviceSeries converts every signal to float64",
+              "read.x__signal_values", 12)
+_judge_shards("slice(0, None) / (0, 2) / (0,): every row of a run holds the same scalars, and "
+              "the first is taken", "read.x__run_from_slice", 3, 5, 8)
+_judge_shards("DeviceSeries converts t_ms to int64", "read.x__run_from_slice", 19)
+_judge_shards("DeviceSeries converts t_ms to int64", "read.x_run_from_rows", 43, 45)
+_judge_shards("np.array(..., dtype=None) of floats and NaN is float64; DeviceSeries converts "
+              "ints", "read.x_run_from_rows", 17, 19)
+_judge_shards("np.array([None], dtype=float) is NaN", "read.x_run_from_rows", 20)
+_judge_shards("end = 0 compares the first id with itself and continues",
+              "read.x_runs_from_table", 24)
+_judge_shards("'UTF-8' and 'utf-8' name one codec", "publish.x_write_configs_block", 14)
+_judge_shards("sort_keys=None is falsy like False", "publish.x_write_configs_block", 36)
+_judge_shards("PyYAML's default Dumper writes the same YAML for plain dicts, lists and scalars",
+              "publish.x_write_configs_block", 40)
+_judge_shards("no configs line is 1000 characters wide", "publish.x_write_configs_block", 46)
+_judge_shards("a held lock waits 1 s instead of 0 s, then skips the run the same way",
+              "publish.x_repair_folder", 16)
+_judge_shards("max(2, n) for a one-row table is one batch as well", "write.x__write_stream", 18)
+_judge_shards("opened in text mode, the file descriptor is fsynced the same",
+              "write.x__write_tmp", 16)
+_judge_shards("every temporary in `written` was written and fsynced: it exists when removed",
+              "write.x_write_tables_all_or_nothing", 16, 17, 22, 23, 29, 30)
 
 _RESULT_RE = re.compile(r"^\s+(\S+): (.+)$")
 
