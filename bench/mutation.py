@@ -1,7 +1,7 @@
 """Mutation testing of the core modules with mutmut 3: kill rate per module.
 
     python bench/mutation.py [MODULE ...] [--work DIR] [--max-children N] [--markdown]
-                             [--report-only | --rerun]
+                             [--report-only | --rerun [--tests TEST ...]]
 
 For each module (``metrics``, ``importers``, ``validate``, ``scaling``, ``shards``, ``process``,
 ``convert``; all when none is named) it copies the repository's tracked and untracked,
@@ -23,6 +23,7 @@ issue and whenever a core module changes (``make mutation``).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -436,7 +437,11 @@ def _mutmut_run(name: str, folder: Path, max_children: int, mutants: list[str]) 
 
 
 def _prepare(name: str, folder: Path) -> None:
-    """Copy the working tree into ``folder`` and configure mutmut for one target there."""
+    """Copy the working tree into ``folder`` and configure mutmut for one target there.
+
+    The configuration is always the target's own: mutmut resets every cached verdict when the
+    test selection changes (a rerun with ``--tests`` narrows the tests in its own driver).
+    """
     _copy_tree(folder)
     pyproject = folder / "pyproject.toml"
     pyproject.write_text((REPO / "pyproject.toml").read_text(encoding="utf-8")
@@ -457,7 +462,75 @@ def run_module(name: str, work: Path, max_children: int) -> dict[str, str]:
     return verdicts
 
 
-def rerun_module(name: str, work: Path, max_children: int) -> dict[str, str]:
+_NARROW_DRIVER = """\
+import json, os, signal, sys, time
+import pytest
+import llm_powertrace_ds, numpy, pyarrow  # warm: each forked check starts from these
+names, tests = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+timeout_s, out = float(sys.argv[3]), {}
+for name in names:
+    pid = os.fork()
+    if pid == 0:
+        os.environ["MUTANT_UNDER_TEST"] = name  # mutmut's trampolines read it at every call
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        os._exit(int(pytest.main(["-q", "-x", "-p", "no:randomly", "-p", "no:cacheprovider",
+                                  *tests])))
+    deadline = time.monotonic() + timeout_s
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            rc = os.waitstatus_to_exitcode(status)
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            rc = 36  # mutmut's "timeout"
+            break
+        time.sleep(0.02)
+    out[name] = rc
+json.dump(out, open(sys.argv[4], "w"))
+"""
+
+
+def _record(folder: Path, codes: dict[str, int]) -> None:
+    """Write exit codes into mutmut's per-file ``.meta`` verdicts (as ``mutmut run`` does)."""
+    by_file: dict[Path, dict[str, int]] = {}
+    for mutant, code in codes.items():
+        module = mutant.rsplit(".", 1)[0]
+        by_file.setdefault(folder / "mutants" / (module.replace(".", "/") + ".py.meta"),
+                           {})[mutant] = code
+    for meta_path, found in by_file.items():
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        meta["exit_code_by_key"].update(found)
+        meta_path.write_text(json.dumps(meta, indent=4), encoding="utf-8")
+
+
+def _rerun_narrow(name: str, folder: Path, max_children: int, todo: list[str],
+                  tests: tuple[str, ...]) -> None:
+    """Check ``todo`` against ``tests`` only: one forked pytest per mutant, 300 s each."""
+    # one mutmut run regenerates the mutants of changed functions (and checks one mutant)
+    _mutmut_run(name, folder, max_children, todo[:1])
+    fresh = [k for k, v in read_verdicts(folder).items() if v == "not checked"]
+    names = sorted(set(todo[1:]) | set(fresh))
+    scratch = folder / "mutants"
+    (scratch / "_narrow_driver.py").write_text(_NARROW_DRIVER, encoding="utf-8")
+    (scratch / "_narrow_names.json").write_text(json.dumps(names), encoding="utf-8")
+    (scratch / "_narrow_tests.json").write_text(json.dumps(list(tests)), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    subprocess.run([sys.executable, "_narrow_driver.py", "_narrow_names.json",
+                    "_narrow_tests.json", "300", "_narrow_out.json"], cwd=scratch, env=env,
+                   check=True)
+    codes = json.loads((scratch / "_narrow_out.json").read_text(encoding="utf-8"))
+    # pytest: 1 tests failed, 3 internal error (both kills for mutmut); 0 passed: the verdict
+    # stays "survived" (a fresh mutant met only these tests: a lower bound)
+    _record(folder, {k: (1 if rc in (1, 3) else 36 if rc == 36 else 0)
+                     for k, rc in codes.items()})
+
+
+def rerun_module(name: str, work: Path, max_children: int,
+                 tests: tuple[str, ...] = ()) -> dict[str, str]:
     """Run again, with the current tree, the mutants the last run in ``work/<name>`` left.
 
     Those are the mutants not killed (survived, no tests, timeout, suspicious), plus every
@@ -466,6 +539,11 @@ def rerun_module(name: str, work: Path, max_children: int) -> dict[str, str]:
     the new tests and collects their coverage. A mutant killed before stays killed as long as
     tests were only added, so this gives a fresh run's numbers in a fraction of its time;
     after a test was changed or removed, run afresh.
+
+    With ``tests`` (the test files added or extended since the last run), only those run
+    against the mutants left: a mutant the other, unchanged tests let survive is killed exactly
+    when one of these fails, at a fraction of the cost on a loaded machine. Mutants of changed
+    functions then also meet only these tests, so their verdicts are a lower bound.
     """
     folder = work / name
     if not (folder / "mutants").is_dir():
@@ -477,6 +555,11 @@ def rerun_module(name: str, work: Path, max_children: int) -> dict[str, str]:
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     todo = sorted(k for k, v in before.items() if v not in ("killed", "caught by type check"))
     started = time.monotonic()
+    if tests:
+        _rerun_narrow(name, folder, max_children, todo, tests)
+        print(f"{name}: {len(todo)} mutants checked against {len(tests)} test files in "
+              f"{time.monotonic() - started:.0f} s", file=sys.stderr)
+        return read_verdicts(folder)
     _mutmut_run(name, folder, max_children, todo)
     fresh = sorted(k for k, v in read_verdicts(folder).items() if v == "not checked")
     if fresh:  # mutants of changed functions, regenerated by the run above
@@ -516,16 +599,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rerun", action="store_true",
                         help="run again only the mutants the last run in --work did not kill, "
                              "with the current tests (after adding tests)")
+    parser.add_argument("--tests", nargs="+", default=(), metavar="TEST",
+                        help="with --rerun: run only these (new or extended) test files")
     args = parser.parse_args(argv)
     unknown = [m for m in args.modules if m not in TARGETS]
     if unknown:
         parser.error(f"unknown module {unknown[0]!r}: one of {', '.join(TARGETS)}")
+    if args.tests and not args.rerun:
+        parser.error("--tests needs --rerun (a first run uses each module's whole selection)")
     names = args.modules or list(TARGETS)
     if args.report_only:
         names = [n for n in names if (args.work / n / "mutants").is_dir()]
         rows = [summarise(n, read_verdicts(args.work / n)) for n in names]
     elif args.rerun:
-        rows = [summarise(n, rerun_module(n, args.work, args.max_children)) for n in names]
+        rows = [summarise(n, rerun_module(n, args.work, args.max_children, tuple(args.tests)))
+                for n in names]
     else:
         rows = [summarise(n, run_module(n, args.work, args.max_children)) for n in names]
     head = ("module", "mutants", "killed", "survived", "equivalent", "other", "kill rate")

@@ -122,10 +122,13 @@ def summary_runs(task_dir: str | Path) -> list[tuple[Run, dict[str, Any]]]:
             if data[key] != expected:
                 raise InputError(f"value {data[key]!r} differs from the file name's {expected}",
                                  file=path, field=key)
-        model = str(data["Model"])
+        for key in ("Model", "GPU"):  # names, never a number or null read as one
+            if not isinstance(data[key], str) or not data[key].strip():
+                raise InputError(f"value {data[key]!r} is not a name", file=path, field=key)
+        model = data["Model"]
         if model not in params:
             raise InputError(f"value {model!r} is not in models.json", file=path, field="Model")
-        info = schema.platform_from_name(str(data["GPU"]))
+        info = schema.platform_from_name(data["GPU"])
         energy_req = _positive(data, "Energy/req (J)", path)
         out_tokens = _positive(data, "Avg Output Tokens", path)
         tput = _positive(data, "Token tput (tok/s)", path)
@@ -138,7 +141,7 @@ def summary_runs(task_dir: str | Path) -> list[tuple[Run, dict[str, Any]]]:
             "batch_size": b, "task": task, "serving_engine": "vllm", "batching": "continuous",
             "model_name": model.split("/")[-1], "model_label": model, "model_source": "import",
             "model_family": family_from_name(model), "model_params": int(round(params[model])),
-            "gpu_name": str(data["GPU"]), "tokens_per_s": tput,
+            "gpu_name": data["GPU"], "tokens_per_s": tput,
             "schema_version": schema.SCHEMA_VERSION,
         }
         sources = ["model_params: ML.ENERGY models.json (params, billions)"]
