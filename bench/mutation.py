@@ -387,6 +387,38 @@ _judge_shards("opened in text mode, the file descriptor is fsynced the same",
 _judge_shards("every temporary in `written` was written and fsynced: it exists when removed",
               "write.x_write_tables_all_or_nothing", 16, 17, 22, 23, 29, 30)
 
+# -- importers (judged by the helpers' per-mutant checks against the test files, read back) --
+_I = "llm_powertrace_ds.importers."
+_I_CODEC = "'UTF-8' and 'utf-8' name one codec (codec lookup is case-insensitive)"
+_I_FALSY = "None is falsy like False, the only way the flag is read"
+_I_MAX = ("max(..., default=…) over a published run's devices: a publishable run has a device "
+          "with samples, so the default is never used")
+EQUIVALENT.update({
+    _I + "requests.x_attach_requests__mutmut_57": _I_MAX,
+    _I + "requests.x_attach_requests__mutmut_59": _I_MAX,
+    _I + "requests.x_attach_requests__mutmut_63": _I_MAX,
+    _I + "requests.x_attach_requests__mutmut_66": "the rows' run_id is overwritten by "
+    "requests_table when publishing and read by nothing else",
+    _I + "requests.x_attach_requests__mutmut_67": "the rows' platform is overwritten by "
+    "requests_table when publishing and read by nothing else",
+    _I + "requests.x_attach_requests__mutmut_99": _I_FALSY,
+    _I + "requests_common.x_to_run_clock__mutmut_72": "line=None is the keyword's default",
+    _I + "requests_csv.x_read_csv_requests__mutmut_9": _I_CODEC,
+    _I + "requests_vllm.x_read_json_object__mutmut_5": _I_CODEC,
+    _I + "requests_vllm.x_requests_from_arrays__mutmut_29": _I_FALSY,
+    _I + "requests_vllm.x_requests_from_arrays__mutmut_54": _I_FALSY,
+    _I + "requests_vllm.x_requests_from_arrays__mutmut_68": _I_FALSY,
+    _I + "requests_vllm.x_requests_from_arrays__mutmut_82": _I_FALSY,
+    _I + "requests_vllm.x_requests_from_arrays__mutmut_91": "both arrays come from required "
+    "columns (a list or an error), so neither assert can fail either way",
+    _I + "requests_sglang.x_read_sglang_requests__mutmut_6": _I_CODEC,
+    _I + "requests_sglang_log.x_read_print_requests_log__mutmut_2": _I_FALSY,
+    _I + "requests_sglang_log.x_read_print_requests_log__mutmut_13": _I_FALSY,
+    _I + "mlenergy_v2.x__positive__mutmut_8": 'float("NAN") is float("nan")',
+    _I + "mlenergy_v2.x__read_json__mutmut_4": _I_CODEC,
+    _I + "publish.x_import_stream__mutmut_26": _I_FALSY,
+})
+
 _RESULT_RE = re.compile(r"^\s+(\S+): (.+)$")
 
 
@@ -490,6 +522,7 @@ for name in names:
             break
         time.sleep(0.02)
     out[name] = rc
+    print(f"{len(out)}/{len(names)} {name}: exit {rc}", file=sys.stderr, flush=True)
 json.dump(out, open(sys.argv[4], "w"))
 """
 
