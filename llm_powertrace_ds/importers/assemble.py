@@ -153,7 +153,8 @@ def finish_meta(devices: list[DeviceData], meta: dict[str, Any], *, platform: st
 
 
 def assemble_run(devices: list[DeviceData], meta: dict[str, Any], *, file: Path,
-                 flags: Sequence[str] = (), events: Sequence[tuple[int, Event]] = ()) -> Run:
+                 flags: Sequence[str] = (), events: Sequence[tuple[int, Event]] = (),
+                 fields: Mapping[str, str] | None = None) -> Run:
     """Put devices on the run clock and build the checked :class:`Run`.
 
     ``t0`` is the earliest timestamp of any device; ``t_ms = ts - t0``; ``start_time`` is ``t0``
@@ -165,9 +166,10 @@ def assemble_run(devices: list[DeviceData], meta: dict[str, Any], *, file: Path,
         file: the source file, for errors.
         flags: quality flags to add.
         events: ``(utc_ms, event)`` pairs; the event's ``t_ms`` is set on the run clock.
+        fields: signal name -> the file's column, so that a range error names the column.
     """
     checks.check_import(devices, meta, file=file, lines=[d.lines for d in devices],
-                        labels=[("label", e.label) for _, e in events])
+                        fields=fields, labels=[("label", e.label) for _, e in events])
     t0 = min(int(d.ts_ms[0]) for d in devices)
     meta = dict(meta)
     meta["start_time"] = dt.datetime.fromtimestamp(t0 / _MS_PER_S, tz=dt.timezone.utc)

@@ -193,7 +193,8 @@ def import_dcgm(path: str | Path, *, workload: str, meta_path: str | Path | None
     meta["power_field"] = "power_usage"
     meta["sample_period_ms"] = period_ms
     flags = finish_meta(devices, meta, platform=platform, num_gpus=num_gpus, file=path)
-    run = assemble_run(devices, meta, file=path, flags=flags)
+    run = assemble_run(devices, meta, file=path, flags=flags,
+                       fields={col: tag for tag, (col, _) in FIELDS.items()})
     if start is None:
         run.meta["start_time"] = None
     else:

@@ -430,4 +430,9 @@ def import_nvidia_smi(path: str | Path, *, workload: str, meta_path: str | Path 
     all_flags = common.finish_meta(devices, meta, platform=platform, num_gpus=num_gpus,
                                    file=path)
     log.info("%s: zone-less timestamps read as %s", path, zone)
-    return common.assemble_run(devices, meta, file=path, flags=all_flags)
+    # a range error names the log's column: the power query chosen, and each signal read from
+    # one query only (the clocks have two spellings; the table does not keep which was read)
+    targets = list(SIGNAL_FIELDS.values())
+    fields = {sig: q for q, sig in SIGNAL_FIELDS.items() if targets.count(sig) == 1}
+    fields["power_w"] = power_key.split(":", 1)[1]
+    return common.assemble_run(devices, meta, file=path, flags=all_flags, fields=fields)

@@ -331,4 +331,5 @@ def import_powertrace_csv(path: str | Path, *, workload: str,
     all_flags = common.finish_meta(devices, meta, platform=platform, num_gpus=num_gpus,
                                    file=path)
     return common.assemble_run(devices, meta, file=path, flags=all_flags,
-                               events=stage_events(table, factors))
+                               events=stage_events(table, factors),
+                               fields={sig: col for col, sig in SIGNALS.items()})
