@@ -70,6 +70,9 @@ def test_tables_of_runs_equal_datasets_encoding(make_run, monkeypatch):
     # list cells whose first non-null item needs encoding (decides whether every item is)
     {"quality_flags": [[None, 5], [7], None, [np.array(3)]], "num_gpus": [np.array(2), 1, 2, 3]},
     {"quality_flags": [None, [], [None, None, 8]], "run_id": [None, 4, "x"]},
+    # the first non-null item decides, not the last: [5, "a"] is encoded item by item
+    {"quality_flags": [[5, "a"], None], "repeat": [np.int16(1), 2.0]},
+    {"quality_flags": [[[], "x"]], "repeat": [np.array(1)]},
 ])
 def test_odd_cells_encode_as_datasets_does(cells):
     _same(encode._table("finetune_runs", dict(cells)), _with_datasets("finetune_runs", cells))
@@ -88,6 +91,9 @@ def test_events_with_missing_keys_and_numpy_values():
     [None, [None, {"t_ms": 1, "kind": "stage", "label": 7}], [{"t_ms": 2, "kind": 3}]],
     [[], [{"t_ms": np.array(4), "kind": "stage", "step": np.float64(2.0)}]],
     [[{"t_ms": 5, "kind": "stage", "label": "a"}, {"t_ms": 6, "kind": "stage", "label": 9}]],
+    [[{"t_ms": 1, "kind": "stage", "label": 7},
+      {"t_ms": 2, "kind": "stage", "step": None, "rank": None, "request_id": None,
+       "label": "ok"}]],
 ])
 def test_event_lists_whose_items_need_encoding(events):
     rows = {"run_id": ["r"] * len(events), "events": events}

@@ -21,7 +21,7 @@ from filelock import FileLock
 from llm_powertrace_ds import atomic, layout, schema, shards
 from llm_powertrace_ds.errors import InputError, LockTimeout, ShardError
 from llm_powertrace_ds.run import DeviceSeries, Run
-from llm_powertrace_ds.shards import publish, write
+from llm_powertrace_ds.shards import publish, read, write
 from llm_powertrace_ds.staging import Staging
 from llm_powertrace_ds.validate import validate_run
 
@@ -267,6 +267,13 @@ def test_pack_leaves_hidden_files_and_an_empty_folder_behind(tmp_path, make_run)
     empty.mkdir()
     shards.pack(empty, tmp_path / "out2")
     assert not any((tmp_path / "out2").iterdir())  # no card for nothing
+    # a folder holding only a hidden file is no folder to pack
+    only_hidden = tmp_path / "hidden-only"
+    shards.publish_run(only_hidden, make_run("hid2"), refresh_card=False)
+    extra = layout.data_root(only_hidden) / "finetune" / "l40s" / "qwen"
+    extra.mkdir(parents=True)
+    (extra / ".stale.arrow").write_bytes(trace.read_bytes())
+    assert "data/finetune/l40s/qwen" not in shards.pack(only_hidden, tmp_path / "out3").rows
 
 
 def test_pack_names_a_file_it_cannot_read_and_a_count_that_differs(tmp_path, monkeypatch,
@@ -277,10 +284,13 @@ def test_pack_names_a_file_it_cannot_read_and_a_count_that_differs(tmp_path, mon
     second = layout.trace_path(src, "finetune", "l40s", "llama", "b")
     data = second.read_bytes()
     second.write_bytes(data[: len(data) // 2])
+    try:
+        list(read.iter_file_batches(second))
+    except (OSError, pa.ArrowInvalid) as exc:
+        reason = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
     with pytest.raises(ShardError) as exc:
         shards.pack(src, tmp_path / "out")
-    assert str(exc.value).startswith(f"Failed to read '{second}': ")
-    assert str(exc.value).count("\n") == 0 and not str(exc.value).endswith(": ")
+    assert str(exc.value) == f"Failed to read '{second}': {reason}"
     second.write_bytes(data)
     monkeypatch.setattr(pack_mod, "count_rows", lambda path: 1)
     with pytest.raises(ShardError) as exc:
