@@ -384,6 +384,16 @@ _judge_shards("a held lock waits 1 s instead of 0 s, then skips the run the same
 _judge_shards("max(2, n) for a one-row table is one batch as well", "write.x__write_stream", 18)
 _judge_shards("opened in text mode, the file descriptor is fsynced the same",
               "write.x__write_tmp", 16)
+_S_PORT = ("the port's copy decision only: every cell is converted again (_encode_value, or "
+           "pyarrow with the column's type), or the table falls back to datasets' own "
+           "encode_batch (_Foreign): the same bytes (test_encode compares them on odd cells)")
+_judge_shards(_S_PORT, "encode.x__cast", 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 14, 17, 18, 19, 20, 21,
+              24, 25, 27, 31, 32, 33, 34)
+_judge_shards(_S_PORT, "encode.x__encode", 19, 23, 24)
+_judge_shards(_S_PORT, "encode.x__first_non_null", 4, 7, 8, 9, 10, 11, 14, 16)
+_judge_shards("Path.rglob of a missing folder yields nothing", "pack.x__pack_into", 8)
+_judge_shards("the text starts with '---\\n': '\\n---\\n' cannot start before index 3",
+              "publish.x_split_front_matter", 5, 7)
 _judge_shards("every temporary in `written` was written and fsynced: it exists when removed",
               "write.x_write_tables_all_or_nothing", 16, 17, 22, 23, 29, 30)
 
