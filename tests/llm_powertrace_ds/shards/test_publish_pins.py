@@ -11,6 +11,8 @@ from __future__ import annotations
 import errno
 import importlib
 import json
+import locale
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -296,3 +298,20 @@ def test_pack_names_a_file_it_cannot_read_and_a_count_that_differs(tmp_path, mon
     with pytest.raises(ShardError) as exc:
         shards.pack(src, tmp_path / "out3")
     assert str(exc.value) == "pack lost rows in 'data/finetune/l40s/llama': 4 in, 1 out"
+
+
+def test_the_card_is_read_as_utf8_whatever_the_locale(tmp_path, make_run):
+    if sys.flags.utf8_mode:
+        pytest.skip("Python's UTF-8 mode reads every file as UTF-8")
+    shards.publish_run(tmp_path, make_run("loc"), refresh_card=False)
+    (tmp_path / "README.md").write_text("---\npretty_name: Grüße ☃\n---\nBody — ü\n",
+                                        encoding="utf-8")
+    saved = locale.setlocale(locale.LC_CTYPE)
+    try:
+        locale.setlocale(locale.LC_CTYPE, "C")  # an ASCII locale
+        publish.write_configs_block(tmp_path)
+    finally:
+        locale.setlocale(locale.LC_CTYPE, saved)
+    meta, body = publish.split_front_matter((tmp_path / "README.md").read_text(encoding="utf-8"))
+    assert meta["pretty_name"] == "Grüße ☃" and body == "Body — ü\n"
+    assert [c["config_name"] for c in meta["configs"]][:1] == ["finetune"]
