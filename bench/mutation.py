@@ -429,6 +429,47 @@ EQUIVALENT.update({
     _I + "publish.x_import_stream__mutmut_26": _I_FALSY,
 })
 
+# powertrace_csv and meta_files (helper D's per-mutant driver)
+EQUIVALENT.update({
+    _I + 'powertrace_csv.x__scaled__mutmut_6': 'float("NAN") is the same NaN as float("nan") (Python parses the token case-insensitively)',
+    _I + 'powertrace_csv.x_build_devices__mutmut_40': 'keys=None only forces the stable-sort split, which yields the same devices/rows/lines as the round-robin fast path (speed only; see test_round_robin_split_equals_the_stable_sort)',
+    _I + 'powertrace_csv.x_build_devices__mutmut_47': 'small=None sorts the float gpu ids instead of int16 keys: the same stable order (speed only)',
+    _I + 'powertrace_csv.x_build_devices__mutmut_49': 'gpu.max() < 2*15 only moves the int16/float switch down to 30; both stable sorts give the same order for ids < 30 (speed only)',
+    _I + 'powertrace_csv.x_build_devices__mutmut_57': "'small and False' always sorts the float ids: the same stable order (speed only)",
+    _I + 'powertrace_csv.x_build_devices__mutmut_59': 'gpu.astype(None) is float64: the same stable order as the int16 keys (speed only)',
+    _I + 'powertrace_csv.x_build_devices__mutmut_61': 'np.argsort accepts kind="STABLE" (case-insensitive): the same sort',
+    _I + 'powertrace_csv.x_stage_events__mutmut_15': 'np.argsort accepts kind="STABLE" (case-insensitive): the same sort',
+    _I + 'powertrace_csv.x_build_devices__mutmut_79': 'zip(bounds[:-1], bounds[1:]) always has equal lengths: strict=None changes nothing',
+    _I + 'powertrace_csv.x_build_devices__mutmut_82': 'zip(bounds[:-1], bounds[1:]) always has equal lengths: dropping strict changes nothing',
+    _I + 'powertrace_csv.x_build_devices__mutmut_86': 'zip(bounds[:-1], bounds[1:]) always has equal lengths: strict=False changes nothing',
+    _I + 'powertrace_csv.x_build_devices__mutmut_91': "keys are 'signal:<name>' and no SIGNALS target holds ':': split(':') gives the same [1]",
+    _I + 'powertrace_csv.x_build_devices__mutmut_92': "keys are 'signal:<name>' and no SIGNALS target holds ':': rsplit gives the same [1]",
+    _I + 'powertrace_csv.x_build_devices__mutmut_94': "keys are 'signal:<name>' and no SIGNALS target holds ':': split(':', 2) gives the same [1]",
+    _I + 'powertrace_csv.x_csv_run_id__mutmut_17': 'Factorizer codes the first non-null run id 0, so first==0 and (codes>0)&(codes!=0) == (codes>=0)&(codes!=0)',
+    _I + 'powertrace_csv.x_csv_run_id__mutmut_18': 'Factorizer codes the first non-null run id 0, so first==0 and (codes>=1)&(codes!=0) == (codes>=0)&(codes!=0)',
+    _I + 'powertrace_csv.x_map_meta__mutmut_102': 'run_id is in schema.RUN_LEVEL_FIELDS of every workload, so \'or k == "run_id"\' is redundant',
+    _I + 'powertrace_csv.x_map_meta__mutmut_103': 'run_id is in schema.RUN_LEVEL_FIELDS of every workload, so \'or k == "run_id"\' is redundant',
+    _I + 'powertrace_csv.x_map_meta__mutmut_84': 'run_id is in schema.RUN_LEVEL_FIELDS of every workload, so \'and k != "run_id"\' is redundant',
+    _I + 'powertrace_csv.x_map_meta__mutmut_85': 'run_id is in schema.RUN_LEVEL_FIELDS of every workload, so \'and k != "run_id"\' is redundant',
+    _I + 'powertrace_csv.x_parse_parallelism__mutmut_39': "tp >= 1 with dp == pp == 1 differs from tp > 1 only at tp == 1, which the 'single' branch already took",
+    _I + 'powertrace_csv.x_stage_events__mutmut_34': 'Event t_ms is a placeholder: assemble_run (the only consumer) sets it from the utc ms before use',
+    _I + 'powertrace_csv.x_stage_events__mutmut_40': 'Event t_ms is a placeholder: assemble_run (the only consumer) sets it from the utc ms before use',
+    _I + 'powertrace_csv.x_stage_events__mutmut_46': 'zip(labelled[change], seq[change]) always has equal lengths: strict=None changes nothing',
+    _I + 'powertrace_csv.x_stage_events__mutmut_49': 'zip(labelled[change], seq[change]) always has equal lengths: dropping strict changes nothing',
+    _I + 'powertrace_csv.x_stage_events__mutmut_50': 'zip(labelled[change], seq[change]) always has equal lengths: strict=False changes nothing',
+    _I + 'powertrace_csv.x_read_trace__mutmut_3': 'ArrowCsvReader only tests cut_last == "drop"; any other value (None) is the same as "error"',
+    _I + 'powertrace_csv.x_read_trace__mutmut_6': 'ArrowCsvReader only tests cut_last == "drop"; any other value ("XXerrorXX") is the same as "error"',
+    _I + 'powertrace_csv.x_read_trace__mutmut_7': 'ArrowCsvReader only tests cut_last == "drop"; any other value ("ERROR") is the same as "error"',
+    _I + 'powertrace_csv.x__round_robin__mutmut_9': 'a head of 1026 vs 1025 only lets a strictly rising cycle of exactly 1026 GPUs take the fast path, which splits rows exactly as the stable sort does',
+    _I + 'powertrace_csv.x__round_robin__mutmut_36': 'numpy treats reshape(-2, k) like reshape(-1, k) (any negative size is the unknown dimension)',
+    _I + 'meta_files.x__check_yaml_size__mutmut_3': 'with node None the stack holds [None]: one count and no children, never near the limit, so nothing changes',
+    _I + 'meta_files.x_file_sha256__mutmut_13': 'fh.read(None) reads the rest of the file in one block: the same digest (memory only)',
+    _I + 'meta_files.x_file_sha256__mutmut_15': 'a 2 MiB block instead of 1 MiB: the same digest',
+    _I + 'meta_files.x_file_sha256__mutmut_16': 'a 2 MiB block instead of 1 MiB: the same digest',
+    _I + 'meta_files.x_read_structured__mutmut_6': '"UTF-8-SIG" names the same codec as "utf-8-sig" (codec lookup is case-insensitive)',
+    _I + 'meta_files.x_read_structured__mutmut_46': "yaml.compose without Loader uses yaml.Loader, whose composer and resolver are SafeLoader's: the same node tree (composing constructs nothing)",
+})
+
 _RESULT_RE = re.compile(r"^\s+(\S+): (.+)$")
 
 
