@@ -547,6 +547,36 @@ EQUIVALENT.update({
     _I + 'nvidia_smi.x_import_nvidia_smi__mutmut_117': "power_key is 'power:<query>' with one colon (the queries have none): split/rsplit/maxsplit variants give the same [1]",
 })
 
+# dcgm (after test_dcgm_malformed.py and test_dcgm_assemble_pins.py)
+_I_LAST = "the last line: nothing follows it, so continue and break agree"
+_I_DT = "the dtype numpy infers (float64, int64) or DeviceSeries' conversion gives the same values"
+EQUIVALENT.update({
+    _I + "dcgm.x__parse__mutmut_100": _I_LAST,
+    _I + "dcgm.x__parse__mutmut_127": _I_LAST,
+    _I + "dcgm.x__parse__mutmut_99": "lineno == len(lines) only for a non-empty last line, so "
+    "the text does not end in a newline: not endswith(anything ending in one) holds too",
+    _I + "dcgm.x__parse__mutmut_126": "lineno == len(lines) only for a non-empty last line, so "
+    "the text does not end in a newline: not endswith(anything ending in one) holds too",
+    _I + "dcgm.x__parse__mutmut_137": "cells and tags have one length (checked just before)",
+    _I + "dcgm.x__parse__mutmut_140": "cells and tags have one length (checked just before)",
+    _I + "dcgm.x__parse__mutmut_141": "cells and tags have one length (checked just before)",
+    _I + "dcgm.x__parse__mutmut_143": "a float64 array reads None as NaN",
+    _I + "dcgm.x__parse__mutmut_4": _I_CODEC,
+    _I + "dcgm.x_import_dcgm__mutmut_103": _I_DT,
+    _I + "dcgm.x_import_dcgm__mutmut_107": _I_DT,
+    _I + "dcgm.x_import_dcgm__mutmut_109": _I_DT,
+    _I + "dcgm.x_import_dcgm__mutmut_70": _I_DT,
+    _I + "dcgm.x_import_dcgm__mutmut_72": _I_DT,
+    _I + "dcgm.x_import_dcgm__mutmut_75": _I_DT,
+    _I + "dcgm.x_import_dcgm__mutmut_77": _I_DT,
+    _I + "dcgm.x_import_dcgm__mutmut_158": "assemble_run already set start_time to the first "
+    "tick, which is the given start: the same datetime",
+    _I + "dcgm.x_import_dcgm__mutmut_159": "assemble_run already set start_time to the first "
+    "tick, which is the given start: the same datetime",
+    _I + "dcgm.x_import_dcgm__mutmut_20": "float(None) raises TypeError, caught as NaN: the same "
+    "error",
+})
+
 _RESULT_RE = re.compile(r"^\s+(\S+): (.+)$")
 
 
