@@ -68,6 +68,8 @@ FIELDS: dict[str, tuple[str, str]] = {
     "MMCLK": ("mem_clock_mhz", "MHZ"),
 }
 """dmon short tag -> (column, unit dmon prints)."""
+_TAG_OF = {col: tag for tag, (col, _) in FIELDS.items()}
+"""Column -> the dmon tag a range error names."""
 _ENTITY_RE = re.compile(r"^GPU\s+(\d+)\s+(.*)$")
 
 
@@ -193,8 +195,7 @@ def import_dcgm(path: str | Path, *, workload: str, meta_path: str | Path | None
     meta["power_field"] = "power_usage"
     meta["sample_period_ms"] = period_ms
     flags = finish_meta(devices, meta, platform=platform, num_gpus=num_gpus, file=path)
-    run = assemble_run(devices, meta, file=path, flags=flags,
-                       fields={col: tag for tag, (col, _) in FIELDS.items()})
+    run = assemble_run(devices, meta, file=path, flags=flags, fields=_TAG_OF)
     if start is None:
         run.meta["start_time"] = None
     else:

@@ -50,6 +50,10 @@ SIGNAL_FIELDS: dict[str, str] = {
     "memory.used": "mem_used_mib",
     "temperature.gpu": "temp_c",
 }
+_SIGNAL_COLUMNS = {sig: q for q, sig in SIGNAL_FIELDS.items()
+                   if list(SIGNAL_FIELDS.values()).count(sig) == 1}
+"""Signal -> the query a range error names: signals with one spelling only (the clocks have two,
+and the table does not keep which was read)."""
 LIMIT_FIELDS: dict[str, str] = {
     "enforced.power.limit": "power_limit_w",
     "power.limit": "power_limit_w",
@@ -430,9 +434,5 @@ def import_nvidia_smi(path: str | Path, *, workload: str, meta_path: str | Path 
     all_flags = common.finish_meta(devices, meta, platform=platform, num_gpus=num_gpus,
                                    file=path)
     log.info("%s: zone-less timestamps read as %s", path, zone)
-    # a range error names the log's column: the power query chosen, and each signal read from
-    # one query only (the clocks have two spellings; the table does not keep which was read)
-    targets = list(SIGNAL_FIELDS.values())
-    fields = {sig: q for q, sig in SIGNAL_FIELDS.items() if targets.count(sig) == 1}
-    fields["power_w"] = power_key.split(":", 1)[1]
+    fields = {**_SIGNAL_COLUMNS, "power_w": power_key.split(":", 1)[1]}  # the query chosen
     return common.assemble_run(devices, meta, file=path, flags=all_flags, fields=fields)

@@ -42,6 +42,9 @@ SIGNALS: dict[str, str] = {
     "temperature_c": "temp_c",
 }
 
+_COLUMN_OF = {sig: col for col, sig in SIGNALS.items()}
+"""Signal -> their column, which a range error names."""
+
 MODEL_LABELS: dict[str, tuple[str, str]] = {
     "ds7bbase": ("deepseek", "deepseek-llm-7b-base"),
     "ds7bchat": ("deepseek", "deepseek-llm-7b-chat"),
@@ -332,4 +335,4 @@ def import_powertrace_csv(path: str | Path, *, workload: str,
                                    file=path)
     return common.assemble_run(devices, meta, file=path, flags=all_flags,
                                events=stage_events(table, factors),
-                               fields={sig: col for col, sig in SIGNALS.items()})
+                               fields=_COLUMN_OF)
