@@ -577,6 +577,43 @@ EQUIVALENT.update({
     "error",
 })
 
+
+def _judge_process(reason: str, function: str, *numbers: int) -> None:
+    """:func:`_judge` for ``generation/sampler/process.py``."""
+    _judge(reason, function, *numbers, package="generation.sampler.process")
+
+
+_judge_process("basicConfig's stream defaults to sys.stderr (StreamHandler(None) writes there)",
+               "x_child_main", 4, 7)
+_judge_process("CpuProxySource always excludes its own process (the sampler) from what it counts",
+               "x_child_main", 56)
+_judge_process("child_main returns 2 right after printing ERROR: the interpreter flushes stdout "
+               "at exit, before the parent can read EOF", "x_child_main", 78, 80, 81)
+_judge_process('codec names are case-insensitive: "UTF-8" is "utf-8"', "x__tail", 8)
+_judge_process("log.error(lost) without arguments: logging does no %-formatting, the same "
+               "message", "xǁTickLoopǁ_tick", 11)
+_judge_process("_sleep_until returns only once the clock has reached the deadline, so woke >= "
+               "deadline and (woke - deadline) // period is 0 whenever woke == deadline",
+               "xǁTickLoopǁrun", 17, 20)
+_judge_process("a sampler killed by a signal wrote no summary, and read_spool already reports "
+               "that as state 'unfinished' (a summary written just before a SIGKILL is a race "
+               "no test can set up)", "x__replace_state", 5)
+_judge_process("start sets both before it calls _wait_ready: the assert holds either way",
+               "xǁSamplerǁ_wait_ready", 1)
+_judge_process("remaining is the difference of two monotonic float reads: exactly 0.0 has "
+               "measure zero, and select accepts a zero timeout", "xǁSamplerǁ_wait_ready", 9)
+_judge_process("the child exits right after its ERROR line (child_main returns 2) or has "
+               "exited at EOF: the wait returns at once whatever its bound",
+               "xǁSamplerǁ_wait_ready", 33, 34)
+_judge_process("a grace period a second longer (SIGTERM wait 5 -> 6 s, stop's default 10 -> 11 "
+               "s): the same outcome, only later; the suite has no timed tests (README)",
+               "xǁSamplerǁ_kill", 6)
+_judge_process("a grace period a second longer (SIGTERM wait 5 -> 6 s, stop's default 10 -> 11 "
+               "s): the same outcome, only later; the suite has no timed tests (README)",
+               "xǁSamplerǁstop", 1)
+_judge_process("the wait after SIGKILL: a killed process is gone within milliseconds, so its "
+               "bound (5 s, 6 s or none) never matters", "xǁSamplerǁ_kill", 7, 8)
+
 _RESULT_RE = re.compile(r"^\s+(\S+): (.+)$")
 
 

@@ -314,8 +314,9 @@ def test_stop_before_start_is_an_error_with_its_words(tmp_path):
     assert str(info.value) == "the sampler was not started"
 
 
-def test_stop_of_a_frozen_sampler_terminates_then_kills_it(tmp_path):
+def test_stop_of_a_frozen_sampler_terminates_then_kills_it(tmp_path, caplog):
     """A sampler that does not stop in time is terminated, then killed; the summary says so."""
+    caplog.set_level("INFO", logger="generation.sampler.process")
     s = Sampler(CPU, tmp_path).start()
     time.sleep(0.3)
     os.kill(s.pid, signal.SIGSTOP)  # frozen: it cannot read STOP, and SIGTERM stays pending
@@ -328,3 +329,6 @@ def test_stop_of_a_frozen_sampler_terminates_then_kills_it(tmp_path):
     assert not summary.complete
     assert 5.0 <= took < 15.0  # the stop timeout, then 5 s for SIGTERM, then SIGKILL
     assert summary.ticks >= 1  # what was flushed before the freeze is kept
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        "the sampler did not stop within 0 s; terminating it",  # %.0f of 0.3 s
+        f"sampler ended unfinished: the sampler process was killed by signal {signal.SIGKILL}"]
