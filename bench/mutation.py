@@ -611,6 +611,11 @@ _judge_process("a grace period a second longer (SIGTERM wait 5 -> 6 s, stop's de
 _judge_process("a grace period a second longer (SIGTERM wait 5 -> 6 s, stop's default 10 -> 11 "
                "s): the same outcome, only later; the suite has no timed tests (README)",
                "xǁSamplerǁstop", 1)
+_judge_process("atomic_path tests `if fsync:`: None is falsy, no fsync, like False",
+               "x_register_pid", 25)
+_judge_process("when the line is empty (EOF), line[len('ERROR'):].strip() is '' too",
+               "xǁSamplerǁ_wait_ready", 37)
+_judge_process("Popen's close_fds defaults to True", "xǁSamplerǁstart", 77)
 _judge_process("the wait after SIGKILL: a killed process is gone within milliseconds, so its "
                "bound (5 s, 6 s or none) never matters", "xǁSamplerǁ_kill", 7, 8)
 
