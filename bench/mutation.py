@@ -619,6 +619,29 @@ _judge_process("Popen's close_fds defaults to True", "xǁSamplerǁstart", 77)
 _judge_process("the wait after SIGKILL: a killed process is gone within milliseconds, so its "
                "bound (5 s, 6 s or none) never matters", "xǁSamplerǁ_kill", 7, 8)
 
+
+def _judge_scaling(reason: str, function: str, *numbers: int) -> None:
+    """:func:`_judge` for the scaling package (``function`` as ``module.x_name``)."""
+    _judge(reason, function, *numbers, package="llm_powertrace_ds.scaling")
+
+
+_judge_scaling("the default method only has to be neither lora nor qlora: any other string "
+               "gives k = 6", "common.x__flops_factor", 8, 9)
+_judge_scaling("a one-character suffix alone leaves float('') to fail, which returns the text "
+               "as the len > 1 guard does", "common.x_parse_value", 18)
+_judge_scaling("conformal_half_width reads only the refits' point predictions (log_predict): "
+               "their bootstrap count changes nothing but the time", "holdout.x__fit_law",
+               10, 11, 26, 27)
+_judge_scaling("v == the range's edge gives log10(1) = 0, not above 1e-9 either way",
+               "prediction.x_predict", 81, 86)
+_judge_scaling("inside the range log10(lo / v) <= 0, which the 1e-9 threshold drops like 0.0",
+               "prediction.x_predict", 83)
+_judge_scaling("a distance of exactly 1e-9 decades has measure zero", "prediction.x_predict", 88)
+_judge_scaling("only axes with a value > 0 reach the warning, so `or 0` / `or 1` never applies",
+               "prediction.x_predict", 103)
+_judge_scaling("preds holds one entry per test row and actual is built from test: zip over "
+               "one length, strict or not", "holdout.x__report", 16, 29, 30)
+
 _RESULT_RE = re.compile(r"^\s+(\S+): (.+)$")
 
 
