@@ -242,3 +242,80 @@ def test_the_interval_note_says_which_interval_a_law_carries(monkeypatch):
     law = holdout._fit_law("loglinear", rows, target, 0, 0)
     assert law.interval == "in-sample t (too few cross-group residuals for conformal)"
     assert law.notes[-1] == "90 % interval from the in-sample sigma: only 4 cross-group residuals"
+
+
+# -- from the random sample's survivors ------------------------------------------------------------
+
+def test_error_fields_of_load_fit_split_holdout_and_far_predictions(tmp_path, fit_json):
+    bad = tmp_path / "fit.json"
+    bad.write_text("{not json")
+    with pytest.raises(InputError) as exc:
+        scaling.load_fit(bad)
+    assert exc.value.file == str(bad) and exc.value.reason.startswith("cannot read the fit: ")
+    with pytest.raises(InputError) as exc:
+        scaling.split_holdout(_rows(), "nothing")
+    assert exc.value.field == "holdout"
+    with pytest.raises(InputError) as exc:
+        scaling.split_holdout([{"run_id": "a"}], "model_params=top")
+    assert (exc.value.field, exc.value.reason) == ("holdout", "no run has a numeric model_params")
+    hi = fit_json["loglinear"]["axis_stats"]["model_params"][2]
+    with pytest.raises(InputError) as exc:
+        scaling.predict(fit_json, {**SETTING, "model_params": hi * 1e4})
+    assert exc.value.field == "model_params"
+
+
+def test_predict_says_which_measured_settings_it_ignored(fit_json):
+    out = scaling.predict(fit_json, {**SETTING, "duration_s": 60.0})
+    assert out["warnings"] == ["ignored duration_s: measured during a run, not known before it "
+                               "(the laws predict from pre-run settings only)"]
+
+
+def test_physics_features_name_the_missing_axis():
+    for row, field, reason in (({"num_gpus": 1, "tokens": 10}, "model_params",
+                                "the physics law needs model_params (N)"),
+                               ({"model_params": 7e9, "tokens": 10}, "num_gpus",
+                                "the physics law needs num_gpus (G)")):
+        with pytest.raises(common.Unpredictable) as exc:
+            scaling.physics_features(row)
+        assert (exc.value.field, exc.value.reason) == (field, reason)
+
+
+def test_baselines_say_what_they_need_and_pool_ratios_across_platforms():
+    train = [{"platform": "a", "model_params": 1e9, "num_gpus": 2, "tokens": 10.0,
+              "energy_per_token_j": 0.5, "mean_power_w": 600.0, "energy_j": 5.0}]
+    bare = [{"platform": "a"}]
+    assert holdout.baseline_predictions(train, bare, "mean_power_w")["proportional"] == [
+        (None, "needs num_gpus")]
+    assert holdout.baseline_predictions(train, bare, "energy_j")["proportional"] == [
+        (None, "needs model_params and tokens")]
+    other = [{"platform": "b", "model_params": 4e9}]  # no run of its platform: pooled y / x
+    (value, why), = holdout.baseline_predictions(train, other, "energy_per_token_j")[
+        "proportional"]
+    assert why == "" and value == pytest.approx(0.5 / 1e9 * 4e9)
+
+
+def test_loglinear_interval_defaults(fit_json):
+    law = scaling.LogLinearLaw.from_json(fit_json["loglinear"])
+    assert law.interval == fit_json["loglinear"]["interval_method"]
+    data = {k: v for k, v in fit_json["loglinear"].items() if k != "interval_method"}
+    assert scaling.LogLinearLaw.from_json(data).interval == "group-wise conformal"
+    law.q90 = None  # no conformal width: the in-sample 1.645 sigma
+    value, lo, hi = law.predict_rows([SETTING])[0]
+    assert hi / value == pytest.approx(math.exp(1.645 * law.sigma))
+    assert value / lo == pytest.approx(math.exp(1.645 * law.sigma))
+
+
+def test_law_descriptions_are_published_as_written():
+    ll = scaling.fit_loglinear(_rows(), "energy_per_token_j", n_boot=0)
+    assert ll.params_json()["form"] == ("log y = log a_platform + sum beta log x + sum gamma "
+                                        "(log B - c)^2 + sum log factor")
+    ph = scaling.fit_physics(_rows(), "energy_per_token_j", n_boot=0).params_json()
+    assert ph["terms"]["weight_bytes_per_token"] == (
+        "2 N_total / B (16-bit weights streamed once per decode step, shared by B tokens); c in "
+        "J/byte")
+
+
+def test_a_fit_without_a_physics_law_serialises_it_as_null():
+    rows = [{**r, "mean_power_w": 300.0 * r["num_gpus"]} for r in _rows()]
+    result = scaling.fit(rows, target="mean_power_w", n_boot=0)
+    assert result.physics is None and result.to_json()["physics"] is None
