@@ -170,7 +170,8 @@ def test_child_notices_a_new_parent(tmp_path, monkeypatch, capsys, fake_nvml):
     assert code == 0
     summary = _summary(tmp_path)
     assert summary["state"] == "parent_gone"
-    assert summary["message"].endswith("(re-parented)")
+    assert summary["message"] == ("the workload process ended without stopping the sampler "
+                                  "(re-parented)")
 
 
 def test_child_on_sigterm_ends_terminated(tmp_path, monkeypatch, capsys, fake_nvml):
@@ -186,7 +187,9 @@ def test_child_on_sigterm_ends_terminated(tmp_path, monkeypatch, capsys, fake_nv
                                                                              "SIGTERM")
 
 
-def test_child_that_cannot_open_its_source_says_error(tmp_path, monkeypatch, capsys, fake_nvml):
+def test_child_that_cannot_open_its_source_says_error(tmp_path, monkeypatch, capsys, fake_nvml,
+                                                     caplog):
+    caplog.set_level("INFO", logger="generation.sampler.process")
     fake_nvml(init_code=9)  # NVML_ERROR_DRIVER_NOT_LOADED
     code, out = _run_child(tmp_path, monkeypatch, capsys)
     assert code == 2
@@ -194,9 +197,12 @@ def test_child_that_cannot_open_its_source_says_error(tmp_path, monkeypatch, cap
     assert line.startswith("ERROR ") and "NVML" in line
     summary = _summary(tmp_path)
     assert summary["state"] == "error" and summary["message"] == line[len("ERROR "):]
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert errors == [f"could not open the source: {line[len('ERROR '):]}"]
 
 
-def test_child_loop_failure_is_an_error_exit(tmp_path, monkeypatch, capsys, fake_nvml):
+def test_child_loop_failure_is_an_error_exit(tmp_path, monkeypatch, capsys, fake_nvml, caplog):
+    caplog.set_level("INFO", logger="generation.sampler.process")
     fake_nvml([FakeGpu(uuid=UUID0)])
 
     def boom(self):  # noqa: ANN001, ANN202
@@ -208,6 +214,9 @@ def test_child_loop_failure_is_an_error_exit(tmp_path, monkeypatch, capsys, fake
     summary = _summary(tmp_path)
     assert summary["state"] == "error" and summary["message"] == "RuntimeError: disk on fire"
     assert summary["ticks"] == 0
+    (record,) = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert record.getMessage() == "sampler loop failed"
+    assert record.exc_info is not None and str(record.exc_info[1]) == "disk on fire"
 
 
 def test_child_args_need_every_option():

@@ -268,32 +268,6 @@ def test_child_measures_the_registered_ranks_with_cpu_proxy(tmp_path, monkeypatc
     assert _summary(tmp_path)["state"] == "stopped"
 
 
-def test_child_that_cannot_open_its_source_logs_why(tmp_path, monkeypatch, capsys, fake_nvml,
-                                                   caplog):
-    caplog.set_level(logging.INFO, logger=LOGGER)
-    fake_nvml(init_code=9)
-    code, out = _run_child(tmp_path, monkeypatch, capsys)
-    assert code == 2
-    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
-    assert errors == [f"could not open the source: {out[0][len('ERROR '):]}"]
-
-
-def test_child_loop_failure_is_logged_with_its_traceback(tmp_path, monkeypatch, capsys,
-                                                        fake_nvml, caplog):
-    caplog.set_level(logging.INFO, logger=LOGGER)
-    fake_nvml([FakeGpu(uuid=UUID0)])
-
-    def boom(self):  # noqa: ANN001, ANN202
-        raise RuntimeError("disk on fire")
-
-    monkeypatch.setattr(TickLoop, "run", boom)
-    code, _ = _run_child(tmp_path, monkeypatch, capsys)
-    assert code == 1
-    (record,) = [r for r in caplog.records if r.levelname == "ERROR"]
-    assert record.getMessage() == "sampler loop failed"
-    assert record.exc_info is not None and str(record.exc_info[1]) == "disk on fire"
-
-
 def test_child_reports_a_source_that_fails_to_close(tmp_path, monkeypatch, capsys, fake_nvml,
                                                    caplog):
     caplog.set_level(logging.INFO, logger=LOGGER)
@@ -316,16 +290,6 @@ def test_child_reports_a_source_that_fails_to_close(tmp_path, monkeypatch, capsy
     assert code == 0 and _summary(tmp_path)["state"] == "stopped"  # the summary is still written
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert warnings == ["closing the source failed: handle already gone"]
-
-
-def test_child_says_exactly_why_it_stopped_when_re_parented(tmp_path, monkeypatch, capsys,
-                                                           fake_nvml):
-    fake_nvml([FakeGpu(uuid=UUID0)])
-    code, _ = _run_child(tmp_path, monkeypatch, capsys, parent_pid=os.getppid() + 999_999,
-                         after_ready=lambda stdin: None)
-    assert code == 0
-    assert _summary(tmp_path)["message"] == ("the workload process ended without stopping the "
-                                             "sampler (re-parented)")
 
 
 # -- the real sampler process -------------------------------------------------------------------
