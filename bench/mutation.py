@@ -641,6 +641,25 @@ _judge_scaling("only axes with a value > 0 reach the warning, so `or 0` / `or 1`
                "prediction.x_predict", 103)
 _judge_scaling("preds holds one entry per test row and actual is built from test: zip over "
                "one length, strict or not", "holdout.x__report", 16, 29, 30)
+_judge_scaling("test and points are built from one list (points has one entry per test row): "
+               "zip over one length, strict or not", "holdout.x_evaluate_holdout", 105)
+_judge_scaling("a law's axes are the keys of AXES it was fitted on, so AXES.get(axis) never "
+               "falls back to its default", "loglinear.xǁLogLinearLawǁdesign", 38)
+_judge_scaling('codec names are case-insensitive: "UTF-8" is "utf-8"', "result.x_load_fit", 9)
+_judge_scaling("a prediction's lo and hi are both set (laws) or both None (baselines): testing "
+               "either tells the same", "holdout.x__report", 33)
+_judge_scaling("zip over sequences of one length by construction: strict or not, the same pairs",
+               "holdout.x_evaluate_holdout", 52, 109)
+_judge_scaling("zip over sequences of one length by construction: strict or not, the same pairs",
+               "holdout.x_split_holdout", 57)
+_judge_scaling("zip over sequences of one length by construction: strict or not, the same pairs",
+               "intervals.x_conformal_half_width", 31)
+_judge_scaling("every physics feature is positive and every platform has a run, so no column "
+               "norm is 0 (or exactly 1 by chance): the guard never changes scale",
+               "physics.x_fit_physics", 128)
+_judge_scaling("NNLS of strictly positive features against a vector of ones puts a positive "
+               "coefficient in every platform's block, so pred > 0: the guard and its message "
+               "are unreachable", "physics.x_fit_physics", 142, 146)
 
 _RESULT_RE = re.compile(r"^\s+(\S+): (.+)$")
 

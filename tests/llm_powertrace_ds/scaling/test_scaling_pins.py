@@ -17,7 +17,7 @@ import pytest
 
 from llm_powertrace_ds import scaling
 from llm_powertrace_ds.errors import InputError
-from llm_powertrace_ds.scaling import common, holdout, physics
+from llm_powertrace_ds.scaling import common, holdout, intervals, physics
 from llm_powertrace_ds.scaling.common import (
     _conformal_q,
     _exp,
@@ -319,3 +319,273 @@ def test_a_fit_without_a_physics_law_serialises_it_as_null():
     rows = [{**r, "mean_power_w": 300.0 * r["num_gpus"]} for r in _rows()]
     result = scaling.fit(rows, target="mean_power_w", n_boot=0)
     assert result.physics is None and result.to_json()["physics"] is None
+
+
+# -- from the second random sample's survivors -------------------------------------------------------
+
+def _residual_bootstrap_ci(law: physics.PhysicsLaw, rows: list[dict], n_boot: int, seed: int
+                           ) -> np.ndarray:
+    """The documented bootstrap, written out.
+
+    Resample the log residuals of the fitted law with replacement (all n of them), refit with
+    NNLS, take the 2.5th and 97.5th percentiles.
+    """
+    from scipy.optimize import nnls
+
+    k = len(law.terms)
+    x = np.zeros((len(rows), len(law.platforms) * k))
+    for j, r in enumerate(rows):
+        i = law.platforms.index(r["platform"])
+        feats = scaling.physics_features(r)
+        x[j, i * k:(i + 1) * k] = [feats[t] for t in law.terms]
+    y = np.array([r[law.target] for r in rows])
+    pred = x @ law.coef.ravel()
+    resid = np.log(y / pred)
+    scale = np.linalg.norm(x / y[:, None], axis=0)
+    scale[scale == 0] = 1.0
+
+    def solve(values: np.ndarray) -> np.ndarray:
+        return nnls(x / values[:, None] / scale, np.ones(len(values)))[0] / scale
+
+    rng = np.random.default_rng(seed)
+    n = len(rows)
+    boots = np.array([solve(pred * np.exp(resid[rng.integers(0, n, n)])) for _ in range(n_boot)])
+    lo, hi = np.percentile(boots, [2.5, 97.5], axis=0)
+    return np.stack([lo.reshape(law.coef.shape), hi.reshape(law.coef.shape)], axis=2)
+
+
+def test_physics_fit_sigma_target_and_bootstrap_are_the_documented_ones():
+    rows = _rows()
+    law = scaling.fit_physics(rows, "energy_per_token_j", n_boot=40, seed=5)
+    assert law.target == "energy_per_token_j" and law.n == len(rows)
+    resid = np.log([r["energy_per_token_j"] for r in rows]) - law.log_predict(rows)
+    n_coef = len(law.platforms) * len(law.terms)
+    assert law.sigma == pytest.approx(math.sqrt(resid @ resid / (len(rows) - n_coef)), rel=1e-12)
+    assert np.allclose(law.coef_ci, _residual_bootstrap_ci(law, rows, 40, 5), rtol=1e-9)
+    params = law.params_json()["params"]
+    for i, plat in enumerate(law.platforms):
+        for j, term in enumerate(law.terms):
+            assert params[plat][term] == {"value": float(law.coef[i, j]),
+                                          "ci95": [float(v) for v in law.coef_ci[i, j]]}
+    assert sorted(law.params_json()["terms"]) == ["flops_per_token", "gpus",
+                                                 "weight_bytes_per_token"]
+
+
+def test_physics_fit_skips_runs_without_a_positive_target_or_tokens():
+    rows = _rows()
+    law = scaling.fit_physics(rows, "energy_per_token_j", n_boot=0)
+    noisy = [*rows, {**rows[0], "energy_per_token_j": None}, {**rows[1], "energy_per_token_j": 0}]
+    same = scaling.fit_physics(noisy, "energy_per_token_j", n_boot=0)
+    assert same.n == law.n and np.array_equal(same.coef, law.coef)
+    no_tokens = [*rows, {**rows[0], "tokens": None}]
+    assert scaling.fit_physics(no_tokens, "energy_j", n_boot=0).n == len(rows)
+
+
+def test_physics_energy_j_is_energy_per_token_times_tokens():
+    rows = _rows()
+    per_token = scaling.fit_physics(rows, "energy_per_token_j", n_boot=0)
+    total = scaling.fit_physics(rows, "energy_j", n_boot=0)
+    assert total.target == "energy_j"
+    assert np.allclose(total.coef, per_token.coef, rtol=1e-6)
+    row = {**rows[0], "tokens": 1000.0}
+    assert total.log_predict([row])[0] == pytest.approx(
+        math.log(float(total._x(row) @ total.coef.ravel()) * 1000.0))
+    with pytest.raises(common.Unpredictable) as exc:
+        total.log_predict([{**rows[0], "tokens": None}])
+    assert (exc.value.field, exc.value.reason) == (
+        "tokens", "energy_j needs the planned tokens (tokens, or tokens_out for inference)")
+
+
+def test_physics_fit_refusals_say_why():
+    with pytest.raises(InputError) as exc:
+        scaling.fit_physics([{"platform": "a"}], "energy_per_token_j")
+    assert (exc.value.field, exc.value.reason) == (
+        "energy_per_token_j", "no run has energy_per_token_j, model_params, num_gpus (and a batch "
+                              "size for inference)")
+    rows = _rows()
+    served = {**rows[0], "workload": "inference", "batch_size": 8}
+    with pytest.raises(InputError) as exc:
+        scaling.fit_physics([*rows, served], "energy_per_token_j")
+    assert (exc.value.field, exc.value.reason) == (
+        "workload", "the physics law fits one workload at a time (fine-tuning and inference runs "
+                    "are mixed)")
+    few = [r for r in rows if r["platform"] == "l40s"][:2] + [
+        r for r in rows if r["platform"] == "h100_sxm_80gb"][:6]
+    with pytest.raises(InputError) as exc:
+        scaling.fit_physics(few, "energy_per_token_j")
+    assert exc.value.reason == ("refusing to fit the physics law: 8 runs for 4 parameters; it "
+                                "needs at least 9")
+    with pytest.raises(InputError) as exc:  # a single run is refused, not an IndexError
+        scaling.fit_physics(rows[:1], "energy_per_token_j")
+    assert exc.value.reason.startswith("refusing to fit the physics law: 1 runs")
+    default = scaling.fit_physics(rows, "energy_per_token_j", seed=3)
+    assert np.array_equal(default.coef_ci, scaling.fit_physics(rows, "energy_per_token_j",
+                                                               n_boot=200, seed=3).coef_ci)
+
+
+def test_physics_predictions_name_the_axis_they_cannot_use():
+    law = scaling.fit_physics(_rows(), "energy_per_token_j", n_boot=0)
+    with pytest.raises(common.Unpredictable) as exc:
+        law.log_predict([{**SETTING, "platform": "tpu"}])
+    assert exc.value.field == "platform"
+    served = {**SETTING, "workload": "inference", "batch_size": 8}  # a fine-tuning law
+    with pytest.raises(common.Unpredictable) as exc:
+        law.log_predict([served])
+    assert exc.value.field == "workload"
+    with pytest.raises(common.Unpredictable) as exc:
+        scaling.physics_features({"model_params": 7e9, "num_gpus": 1, "workload": "inference"})
+    assert exc.value.field == "batch_size"
+    zero = physics.PhysicsLaw("energy_per_token_j", ["flops_per_token", "gpus"], ["a"],
+                              np.zeros((1, 2)), np.zeros((1, 2, 2)), 0.1, 10)
+    with pytest.raises(common.Unpredictable) as exc:
+        zero.log_predict([{**SETTING, "platform": "a"}])
+    assert (exc.value.field, exc.value.reason) == (
+        "settings", "the physics law predicts no energy for this setting (every fitted "
+                    "coefficient of its terms is 0)")
+
+
+def _curved_rows() -> list[dict]:
+    """Fine-tuning runs with a curved and a categorical axis.
+
+    The global batch spans exactly x4 over three values; two methods.
+    """
+    rows = []
+    for i, (npar, b, method) in enumerate(itertools.product([1e8, 1e9, 7e9], [2, 4, 8],
+                                                            ["full", "lora"])):
+        y = 1e-7 * npar ** 0.7 * b ** -0.3 * math.exp(0.2 * math.log(b / 4) ** 2)
+        y *= (0.7 if method == "lora" else 1.0) * math.exp(0.002 * math.sin(i))
+        rows.append({"run_id": f"c{i}", "platform": "a", "model_params": npar,
+                     "global_batch_size": b, "num_gpus": 1, "method": method,
+                     "energy_per_token_j": y})
+    return rows
+
+
+def test_loglinear_curvature_dof_r2_and_categorical_errors():
+    rows = _curved_rows()
+    law = scaling.fit_loglinear(rows, "energy_per_token_j", n_boot=30, seed=1)
+    assert "global_batch_size" in law.curved  # x4 over three values is enough for curvature
+    (e,) = [e for e in law.exponents() if e["axis"] == "global_batch_size"]
+    j = law.columns.index("log2:global_batch_size")
+    assert e["curvature"] == float(law.beta[j]) and e["curvature"] == pytest.approx(0.2, abs=0.02)
+    assert e["curvature_ci95"] == [float(law.ci_lo[j]), float(law.ci_hi[j])]
+    assert law.dof == len(rows) - len(law.columns)
+    y = np.log([r["energy_per_token_j"] for r in rows])
+    resid = y - law.log_predict(rows)
+    assert law.sigma == pytest.approx(math.sqrt(resid @ resid / law.dof), rel=1e-12)
+    assert law.r2 == pytest.approx(1 - resid @ resid / ((y - y.mean()) ** 2).sum(), rel=1e-12)
+    assert law.r2 < 1.0
+    with pytest.raises(common.Unpredictable) as exc:
+        law.design([{**rows[0], "method": "dpo"}])
+    assert exc.value.field == "method"
+    with pytest.raises(InputError) as exc:
+        scaling.fit_loglinear(rows[:8], "energy_per_token_j")
+    assert exc.value.field == "energy_per_token_j"
+    assert exc.value.reason.startswith("refusing to fit: 8 runs for 5 parameters")
+
+
+def test_conformal_counts_every_run_a_fold_could_not_predict():
+    rows = [{"model_name": m, "y": 2.0, "run_id": f"{m}{i}"} for m in "abcd" for i in range(3)]
+
+    class Law:
+        def log_predict(self, batch):
+            if batch[0]["run_id"] in ("a0", "b1"):
+                raise common.Unpredictable("no", field="x")
+            return np.array([0.0])
+
+    def fit_fn(train):
+        if all(r["model_name"] != "c" for r in train):  # the fold holding out c cannot fit
+            raise InputError("too few")
+        return Law()
+
+    q, used, skipped = scaling.conformal_half_width(rows, "y", fit_fn)
+    assert (used, skipped) == (7, 5)  # c's 3 runs + a0 + b1
+    assert q is None  # 7 residuals are too few for a 90 % rank
+
+
+def test_group_extrapolation_and_holdout_without_a_loglinear_fit():
+    assert scaling.group_of({"run_id": "x7"}) == "run:x7"
+    train = [{"model_params": 1e9, "num_gpus": 1}, {"model_params": 4e9, "num_gpus": 2}]
+    assert scaling.extrapolation(None, train, {"model_params": 1e8, "num_gpus": 1}) == {
+        "model_params": 1.0}
+    assert scaling.extrapolation(None, train, {"model_params": 4e9 * 10 ** 0.12345}) == {
+        "model_params": 0.123}
+    rows = _rows()
+    test = [rows[0]]
+    out = holdout.evaluate_holdout(rows[1:4], test, "energy_per_token_j", "spec", n_boot=0)
+    assert out["loglinear_train"] is None
+    assert out["laws"]["loglinear"]["n_unpredictable"] == 1
+    assert out["laws"]["loglinear"]["unpredictable"][0]["reason"].startswith(
+        "loglinear not fitted: refusing to fit")
+
+
+def test_baselines_prefer_their_platforms_ratio_and_report_what_they_cannot_predict():
+    train = [{"platform": "a", "model_params": 1e9, "energy_per_token_j": 1.0},
+             {"platform": "b", "model_params": 1e9, "energy_per_token_j": 9.0},
+             {"platform": "b", "model_params": 1e9, "energy_per_token_j": 11.0}]
+    (value, _), = holdout.baseline_predictions(train, [{"platform": "a", "model_params": 2e9}],
+                                               "energy_per_token_j")["proportional"]
+    assert value == pytest.approx(2.0)  # a's own ratio 1e-9, not the pooled median 9e-9
+    test = [{"platform": "a", "run_id": "t", "energy_per_token_j": 1.0}]  # no model_params
+    out = holdout.evaluate_holdout(train, test, "energy_per_token_j", "spec", n_boot=0)
+    assert out["baselines"]["proportional"]["n_unpredictable"] == 1
+    assert out["baselines"]["proportional"]["unpredictable"] == [
+        {"run_id": "t", "reason": "needs model_params"}]
+    assert out["baselines"]["constant"]["n_unpredictable"] == 0
+
+
+def test_fit_passes_its_seed_and_holdout_spec_and_names_every_json_key():
+    rows = _rows()
+    result = scaling.fit(rows, n_boot=30, seed=7, holdout="model_params=top")
+    same = scaling.fit_loglinear(rows, "energy_per_token_j", n_boot=30, seed=7)
+    assert np.array_equal(result.loglinear.ci_lo, same.ci_lo)
+    assert result.holdout["spec"] == "model_params=top"
+    data = result.to_json()
+    assert data["holdout_spec"] == "model_params=top" and data["runs_dropped"] == 0
+    assert data["laws"]["physics"]["not_fitted"] is None
+    assert set(data["laws"]["physics"]) == {"params", "not_fitted", "holdout"}
+    assert set(data) == {"format", "target", "n_runs", "laws", "baselines", "best_law",
+                         "preferred", "runs_dropped", "holdout_spec", "loglinear", "physics",
+                         "physics_note", "holdout"}
+    assert set(data["physics"]) >= {"params", "terms", "form", "sigma_log"}
+
+
+def test_predict_lists_every_ignored_measured_setting(fit_json):
+    out = scaling.predict(fit_json, {**SETTING, "duration_s": 60.0, "steps": 10})
+    assert out["warnings"][-1].startswith("ignored duration_s, steps: measured during a run")
+
+
+def test_curvature_only_for_batch_axes_and_narrow_axes_below_one_are_refused():
+    assert scaling.fit_loglinear(_rows(), "energy_per_token_j", n_boot=0).curved == {}
+    rows = [{**r, "arrival_rate_rps": 0.5 + 0.01 * (i % 2)} for i, r in enumerate(_rows())]
+    with pytest.raises(InputError) as exc:
+        scaling.fit_loglinear(rows, "energy_per_token_j", n_boot=0)
+    assert exc.value.field == "arrival_rate_rps"
+
+
+def test_conformal_groups_by_model_from_three_models_and_ignores_unusable_targets():
+    three = [{"model_name": m} for m in "abc"]
+    assert intervals._groups(three) == ["a", "b", "c"]
+    assert intervals._groups(three[:2]) == ["run:0", "run:1"]
+    rows = [{"model_name": m, "y": 2.0} for m in "abcd"]
+    fold_sizes = []
+
+    class Law:
+        def log_predict(self, batch):
+            return np.array([math.log(2.0)])
+
+    def fit_fn(train):
+        fold_sizes.append(len(train))
+        return Law()
+
+    junk = [{"model_name": "e", "y": 0}, {"model_name": "f", "y": None}]
+    assert scaling.conformal_half_width(rows + junk, "y", fit_fn) == (None, 4, 0)
+    assert fold_sizes == [3, 3, 3, 3]
+
+
+def test_holdout_points_and_intervals_read_back():
+    rows = _rows()
+    out = scaling.fit(rows, n_boot=0, holdout="platform=l40s").holdout
+    assert {pt["platform"] for pt in out["points"]} == {"l40s"}
+    data = scaling.fit(rows, n_boot=0).to_json()["loglinear"]
+    data["interval_method"] = "in-sample t"
+    assert scaling.LogLinearLaw.from_json(data).interval == "in-sample t"
