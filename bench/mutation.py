@@ -578,6 +578,46 @@ EQUIVALENT.update({
 })
 
 
+# -- importers, sixth session (test_arrow_pins.py, test_importers_more_pins.py) --
+EQUIVALENT.update({
+    _I + 'arrow_csv.xǁArrowCsvReaderǁ_scanned_lines__mutmut_30':
+        'crlf = lengths >= 0 adds only zero-length lines, whose byte before the end is the previous LF (or raw[-1], never CR: a file ending in a lone CR already fell back as bare CR), so crlf stays False for them',
+    _I + 'arrow_csv.xǁArrowCsvReaderǁ_scanned_lines__mutmut_36':
+        'crlf[:] = None on a numpy bool array stores False, identical to crlf[:] = False',
+    _I + 'arrow_csv.xǁArrowCsvReaderǁ_scanned_lines__mutmut_73':
+        'branch runs only when rows is empty: rows - 1 and rows + 1 are the same empty int64 array',
+    _I + 'arrow_csv.xǁArrowCsvReaderǁ_scanned_lines__mutmut_74':
+        'branch runs only when rows is empty: rows + 2 and rows + 1 are the same empty int64 array',
+    _I + 'arrow_values.x__hashed__mutmut_8':
+        'to_numpy(zero_copy_only=None): None is falsy like False, and index_in against unique(values) has no nulls, so the int32 result converts the same either way (ChunkedArray only checks truthiness)',
+    _I + 'arrow_values.x__mostly_empty__mutmut_18':
+        "the 'or [np.zeros(0, ...)]' default is used only for a ChunkedArray with no chunks, so n == 0 and the function returns None whatever the dtype",
+    _I + 'arrow_values.x__mostly_empty__mutmut_20':
+        "the 'or [np.zeros(0, ...)]' default is used only for a ChunkedArray with no chunks, so n == 0 and the function returns None whatever the dtype",
+    _I + 'arrow_values.x__mostly_empty__mutmut_21':
+        "the 'or [np.zeros(1, bool)]' default is used only for a ChunkedArray with no chunks: rows stays empty and n == 0 returns None as before",
+    _I + 'arrow_values.x__mostly_empty__mutmut_25':
+        '(n == 0 and len(rows) == n) or len(rows) > n // 4 decides the same: n == 0 implies len(rows) == 0; for n >= 1 an all-filled column has n > n // 4',
+    _I + 'arrow_values.x__mostly_empty__mutmut_30':
+        'for an integer count r, r > n // 4 iff r > n / 4 (floor(x) < r iff x < r for integer r)',
+    _I + 'arrow_values.x__offsets__mutmut_15':
+        "empty chunk: np.zeros(1, float) instead of int32; np.diff of one element is empty and '> 0' gives the same empty bool array",
+    _I + 'arrow_values.x__offsets__mutmut_17':
+        "empty chunk: np.zeros(1) float instead of int32; np.diff of one element is empty and '> 0' gives the same empty bool array",
+    _I + 'csv_reader.xǁCsvReaderǁ_bad_count__mutmut_6':
+        'n < width vs n <= width differ only at n == width, and _bad_count is only called when len(row) != width',
+    _I + 'enrich.x__stage_key__mutmut_15':
+        'strip("XX_XX") strips the chars {X, _}; the string is lower-cased and re.sub leaves only a-z and \'_\', so it never holds \'X\'',
+    _I + 'mlenergy_v2.x_summary_runs__mutmut_273':
+        'out gets exactly one entry per file or the loop raises, so zip(out, files) never sees unequal lengths; strict is unobservable',
+    _I + 'mlenergy_v2.x_summary_runs__mutmut_276':
+        'out gets exactly one entry per file or the loop raises, so zip(out, files) never sees unequal lengths; strict is unobservable',
+    _I + 'mlenergy_v2.x_summary_runs__mutmut_277':
+        'out gets exactly one entry per file or the loop raises, so zip(out, files) never sees unequal lengths; strict is unobservable',
+    _I + 'x_import_summaries__mutmut_7':
+        "SUMMARY_FORMATS has one entry ('mlenergy-v2'), so the join separator never appears in the message (pinned exactly in test_importers_more_pins); becomes observable if a second summaries format is added",
+})
+
 def _judge_process(reason: str, function: str, *numbers: int) -> None:
     """:func:`_judge` for ``generation/sampler/process.py``."""
     _judge(reason, function, *numbers, package="generation.sampler.process")
