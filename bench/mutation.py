@@ -701,6 +701,89 @@ _judge_scaling("NNLS of strictly positive features against a vector of ones puts
                "coefficient in every platform's block, so pred > 0: the guard and its message "
                "are unreachable", "physics.x_fit_physics", 142, 146)
 
+# -- scaling, sixth session (test_scaling_pins_{holdout,loglinear,physics}.py) --
+_S = "llm_powertrace_ds.scaling."
+EQUIVALENT.update({
+    _S + 'holdout.x__report__mutmut_13':
+        'the second zip(preds, actual, strict=True) still rejects a length mismatch (actual is built one per test row), same ValueError text',
+    _S + 'holdout.x__report__mutmut_17':
+        'the second zip(preds, actual, strict=True) still rejects a length mismatch (actual is built one per test row), same ValueError text',
+    _S + 'holdout.x__report__mutmut_26':
+        'the first zip(preds, test, strict=True) already rejects a length mismatch (actual has len(test)), same ValueError text',
+    _S + 'holdout.x_evaluate_holdout__mutmut_40':
+        'the local dict laws is only written, never read or returned',
+    _S + 'holdout.x_evaluate_holdout__mutmut_48':
+        'zip(test, points): points is built one per test row',
+    _S + 'holdout.x_evaluate_holdout__mutmut_51':
+        'zip(test, points): points is built one per test row',
+    _S + 'holdout.x_evaluate_holdout__mutmut_97':
+        'zip(vals, points): baseline_predictions returns one entry per test row, points one per test row',
+    _S + 'holdout.x_evaluate_holdout__mutmut_100':
+        'zip(vals, points): baseline_predictions returns one entry per test row, points one per test row',
+    _S + 'holdout.x_evaluate_holdout__mutmut_101':
+        'zip(vals, points): baseline_predictions returns one entry per test row, points one per test row',
+    _S + 'holdout.x_evaluate_holdout__mutmut_108':
+        'zip(test, points): points is built one per test row',
+    _S + 'holdout.x_evaluate_holdout__mutmut_60':
+        '_report reads the reason only when the prediction is None; this one is a tuple',
+    _S + 'holdout.x_evaluate_holdout__mutmut_86':
+        '_report reads the reason only when the prediction is None; this one is a tuple',
+    _S + 'holdout.x_split_holdout__mutmut_32':
+        'axis_value(r, c) == _num(r.get(c)) for every column except model_params, which is in AXES anyway',
+    _S + 'holdout.x_split_holdout__mutmut_54':
+        'zip(rows, vals): vals is built one per row',
+    _S + 'holdout.x_split_holdout__mutmut_58':
+        'zip(rows, vals): vals is built one per row',
+    _S + 'intervals.x_conformal_half_width__mutmut_18':
+        'zip(use, keys): keys = _groups(use) is one per row',
+    _S + 'intervals.x_conformal_half_width__mutmut_21':
+        'zip(use, keys): keys = _groups(use) is one per row',
+    _S + 'intervals.x_conformal_half_width__mutmut_22':
+        'zip(use, keys): keys = _groups(use) is one per row',
+    _S + 'intervals.x_conformal_half_width__mutmut_27':
+        'zip(use, keys): keys = _groups(use) is one per row',
+    _S + 'intervals.x_conformal_half_width__mutmut_30':
+        'zip(use, keys): keys = _groups(use) is one per row',
+    _S + 'intervals.x_extrapolation__mutmut_42':
+        'at v == hi both branches give 0.0 (log10(1) or the in-range 0.0), never > 1e-9',
+    _S + 'intervals.x_extrapolation__mutmut_44':
+        'for lo <= v <= hi, log10(lo / v) <= 0, never > 1e-9, same as 0.0',
+    _S + 'intervals.x_extrapolation__mutmut_47':
+        'at v == lo, log10(lo / v) == 0.0, the same as the in-range 0.0',
+    _S + 'intervals.x_extrapolation__mutmut_49':
+        'no float ratio v/hi gives math.log10 exactly 1e-9 (searched the ulps around 10**1e-9), so > and >= never differ',
+    _S + 'loglinear.x_fit_loglinear__mutmut_154':
+        'np.linalg.lstsq default rcond is None in numpy 2.x (venv has 2.4.6), so dropping rcond=None passes the same value',
+    _S + 'loglinear.x_fit_loglinear__mutmut_191':
+        'Generator.integers(n, size=s) means integers(0, n, size=s) (high=None -> [0, low)); same draws from the same stream (checked: identical arrays)',
+    _S + 'physics.x_fit_physics__mutmut_129':
+        'scale of an all-zero column only divides zeros (column 0/1 == 0/2, theta 0/1 == 0/2); checked with underflowing columns and bootstraps: identical output',
+    _S + 'physics.x_fit_physics__mutmut_164':
+        'n >= k*platforms + MIN_EXTRA_RUNS (5) is enforced above, so n - len(theta) >= 5 and max(., 1) == max(., 2)',
+    _S + 'physics.x_fit_physics__mutmut_93':
+        'zip(use, feats) over two lists appended together in one loop: always one length, strict=None behaves as strict=True',
+    _S + 'physics.x_fit_physics__mutmut_96':
+        'zip(use, feats) over two lists appended together in one loop: always one length, dropping strict changes nothing',
+    _S + 'physics.x_fit_physics__mutmut_97':
+        'zip(use, feats) over two lists appended together in one loop: always one length, strict=False changes nothing',
+    _S + 'prediction.x_predict__mutmut_111':
+        'warnings is built by one comprehension over extra.items(): always len(extra), strict=None changes nothing',
+    _S + 'prediction.x_predict__mutmut_114':
+        'warnings is built by one comprehension over extra.items(): always len(extra), dropping strict changes nothing',
+    _S + 'prediction.x_predict__mutmut_115':
+        'warnings is built by one comprehension over extra.items(): always len(extra), strict=False changes nothing',
+    _S + 'result.x_fit__mutmut_32':
+        'the up-front fit_loglinear(train) only checks for degenerate data; its result is discarded and its bootstrap (pinv + percentile, own local rng) cannot raise: only runtime changes',
+    _S + 'result.x_fit__mutmut_33':
+        'the up-front fit_loglinear(train) only checks for degenerate data; its result is discarded and its bootstrap cannot raise: n_boot=1 vs 0 is not observable',
+    _S + 'result.x_fit__mutmut_48':
+        'holdout._fit_law branches on name == "loglinear" only; None takes the same physics branch as "physics"',
+    _S + 'result.x_fit__mutmut_58':
+        'holdout._fit_law branches on name == "loglinear" only; "XXphysicsXX" takes the same physics branch as "physics"',
+    _S + 'result.x_fit__mutmut_59':
+        'holdout._fit_law branches on name == "loglinear" only; "PHYSICS" takes the same physics branch as "physics"',
+})
+
 _RESULT_RE = re.compile(r"^\s+(\S+): (.+)$")
 
 

@@ -7,9 +7,10 @@ import json
 
 import numpy as np
 import pytest
-from test_scaling import loglinear_rows
 
 from llm_powertrace_ds import scaling
+
+from .test_scaling import loglinear_rows
 
 
 def test_mdape_is_the_median_of_absolute_percentage_errors():
@@ -68,7 +69,7 @@ def test_held_out_rows_never_reach_the_training_fit():
 
 
 def test_both_laws_round_trip_through_json_unchanged():
-    from test_scaling import physics_rows
+    from .test_scaling import physics_rows
 
     res = scaling.fit(physics_rows(120), "energy_per_token_j", n_boot=20)
     ll = res.loglinear.to_json()
@@ -154,7 +155,7 @@ def test_tokens_out_counts_when_a_row_has_no_tokens_column():
 
 
 def test_a_saved_fit_loads_and_predicts_with_the_preferred_law(tmp_path):
-    from test_scaling import physics_rows
+    from .test_scaling import physics_rows
 
     rows = physics_rows(120)
     res = scaling.fit(rows, "energy_per_token_j", n_boot=20)
