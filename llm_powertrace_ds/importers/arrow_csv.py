@@ -293,6 +293,9 @@ class ArrowCsvReader:
     def _repeated_headers(self, first_col: pa.ChunkedArray, data: bytes,
                           lines: np.ndarray) -> np.ndarray:
         """Rows that repeat the header (appended logs): segment starts, not data."""
+        if pa.types.is_floating(first_col.type):
+            # read as numbers: a repeated header row would have failed that parse already
+            return np.zeros(len(first_col), dtype=bool)
         one = arrow_values.constant(first_col)  # a run-id column: one value, checked once
         if (one is not None and self.header[0] not in one) or \
                 not pc.any(pc.match_substring(first_col, self.header[0])).as_py():

@@ -249,3 +249,21 @@ def test_every_distinct_path_gives_an_int64_row_index(cells):
         _check(av.distinct(col), cells)
     levels, inverse = av._hashed(pa.array(cells, pa.string()))
     assert inverse.dtype == np.int64 and (levels, inverse.tolist()) == _want(cells)
+
+
+def test_a_plain_number_first_column_is_imported_not_a_pyarrow_error(tmp_path):
+    """nvidia-smi ``--format=csv,nounits`` with ``power.draw`` as the first column.
+
+    The vectorised reader reads that column as float64; the repeated-header search must not run
+    text kernels on it (it raised ``ArrowNotImplementedError: match_substring ... (double)``).
+    """
+    from llm_powertrace_ds.importers import import_file
+
+    path = tmp_path / "nounits.csv"
+    path.write_text("power.draw [W], timestamp, index, name\n"
+                    "100.00, 2026/05/01 12:00:00.000, 0, NVIDIA H100 80GB HBM3\n"
+                    "120.50, 2026/05/01 12:00:00.100, 0, NVIDIA H100 80GB HBM3\n"
+                    "130.25, 2026/05/01 12:00:00.200, 0, NVIDIA H100 80GB HBM3\n")
+    run = import_file("nvidia-smi", path, workload="inference")
+    (device,) = run.devices
+    assert device.power_w.tolist() == [100.0, 120.5, 130.25]
