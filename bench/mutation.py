@@ -618,6 +618,68 @@ EQUIVALENT.update({
         "SUMMARY_FORMATS has one entry ('mlenergy-v2'), so the join separator never appears in the message (pinned exactly in test_importers_more_pins); becomes observable if a second summaries format is added",
 })
 
+# -- importers, sixth session: the random sample of unrun mutants (test_importers_sample_pins.py) --
+EQUIVALENT.update({
+    _I + 'arrow_csv.xǁArrowCsvReaderǁ_parse__mutmut_107':
+        'message of a _Fallback that no input reaches (after the rescan the row count always equals the line count; 8000 fuzzed files of blank/CR/CRLF/whitespace/NUL/latin-1 lines never raised it); only a debug log would differ',
+    _I + 'arrow_csv.xǁArrowCsvReaderǁ_parse__mutmut_117':
+        'pa.chunked_array of string views with type=None infers string; the chunk list is never empty here (num_rows == len(lines) > 0)',
+    _I + 'arrow_csv.xǁArrowCsvReaderǁ_plain_lines__mutmut_43':
+        'np.arange of Python ints with dtype=None is int64 on this platform, and _table casts lines to int64 anyway',
+    _I + 'arrow_csv.xǁArrowCsvReaderǁ_read_csv__mutmut_3':
+        'pyarrow\'s default ParseOptions are exactly newlines_in_values=False, ignore_empty_lines=True (delimiter \',\', quote \'"\', double_quote, no escape)',
+    _I + 'arrow_csv.xǁArrowCsvReaderǁ_repeated_headers__mutmut_46':
+        '"UTF-8" and "utf-8" name the same codec',
+    _I + 'arrow_csv.xǁArrowCsvReaderǁ_typed_columns__mutmut_18':
+        "data[hi] is always the body's terminating LF (or hi == len(data)), so the first LF found from lo is the same slice end with or without the hi bound",
+    _I + 'arrow_csv.xǁArrowCsvReaderǁ_typed_columns__mutmut_30':
+        'only decides whether a column is parsed as float64 or as text for a one-row body; by design (TYPED_ATTR, _plain) both paths give identical values and errors',
+    _I + 'arrow_values.x__fixed_chunk__mutmut_38':
+        'frac == 0 is already rejected by the (frac == -1 or 1 <= frac <= 9) check above, so frac >= 0 equals frac > 0 here',
+    _I + 'arrow_values.x_naive_ms__mutmut_18':
+        'a cell ending in "Z" is still rejected by the _ZONE_PATTERN check; one ending in "z" fails Arrow\'s timestamp cast, so None either way',
+    _I + 'arrow_values.x_numbers__mutmut_78':
+        'assigning None into a float64 numpy array stores NaN',
+    _I + 'assemble.x__num_or_none__mutmut_2':
+        'int(None) raises TypeError, caught and returned as None',
+    _I + 'csv_reader.xǁCsvReaderǁ_classify__mutmut_27':
+        'read() only acts on "header" and "data"; any other label (the cut-off line\'s) is skipped the same, warning included',
+    _I + 'arrow_csv.xǁArrowCsvReaderǁ_plain_lines__mutmut_54':
+        'bytes.index(sub, None) searches from 0 like index(sub, 0), and the loop always runs (header_line >= 1 after read_header), so lo is an int either way',
+    _I + 'arrow_csv.xǁArrowCsvReaderǁ_typed_columns__mutmut_27':
+        'slicing to hi only merges later rows into the last cells, so some columns i >= 1 lose the float64 parse (cell 0 is unchanged); the typed and text paths give identical values and errors by design (TYPED_ATTR, _plain)',
+    _I + 'arrow_values.x__minute_ms__mutmut_9':
+        'a non-digit at byte 14 wraps to >= 10, so minute = 10*d14 + d15 >= 100 and the minute > 59 check returns None all the same',
+    _I + 'arrow_csv.xǁArrowCsvReaderǁ_bytes__mutmut_18':
+        '"UTF-16" and "utf-16" name the same codec',
+    _I + 'arrow_csv.xǁArrowCsvReaderǁ_parse__mutmut_25':
+        'rfind and find over the same span are both -1 exactly when the span has no quote',
+    _I + 'arrow_csv.xǁArrowCsvReaderǁ_read_csv__mutmut_14':
+        'use_threads only changes how Arrow parses the one block, not the rows, their order or the values',
+    _I + 'arrow_csv.xǁArrowCsvReaderǁ_read_csv__mutmut_7':
+        "pyarrow's default ParseOptions are exactly newlines_in_values=False, ignore_empty_lines=True",
+    _I + 'arrow_values.x__cell_matrix__mutmut_37':
+        'a width-0 matrix has no elements: constant() reads row bytes b"" and an empty flat array whatever its dtype',
+    _I + 'arrow_values.x_float_view__mutmut_14':
+        "np.frombuffer's default dtype is float64",
+    _I + 'values.x__by_distinct__mutmut_19':
+        "np.empty's default dtype is float64",
+    _I + 'values.x__by_distinct__mutmut_46':
+        "inverse is already 1-D (a column's values), and reshape(None) keeps a 1-D array's shape",
+    _I + 'arrow_csv.xǁArrowCsvReaderǁ_parse__mutmut_52':
+        'hi is the body\'s last LF or len(data), so find(b"\\n", lo, None) and the slice data[lo:None] give the same first-row cells (and even a different typed set would give identical values by design)',
+    _I + 'arrow_values.x__fixed_matrix__mutmut_40':
+        'without count the whole value buffer is viewed, and the slice [offsets[0]:offsets[-1]] takes the same bytes',
+    _I + 'arrow_values.x__minute_ms__mutmut_7':
+        'a non-digit at byte 11 wraps to >= 10, so hour = 10*d11 + d12 >= 100 and the hour > 23 check returns None all the same',
+    _I + 'arrow_values.x__to_float__mutmut_20':
+        "np.empty's default dtype is float64",
+    _I + 'csv_reader.xǁCsvReaderǁ_classify__mutmut_6':
+        'the guard has len(row) <= 1, and joining zero or one cell never inserts the separator',
+    _I + 'arrow_values.x__fixed_chunk__mutmut_101':
+        "comparing with None makes every row a run start, so each cell's minute prefix is parsed on its own: same values, only slower",
+})
+
 def _judge_process(reason: str, function: str, *numbers: int) -> None:
     """:func:`_judge` for ``generation/sampler/process.py``."""
     _judge(reason, function, *numbers, package="generation.sampler.process")
