@@ -374,3 +374,45 @@ def test_an_oversized_field_names_the_file_and_line(tmp_path):
     e = err.value
     assert (e.file, e.line) == (str(path), 2)
     assert e.reason.startswith("not a readable CSV line (field larger than field limit")
+
+
+# -- the second random sample's survivors (drawn after the pins above) ------------------------------
+
+def test_time_going_back_names_both_instants():
+    from llm_powertrace_ds.importers.assemble import DeviceData, check_increasing
+
+    dev = DeviceData(3, np.array([1_000, 2_000, 1_500], dtype=np.int64), np.array([2, 3, 4]))
+    with pytest.raises(InputError) as exc:
+        check_increasing(dev, file=Path("log.csv"))
+    assert exc.value.reason == (
+        "time of GPU 3 goes back from 1970-01-01T00:00:02.000Z (line 3) to "
+        "1970-01-01T00:00:01.500Z; each GPU's timestamps must increase")
+    assert (exc.value.line, exc.value.field) == (4, "timestamp")
+
+
+def test_the_metadata_platform_wins_over_the_gpu_name_and_start_time_is_utc(monkeypatch):
+    import time
+
+    from llm_powertrace_ds.importers.assemble import DeviceData, assemble_run, finish_meta
+
+    monkeypatch.setenv("TZ", "America/New_York")  # a local zone that is not UTC
+    time.tzset()
+
+    dev = DeviceData(0, np.array([1_700_000_000_000, 1_700_000_000_100], dtype=np.int64),
+                     np.array([2, 3]), {"power_w": np.array([100.0, 110.0])},
+                     gpu_name="NVIDIA H100 80GB HBM3")
+    meta = {"platform": "l40s", "workload": "inference", "power_field": "power_draw"}
+    finish_meta([dev], meta, platform=None, num_gpus=None, file=Path("log.csv"))
+    assert meta["platform"] == "l40s"
+    run = assemble_run([dev], meta, file=Path("log.csv"))
+    assert run.meta["start_time"] == dt.datetime(2023, 11, 14, 22, 13, 20, tzinfo=dt.timezone.utc)
+    assert run.meta["start_time"].utcoffset() == dt.timedelta(0)
+
+
+@pytest.fixture(autouse=True)
+def _local_zone_restored():
+    """Re-read the process's zone after a test that changed TZ (monkeypatch restores the env)."""
+    import time
+
+    yield
+    time.tzset()
