@@ -620,6 +620,8 @@ EQUIVALENT.update({
 
 # -- importers, sixth session: the random sample of unrun mutants (test_importers_sample_pins.py) --
 EQUIVALENT.update({
+    _I + 'values.x_numeric_converter__mutmut_3':
+        'arrow_values.numbers is the vectorised fast path: without it every Arrow column takes the exact per-value parser, which gives the same values and errors (only slower)',
     _I + 'arrow_csv.xǁArrowCsvReaderǁ_parse__mutmut_107':
         'message of a _Fallback that no input reaches (after the rescan the row count always equals the line count; 8000 fuzzed files of blank/CR/CRLF/whitespace/NUL/latin-1 lines never raised it); only a debug log would differ',
     _I + 'arrow_csv.xǁArrowCsvReaderǁ_parse__mutmut_117':

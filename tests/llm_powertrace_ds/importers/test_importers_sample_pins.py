@@ -416,3 +416,15 @@ def _local_zone_restored():
 
     yield
     time.tzset()
+
+
+def test_a_declared_gpu_count_below_the_log_names_its_source():
+    from llm_powertrace_ds.importers.assemble import resolve_num_gpus
+
+    for given, declared, source in ((2, None, "--num-gpus"), (None, 2, "the metadata's num_gpus")):
+        with pytest.raises(InputError) as exc:
+            resolve_num_gpus(given, declared, 4, file=Path("log.csv"))
+        assert (exc.value.reason, exc.value.field) == (
+            f"{source} is 2 but the log holds 4 GPUs", "num_gpus")
+    assert resolve_num_gpus(None, None, 4, file=Path("log.csv")) == 4
+    assert resolve_num_gpus(None, 6, 4, file=Path("log.csv")) == 6
