@@ -853,6 +853,106 @@ EQUIVALENT.update({
         'holdout._fit_law branches on name == "loglinear" only; "PHYSICS" takes the same physics branch as "physics"',
 })
 
+# Seventh session (2026-12-02): every importers judgment above was re-read against the mutants
+# mutmut generates for this code (it renumbers a function's mutants when the function changes,
+# so a judgment can end up naming another mutation). 14 do not hold: 4 names point at another
+# mutation now, 10 judgments were wrong. 30 reasons are rewritten (self-contained or corrected).
+NOT_EQUIVALENT: dict[str, str] = {
+    _I + 'dcgm.x__parse__mutmut_99':
+        'NOT equivalent: the recorded premise is wrong (\'XX\\nXX\' does not end in a newline). A log ending \'...\\nID  XX\\nXX\' (units line ending in XX, then an unterminated non-GPU last line \'XX\') ends with \'XX\\nXX\': the original skips the cut-off last line and imports, the mutant raises InputError line N "expected \'GPU <index> <values>\', got \'XX\'" (verified by calling both bodies)',
+    _I + 'nvidia_smi.x_import_nvidia_smi__mutmut_117':
+        "NOT equivalent (reason is for a power_key split mutant): fields=None makes check_device_ranges name the signal instead of the query column; e.g. power.draw 9999 W -> error field 'power_w' instead of 'power.draw' (temperature.gpu -> 'temp_c', etc.; verified)",
+    _I + 'arrow_csv.xǁArrowCsvReaderǁ_parse__mutmut_107':
+        "REACHABLE: a data line holding only a UTF-8 BOM right after the header (b'a,b\\n\\xef\\xbb\\xbf\\n1,2\\n'): Arrow skips the BOM at the start of the parsed span and then drops the line as empty, so the row count differs and this raise runs (checked). The result is the same (the row reader raises), but the DEBUG log 'row reader (row count differs from the line count)' becomes 'row reader (None)'",
+    _I + 'arrow_csv.xǁArrowCsvReaderǁ_read_csv__mutmut_14':
+        "use_threads=True changes Arrow's parse-error text: 'CSV parse error: Row #2: Expected 3 columns, got 2: 4,5' loses its 'Row #2: ' (checked on pyarrow 26). That text reaches the DEBUG log 'row reader (...)' for any file with a wrong-width line. Rows and values are unchanged; only the debug log differs",
+    _I + 'arrow_csv.xǁArrowCsvReaderǁ_repeated_headers__mutmut_46':
+        "bytes.decode(None, ...) raises TypeError (the encoding must be str). It runs for every candidate repeated-header row of a text first column, e.g. an appended nvidia-smi log that repeats 'timestamp, ...'. TypeError escapes read() (only _Fallback is caught), so the import crashes instead of skipping the header line",
+    _I + 'dcgm.x_import_dcgm__mutmut_103':
+        "contrived, warning only: with a float ts_ms, sample_period_ms just under 2**63 ms (e.g. 9.2233720e18) makes start_ms + k*period pass 2**63 as a float, and checks.check_times' np.asarray(..., int64) emits 'RuntimeWarning: invalid value encountered in cast'. The original's int64 sum wraps silently with no warning; both then raise the same 'date is outside 1990-2200' InputError",
+    _I + 'dcgm.x_import_dcgm__mutmut_158':
+        "the returned run.meta gains an extra key 'XXstart_timeXX' (start_time itself is unchanged, set by assemble_run), so the returned Run's metadata differs (e.g. keys, or equality with the expected meta)",
+    _I + 'nvidia_smi.x_import_nvidia_smi__mutmut_114':
+        'assemble_run gets meta=None: check_import -> check_texts -> privacy.check_meta_text(None) calls None.items(), so every otherwise successful nvidia-smi import raises AttributeError. The recorded reason is about the power_key split, a different mutant',
+    _I + 'values.x_numeric_converter__mutmut_28':
+        'not the same result: the skipped np.asarray(values, dtype=str).astype(float64) accepts cells that _number\'s regex rejects, e.g. \'1_000\' -> 1000.0 (also reached from an Arrow column: arrow_values.numbers gives None and _cells feeds this line). The original returns 1000.0; the mutant always uses _by_distinct and raises "value \'1_000\' is not a number" (checked)',
+    _I + 'values.x_numeric_converter__mutmut_30':
+        'as mutmut_28: np.asarray(dtype=str) raises TypeError, so every list column goes to _by_distinct. A cell like \'1_000\', which numpy reads as 1000.0 in the original, now raises "value \'1_000\' is not a number"',
+    _I + 'dcgm.x_import_dcgm__mutmut_159':
+        "run.meta gains an extra key 'START_TIME' (returned Run's meta differs, and is carried into publishing); the recorded reason only covers start_time, which assemble_run did set",
+    _I + 'nvidia_smi.x_import_nvidia_smi__mutmut_115':
+        "file=None is passed to assemble_run, so InputErrors raised there (check_import range/time/text checks, coerce_meta) lose the file name, e.g. a power.draw of 6000 W (outside 0..5000) is reported without the log's path",
+    _I + 'nvidia_smi.x_import_nvidia_smi__mutmut_39':
+        "sidecar_path(path) now also runs when meta_path is given; for a log whose stem is 242+ chars, path.stem + '.job_info.yaml' exceeds NAME_MAX and Path.is_file() raises OSError(ENAMETOOLONG) on Python 3.11, so the import crashes where the original imports fine",
+    _I + 'values.x_numeric_converter__mutmut_26':
+        "numpy's str->float64 cast accepts underscores ('1_000' -> 1000.0) but _number's regex does not: a cell like '1_000' in a numeric column (row-reader path, or after arrow_values.numbers returns None) imports as 1000 originally but raises InputError 'is not a number' in the mutant",
+}
+EQUIVALENT.update({
+    _I + 'dcgm.x_import_dcgm__mutmut_109':
+        'np.array of a non-empty list of Python ints infers int64 (Linux, numpy 2), the same dtype and values as dtype=np.int64',
+    _I + 'dcgm.x_import_dcgm__mutmut_75':
+        'np.arange(n) with dtype=None is int64 already (Linux, numpy 2): same k and same ts_ms',
+    _I + 'nvidia_smi.x__reasons__mutmut_11':
+        "keys are 'reason:<name>' and no REASON_BITS name holds ':', so rsplit(':', 1)[1] == split(':', 1)[1]",
+    _I + 'nvidia_smi.x_build_devices__mutmut_27':
+        "keys are 'signal:<target>' with one colon (SIGNAL_FIELDS targets hold none), so split(':', 2)[1] == split(':', 1)[1]",
+    _I + 'nvidia_smi.x_read_user_meta__mutmut_15':
+        "unreachable raise: 'workload' is in checks.IMPORTER_KEYS, so check_meta_keys already refuses any meta with a workload key; raw.get('workload') is always None here",
+    _I + 'nvidia_smi.x_read_user_meta__mutmut_18':
+        "unreachable raise: 'workload' is in checks.IMPORTER_KEYS, so check_meta_keys already refuses any meta with a workload key; raw.get('workload') is always None here",
+    _I + 'nvidia_smi.x_read_user_meta__mutmut_21':
+        "unreachable raise: 'workload' is in checks.IMPORTER_KEYS, so check_meta_keys already refuses any meta with a workload key; raw.get('workload') is always None here",
+    _I + 'powertrace_csv.x__round_robin__mutmut_36':
+        'numpy (2.4.6 installed) treats reshape(-2, k) like reshape(-1, k) (any negative size is the unknown dimension; checked)',
+    _I + 'powertrace_csv.x_csv_run_id__mutmut_17':
+        'a fresh Factorizer per read assigns codes in order of first appearance (both reader paths), so the first non-null run id is code 0 = first; (codes>0)&(codes!=0) == (codes>=0)&(codes!=0)',
+    _I + 'requests.x_attach_requests__mutmut_59':
+        "read_run only finds runs with trace rows (>= 1 device) and publishing refuses a device without samples (validate 'empty' is an error flag), so the generator is never empty and default=0 is never used",
+    _I + 'requests_csv.x_read_csv_requests__mutmut_9':
+        "'UTF-8' and 'utf-8' name one codec; the UnicodeDecodeError text still says 'utf-8' (checked)",
+    _I + 'requests_sglang_log.x_read_print_requests_log__mutmut_2':
+        "None is falsy like False and the flag is only read as 'if not warmup'",
+    _I + 'requests_vllm.x_requests_from_arrays__mutmut_54':
+        "column() only tests 'if required:'; None is falsy like False",
+    _I + 'timestamps.x__explicit_utc_ms__mutmut_15':
+        "only rows whose _TS_RE zone is +-HH:MM reach here, and _TS_RE admits no 'Z' in such text, so replace('Z', ...) never applies",
+    _I + 'timestamps.x__to_utc_ms__mutmut_37':
+        'zones gets exactly one entry per text (or the converter raised), so zip never sees unequal lengths; strict=False changes nothing',
+    _I + 'timestamps.x__to_utc_ms__mutmut_78':
+        "unreachable 'unparsable timestamps' raise: the vectorised datetime64 cast fails only if some element fails np.datetime64 alone (same parser; non-ASCII digits fail both), and the per-row loop raises on it first",
+    _I + 'timestamps.x__to_utc_ms__mutmut_81':
+        "unreachable 'unparsable timestamps' raise: the vectorised datetime64 cast fails only if some element fails np.datetime64 alone (same parser; non-ASCII digits fail both), and the per-row loop raises on it first",
+    _I + 'timestamps.x__to_utc_ms__mutmut_84':
+        "unreachable 'unparsable timestamps' raise: the vectorised datetime64 cast fails only if some element fails np.datetime64 alone (same parser; non-ASCII digits fail both), and the per-row loop raises on it first",
+    _I + 'timestamps.x__to_utc_ms__mutmut_87':
+        "unreachable 'unparsable timestamps' raise: the vectorised datetime64 cast fails only if some element fails np.datetime64 alone (same parser; non-ASCII digits fail both), and the per-row loop raises on it first",
+    _I + 'timestamps.x_local_to_utc_ms__mutmut_17':
+        'np.array of a non-empty list of Python int offsets infers int64 (Linux, numpy 2), same as np.int64',
+    _I + 'values.xǁFactorizerǁconverter__mutmut_7':
+        "np.array of a non-empty list of Python int codes infers int64; for an empty uniq the 'if len(uniq)' branch returns np.zeros(0, np.int64) without using codes",
+    _I + 'arrow_csv.xǁArrowCsvReaderǁ_typed_columns__mutmut_27':
+        "slicing to hi merges the next row into the first row's last cell, so at most column width-1 (and column 0 only when width is 1, which no importer allows: timestamp and power are separate columns) loses the float64 parse and is read as text. For cells the typed parse accepts as finite and >= 0, the text path gives the same values and errors (TYPED_ATTR, _plain; spot-checked with whitespace, +, -0, exponents, 1e-400)",
+    _I + 'arrow_csv.xǁArrowCsvReaderǁ_parse__mutmut_117':
+        "pa.chunked_array of binary chunks viewed as string with type=None infers string; pyarrow's CSV reader always yields at least one chunk per column (an all-blank body gives one empty chunk), so the chunk list is never empty",
+    _I + 'arrow_csv.xǁArrowCsvReaderǁ_typed_columns__mutmut_30':
+        "end == -2 never holds (find returns -1 or an index), so a one-row body's first-row cells come from data[lo:-1] instead of data[lo:hi]; this only changes which plain-number columns are tried as float64 first, and Arrow's CSV float parse, the _plain filter and the text path (pc.cast with the same parser, nulls as NaN) give identical values and errors",
+    _I + 'dcgm.x__parse__mutmut_126':
+        "at this branch the last line matched ^GPU, so the text after its last newline is not 'XX': text.endswith('XX\\nXX') is False, and since that last line is non-empty text.endswith('\\n') is False too; both conditions are True",
+    _I + 'nvidia_smi.x_build_devices__mutmut_25':
+        "cols keys starting with 'signal:' are 'signal:<target>' with SIGNAL_FIELDS targets (no ':'), so rsplit(':', 1)[1] equals split(':', 1)[1]",
+    _I + 'timestamps.x__explicit_utc_ms__mutmut_14':
+        "_explicit_utc_ms only gets texts fully matched by _TS_RE with a +HH:MM/-HHMM offset zone: neither 'Z' nor 'z' can occur, so both replace calls are no-ops",
+    _I + 'timestamps.x__to_utc_ms__mutmut_36':
+        'zones gets exactly one entry per text (the loop appends or raises), so zip(texts, zones) never sees unequal lengths; strict is unobservable',
+    _I + 'values.x__by_distinct__mutmut_7':
+        "values here are always a tuple/list of str (CsvReader rows or _cells' to_pylist of a string column): np.asarray infers the same <U dtype that dtype=str gives",
+    _I + 'values.x_numeric_converter__mutmut_31':
+        'np.asarray of the str cells infers the same <U dtype as dtype=str (empty list: empty float array either way)',
+})
+for _name in NOT_EQUIVALENT:
+    EQUIVALENT.pop(_name, None)
+
+
 _RESULT_RE = re.compile(r"^\s+(\S+): (.+)$")
 
 

@@ -10,7 +10,7 @@ grouped by file so module fixtures are set up once, and exits at the first failu
 shares nothing with the next mutant, so a mutant cannot leak state into another's verdict.
 ``WORKERS`` children run at once; each has its own ``tmp_path`` base, removed when it ends.
 
-``PLAN``: ``{mutant: {"ids": [node id, ...], "timeout_s": seconds}}``; the key ``""`` (if
+``PLAN``: ``{mutant: {"ids": [node id or test file, ...], "timeout_s": seconds}}``; the key ``""`` (if
 present) is the baseline: every listed test without a mutant, which must pass. ``OUT``:
 ``{mutant: exit code}`` as mutmut records them (0 survived, 1 killed, 33 no tests, 36 timeout);
 written every 20 mutants, so a stopped run resumes where it stopped.
@@ -76,7 +76,10 @@ class Driver:
         self.base = Path(tempfile.mkdtemp(prefix="mutation-driver-"))
 
     def _items(self, by_id: dict[str, pytest.Item], ids: list[str]) -> list[pytest.Item]:
-        chosen = [by_id[i] for i in ids if i in by_id]
+        chosen = []
+        for i in ids:  # a node id, or a file: every test collected from it
+            chosen += [by_id[i]] if i in by_id else [it for n, it in by_id.items()
+                                                    if n.startswith(i + "::")]
         rank: dict[str, int] = {}
         for it in chosen:  # files in the order their first (fastest) test comes
             rank.setdefault(it.nodeid.split("::")[0], len(rank))
