@@ -101,10 +101,12 @@ def numeric_converter(*, file: Path, field: str, units: frozenset[str] | None = 
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                out = np.asarray(values, dtype=str).astype(np.float64)
+                cells = np.asarray(values, dtype=str)
+                out = cells.astype(np.float64)
         except (ValueError, TypeError):
             out = None
-        if out is None or not np.isfinite(out).all():
+        # numpy reads Python's float syntax, which allows "1_000"; the exact parser does not
+        if out is None or not np.isfinite(out).all() or (np.char.find(cells, "_") >= 0).any():
             out = _by_distinct(values, lines, lambda t: _number(t, units), file=file, field=field)
         return _check_nonnegative(out, values, lines, nonnegative, file=file, field=field)
 

@@ -3,18 +3,22 @@
 A run without a GPU name decides the 1 s-average flag from its platform slug, read as words
 (``h100_sxm_80gb`` → ``h100 sxm 80gb``: an underscore is a word character, so the slug itself
 never matches a GPU family); and a stage label that could name a person, machine or path is
-refused with an error that names the ``label`` field.
+refused with an error that names the ``label`` field. A number with an underscore (``1_000``,
+which numpy's float parsing reads) is refused as the exact parser refuses it, on every path.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
 from llm_powertrace_ds.errors import InputError
 from llm_powertrace_ds.importers import import_file
 from llm_powertrace_ds.importers.assemble import is_1s_average
+from llm_powertrace_ds.importers.values import numeric_converter
 
 from .test_powertrace_csv import their_json, trace_csv
 
@@ -39,3 +43,30 @@ def test_a_private_stage_label_names_the_label_field(tmp_path: Path) -> None:
     assert err.value.field == "label"
     message = str(err.value)
     assert "field 'label'" in message and "t.csv" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("cells", [["1_000", "2"], pa.chunked_array([["2", "1_000"]])])
+def test_an_underscore_in_a_number_is_refused_on_every_path(cells) -> None:  # noqa: ANN001
+    """A fast parse by numpy reads "1_000" as 1000.0; the exact parser refuses it.
+
+    The fast path must accept nothing the per-value parser refuses (``values.TYPED_ATTR``), so
+    a list of cells and an Arrow text column give the exact parser's error.
+    """
+    convert = numeric_converter(file=Path("log.csv"), field="power.draw [W]")
+    with pytest.raises(InputError) as err:
+        convert(cells, np.array([2, 3]))
+    assert err.value.field == "power.draw [W]"
+    assert err.value.line == (2 if isinstance(cells, list) else 3)
+    assert "value '1_000' is not a number" in str(err.value)
+
+
+@pytest.mark.parametrize("unit", [" W", ""])  # csv and csv,nounits
+def test_an_underscore_in_a_logged_number_fails_the_import(tmp_path: Path, unit: str) -> None:
+    log = tmp_path / "smi.csv"
+    log.write_text("timestamp, index, power.draw [W]\n"
+                   f"2024/05/01 10:00:00.000, 0, 50.0{unit}\n"
+                   f"2024/05/01 10:00:00.100, 0, 1_000{unit}\n", encoding="utf-8")
+    with pytest.raises(InputError) as err:
+        import_file("nvidia-smi", log, workload="inference")
+    assert (err.value.line, err.value.field) == (3, "power.draw")
+    assert "1_000" in str(err.value) and "is not a number" in str(err.value)
