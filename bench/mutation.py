@@ -1034,6 +1034,57 @@ EQUIVALENT.update({
         "strict=False in zip(*chunk): only rows classified 'data' are chunked and _classify raises unless len(row) == width, so all rows have equal length and strict never fires (unreachable)",
 })
 
+# Seventh session, later survivors of the complete run judged equivalent (the others got tests in
+# test_importers_run7_pins_c1.py / _c2.py).
+EQUIVALENT.update({
+    _I + 'arrow_values.x__cast_ms__mutmut_23':
+        'pyarrow to_numpy treats zero_copy_only=None as falsy (checked: int64 with nulls converts to float NaN the same)',
+    _I + 'arrow_values.x__cell_matrix__mutmut_39':
+        "width-0 matrix only feeds constant(): tobytes() of an empty row is b'' and array_equal of empty arrays is True whatever the dtype",
+    _I + 'arrow_values.x__fixed_chunk__mutmut_107':
+        'extra run starts only re-parse identical prefixes (same values); a missed start needs every earlier row with bytes 0-7 == 8-15, so row 0 is invalid and both return None',
+    _I + 'arrow_values.x__fixed_chunk__mutmut_78':
+        'weights.get(col, None) and get(col, 0) have the same truthiness',
+    _I + 'arrow_values.x__to_float__mutmut_12':
+        'pyarrow to_numpy treats zero_copy_only=None as falsy (checked on float32 Array and ChunkedArray with nulls)',
+    _I + 'arrow_values.x_fixed_width_ms__mutmut_23':
+        'concatenating a single part gives an equal, writable int64 copy; only identity differs',
+    _I + 'arrow_values.x_fixed_width_ms__mutmut_25':
+        'parts is non-empty whenever zulu is set, so concatenate([p]) vs p: equal writable int64 array',
+    _I + 'arrow_values.x_float_view__mutmut_11':
+        "np.frombuffer's default dtype is float64",
+    _I + 'arrow_values.x_numbers__mutmut_53':
+        'is_null() of a non-chunked array gives a bool numpy array already; the bool cast is a no-op',
+    _I + 'arrow_csv.xǁArrowCsvReaderǁ_parse__mutmut_99':
+        'has_cr=None vs False: both falsy in every use (`if has_cr and ...`, `if has_cr:`)',
+    _I + 'arrow_csv.xǁArrowCsvReaderǁ_read_csv__mutmut_16':
+        'use_threads only changes parse parallelism; Arrow keeps row order and values (speed only; one 64 MiB block anyway)',
+    _I + 'arrow_csv.xǁArrowCsvReaderǁ_read_csv__mutmut_17':
+        'ParseOptions(newlines_in_values=None) is stored as False (checked: pyarrow 26 reports False), same as the default',
+    _I + 'arrow_csv.xǁArrowCsvReaderǁ_read_csv__mutmut_19':
+        'newlines_in_values defaults to False, the value given explicitly',
+    _I + 'arrow_csv.xǁArrowCsvReaderǁ_read_csv__mutmut_21':
+        'newlines_in_values only affects quoted cells, and _parse falls back before read_csv whenever the body has a quote',
+    _I + 'arrow_csv.xǁArrowCsvReaderǁ_read_csv__mutmut_31':
+        'strings_can_be_null defaults to False, the value given explicitly',
+    _I + 'arrow_csv.xǁArrowCsvReaderǁ_repeated_headers__mutmut_29':
+        'to_numpy(zero_copy_only=None) treats None as falsy and copies; gives the same bool array as False (checked)',
+    _I + 'arrow_csv.xǁArrowCsvReaderǁ_repeated_headers__mutmut_51':
+        "'UTF-8' and 'utf-8' name the same codec",
+    _I + 'arrow_csv.xǁArrowCsvReaderǁ_repeated_headers__mutmut_6':
+        'skipping the constant() shortcut: if every cell equals `one` and header[0] is not in it, match_substring finds nothing and the same all-False mask is returned (speed only)',
+    _I + 'csv_reader.xǁCsvReaderǁ_next_row__mutmut_9':
+        'line_no is 0 only before the first line is yielded; csv.reader can raise csv.Error only while parsing a yielded line, so line_no>=1 and `or 2` is unreachable',
+    _I + 'csv_reader.xǁCsvReaderǁread__mutmut_21':
+        'every chunked row has len == width (_classify raises or skips on any other length), so zip(strict=True) never raises',
+    _I + 'nvidia_smi.x_import_nvidia_smi__mutmut_108':
+        "power_key is 'power:'+ a POWER_FIELDS query (power.draw...), which has exactly one ':' so split(':') and split(':',1) give the same [1]",
+    _I + 'nvidia_smi.x_import_nvidia_smi__mutmut_109':
+        "power_key has exactly one ':' (power:<query without colon>), so rsplit gives the same [1]",
+    _I + 'x_import_file__mutmut_2':
+        "resolve_zone upper-cases tz: 'utc' and 'UTC' both map to dt.timezone.utc",
+})
+
 # values.numeric_converter changed in the seventh session (a number with "_" goes to the exact
 # parser): its mutants from the numpy fast path on were renumbered, so those judgments are
 # dropped until its survivors are judged again.
