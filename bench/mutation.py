@@ -1264,9 +1264,11 @@ def _record(folder: Path, codes: dict[str, int]) -> None:
     """Write exit codes into mutmut's per-file ``.meta`` verdicts (as ``mutmut run`` does)."""
     by_file: dict[Path, dict[str, int]] = {}
     for mutant, code in codes.items():
-        module = mutant.rsplit(".", 1)[0]
-        by_file.setdefault(folder / "mutants" / (module.replace(".", "/") + ".py.meta"),
-                           {})[mutant] = code
+        base = folder / "mutants" / mutant.rsplit(".", 1)[0].replace(".", "/")
+        meta = base.with_name(base.name + ".py.meta")
+        if not meta.exists():  # a function of a package's __init__.py
+            meta = base / "__init__.py.meta"
+        by_file.setdefault(meta, {})[mutant] = code
     for meta_path, found in by_file.items():
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         meta["exit_code_by_key"].update(found)

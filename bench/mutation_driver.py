@@ -80,6 +80,7 @@ class Driver:
         for i in ids:  # a node id, or a file: every test collected from it
             chosen += [by_id[i]] if i in by_id else [it for n, it in by_id.items()
                                                     if n.startswith(i + "::")]
+        chosen = list(dict.fromkeys(chosen))  # an item runs once (a file and its node ids)
         rank: dict[str, int] = {}
         for it in chosen:  # files in the order their first (fastest) test comes
             rank.setdefault(it.nodeid.split("::")[0], len(rank))
