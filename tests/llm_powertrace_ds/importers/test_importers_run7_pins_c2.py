@@ -26,9 +26,9 @@ from llm_powertrace_ds.errors import InputError
 from llm_powertrace_ds.importers import import_file
 from llm_powertrace_ds.importers.arrow_csv import ArrowCsvReader, _Fallback, _plain
 from llm_powertrace_ds.importers.common import CsvReader
-from llm_powertrace_ds.importers.values import numeric_converter
 
 from .test_dcgm import write_log
+from .test_importers_run7_pins_b import _typed
 
 
 def _text(values, lines: np.ndarray) -> np.ndarray:  # noqa: ANN001 - a Converter
@@ -114,14 +114,6 @@ def test_candidate_header_with_an_invalid_byte_in_an_unread_column(tmp_path):
     path.write_bytes(b"h1,h2,h3\n1,a,x\nh1,h2,\xff\n2,b,y\n")
     table = _read(path)
     assert _shape(table) == ([2, 3, 4], [0, 0, 0], ["1", "h1", "2"], ["a", "h2", "b"])
-
-
-def _typed(tmp_path: Path, data: bytes, lo: int, hi: int) -> set[int]:
-    path = tmp_path / "log.csv"
-    path.write_bytes(data)
-    conv = numeric_converter(file=path, field="x")
-    with ArrowCsvReader(path) as reader:
-        return reader._typed_columns(data, lo, hi, {"a": (0, conv), "b": (1, conv)})
 
 
 def test_typed_columns_of_one_unterminated_row_reads_its_last_byte(tmp_path):
