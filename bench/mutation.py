@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -1183,6 +1184,18 @@ def _generate(name: str, folder: Path, max_children: int) -> None:
     raise SystemExit(f"mutmut found no mutant to start {name} with")
 
 
+def _covering_tests(scratch: Path) -> tuple[Callable[[str], list[str]], dict[str, float]]:
+    """``(tests_of, took)`` from mutmut's stats: a mutant's covering tests, fastest first."""
+    stats = json.loads((scratch / "mutmut-stats.json").read_text(encoding="utf-8"))
+    cover, took = stats["tests_by_mangled_function_name"], stats["duration_by_test"]
+
+    def tests_of(mutant: str) -> list[str]:
+        return sorted(cover.get(mutant.rsplit("__mutmut_", 1)[0], ()),
+                      key=lambda t: (took.get(t, 1.0), t))
+
+    return tests_of, took
+
+
 def _drive(name: str, folder: Path, max_children: int, mutants: list[str]) -> None:
     """Run ``mutants`` with ``bench/mutation_driver.py`` and record the verdicts for mutmut.
 
@@ -1191,12 +1204,10 @@ def _drive(name: str, folder: Path, max_children: int, mutants: list[str]) -> No
     and must pass. A mutant's time limit is 60 s + 20 × its tests' clean duration.
     """
     scratch = folder / "mutants"
-    stats = json.loads((scratch / "mutmut-stats.json").read_text(encoding="utf-8"))
-    cover, took = stats["tests_by_mangled_function_name"], stats["duration_by_test"]
+    tests_of, took = _covering_tests(scratch)
     plan: dict[str, dict[str, object]] = {}
     for mutant in mutants:
-        ids = sorted(cover.get(mutant.rsplit("__mutmut_", 1)[0], ()),
-                     key=lambda t: (took.get(t, 1.0), t))
+        ids = tests_of(mutant)
         plan[mutant] = {"ids": ids,
                         "timeout_s": round(60 + 20 * sum(took.get(t, 1.0) for t in ids))}
     every = sorted({t for entry in plan.values() for t in entry["ids"]})  # type: ignore[union-attr]
@@ -1288,12 +1299,10 @@ def _rerun_narrow(name: str, folder: Path, max_children: int, todo: list[str],
     fresh = [k for k, v in read_verdicts(folder).items()
              if v == "not checked" and k.rsplit("__mutmut_", 1)[0] in ran]
     scratch = folder / "mutants"
-    stats = json.loads((scratch / "mutmut-stats.json").read_text(encoding="utf-8"))
-    cover, took = stats["tests_by_mangled_function_name"], stats["duration_by_test"]
+    tests_of, _ = _covering_tests(scratch)
     plan = {}
     for mutant in sorted(set(todo[1:]) | set(fresh)):
-        ids = sorted((t for t in cover.get(mutant.rsplit("__mutmut_", 1)[0], ())
-                      if t.split("::")[0] in tests), key=lambda t: took.get(t, 1.0))
+        ids = [t for t in tests_of(mutant) if t.split("::")[0] in tests]
         if ids:  # no new test reaches it: the earlier verdict stands
             plan[mutant] = ids
     (scratch / "_narrow_driver.py").write_text(_NARROW_DRIVER, encoding="utf-8")
