@@ -174,7 +174,7 @@ def _published(outcomes: list[Any]) -> dict[str, Any]:
 def step_env(cpu: bool, args: argparse.Namespace) -> dict[str, Any]:
     import importlib.metadata as md
 
-    versions = {}
+    versions: dict[str, Any] = {}  # dist -> version or None
     for dist in ("torch", "transformers", "peft", "trl", "accelerate", "nvidia-ml-py",
                  "optimum-quanto", "bitsandbytes", "datasets"):
         try:
@@ -254,8 +254,9 @@ def step_fields(cpu: bool, args: argparse.Namespace) -> dict[str, Any]:
         x = x[np.isfinite(x)]
         return float(np.mean(x[1:] != x[:-1])) if len(x) > 1 else 0.0
 
-    integral_j = float(np.trapezoid(p / 1e3, t)) if hasattr(np, "trapezoid") else float(
-        np.trapz(p / 1e3, t))
+    # trapezoid since numpy 2.0; trapz (numpy < 2.0, removed in 2.4) for the oldest numpy allowed
+    trapezoid = getattr(np, "trapezoid", None) or getattr(np, "trapz")  # noqa: B009
+    integral_j = float(trapezoid(p / 1e3, t))
     counter_j = float((e[-1] - e[0]) / 1e3)
     ratio = counter_j / integral_j if integral_j > 0 else None
     busy = util > 50
@@ -455,8 +456,9 @@ def step_idle(cpu: bool, args: argparse.Namespace) -> dict[str, Any]:
     res = {"idle_runs_published": _published(outcomes)}
     means = [_window_mean(_run_of(out, o), "power_w", "idle_begin", "idle_end")
              for o in outcomes if o.status == "published"]
-    ok = len(means) == 3 and None not in means
-    spread = (max(means) - min(means)) / statistics.fmean(means) if ok else None
+    known = [m for m in means if m is not None]
+    ok = len(known) == 3
+    spread = (max(known) - min(known)) / statistics.fmean(known) if ok else None
     limit = 0.25 if cpu else 0.10  # cpu_proxy: the modelled idle follows real CPU noise
     res["idle_baselines_agree"] = check(ok and spread is not None and spread <= limit,
                                         idle_mean_w=means, relative_spread=spread,

@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -1205,12 +1206,12 @@ def _drive(name: str, folder: Path, max_children: int, mutants: list[str]) -> No
     """
     scratch = folder / "mutants"
     tests_of, took = _covering_tests(scratch)
-    plan: dict[str, dict[str, object]] = {}
+    plan: dict[str, dict[str, Any]] = {}
     for mutant in mutants:
         ids = tests_of(mutant)
         plan[mutant] = {"ids": ids,
                         "timeout_s": round(60 + 20 * sum(took.get(t, 1.0) for t in ids))}
-    every = sorted({t for entry in plan.values() for t in entry["ids"]})  # type: ignore[union-attr]
+    every = sorted({t for entry in plan.values() for t in entry["ids"]})
     plan[""] = {"ids": every, "timeout_s": round(600 + 20 * sum(took.get(t, 1.0) for t in every))}
     shutil.copy2(REPO / "bench" / "mutation_driver.py", scratch / "_mutation_driver.py")
     (scratch / "_driver_plan.json").write_text(json.dumps(plan), encoding="utf-8")
@@ -1362,7 +1363,7 @@ def rerun_module(name: str, work: Path, max_children: int,
     return verdicts
 
 
-def summarise(name: str, verdicts: dict[str, str]) -> dict[str, object]:
+def summarise(name: str, verdicts: dict[str, str]) -> dict[str, Any]:
     """Counts of one module's verdicts and its kill rates.
 
     ``kill_rate`` is killed / (mutants − judged equivalent); ``raw_kill_rate`` is killed /
@@ -1425,7 +1426,7 @@ def main(argv: list[str] | None = None) -> int:
         print("| " + " | ".join(head) + " |")
         print("|" + "---|" * len(head))
     for r in rows:
-        rate, raw = ("n/a" if r[k] is None else f"{100 * r[k]:.1f} %"  # type: ignore[operator]
+        rate, raw = ("n/a" if r[k] is None else f"{100 * r[k]:.1f} %"
                      for k in ("kill_rate", "raw_kill_rate"))
         cells = [str(r[k]) for k in head[:-2]] + [rate, raw]
         print(("| " + " | ".join(cells) + " |") if args.markdown

@@ -46,7 +46,7 @@ def _child(session: pytest.Session, name: str, items: list[pytest.Item], base: P
         os.dup2(null, 1)
         os.dup2(null, 2)
     os.environ["MUTANT_UNDER_TEST"] = name
-    factory = session.config._tmp_path_factory  # noqa: SLF001 - one tmp base per child
+    factory = session.config._tmp_path_factory  # type: ignore[attr-defined]  # noqa: SLF001
     mine = base / str(os.getpid())
     factory._given_basetemp = mine  # noqa: SLF001
     factory._basetemp = None  # noqa: SLF001

@@ -116,9 +116,11 @@ def main(argv: list[str] | None = None) -> int:
                                 priority=args.priority)
             sampler = Sampler(cfg, staging, pids=[os.getpid()])
             sampler.start()
-            proc = psutil.Process(sampler.pid)
+            pid = sampler.pid
+            assert pid is not None, "the sampler did not start"
+            proc = psutil.Process(pid)
             cpu0 = sum(proc.cpu_times()[:2])
-            run0 = _schedstat_s(sampler.pid)
+            run0 = _schedstat_s(pid)
             t0 = time.monotonic()
             naive = ctx.Process(target=_naive, args=(os.getpid(), args.period_ms, args.seconds,
                                                      str(naive_out)))
@@ -128,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             if remaining > 0:
                 time.sleep(remaining)
             cpu1 = sum(proc.cpu_times()[:2])
-            run1 = _schedstat_s(sampler.pid)
+            run1 = _schedstat_s(pid)
             wall = time.monotonic() - t0
             summary = sampler.stop()
             spool = read_spool(staging)
