@@ -32,6 +32,7 @@ from .meta_files import (
     CHUNK_ROWS,
     MAX_META_CHARS,
     MAX_META_NODES,
+    companion,
     family_from_name,
     file_sha256,
     list_names,
@@ -55,8 +56,8 @@ from .values import (
 __all__ = [
     "CHUNK_ROWS", "Converter", "CsvReader", "DeviceData", "Factorizer", "MAX_META_CHARS",
     "MAX_META_NODES", "Table", "active_converter", "apply_device_defaults", "assemble_run",
-    "base_meta", "check_increasing", "check_run_id", "family_from_name", "file_sha256",
-    "fill_model", "finish_meta", "format_utc_ms", "is_1s_average", "is_null_token",
+    "base_meta", "check_increasing", "check_run_id", "companion", "family_from_name",
+    "file_sha256", "fill_model", "finish_meta", "format_utc_ms", "is_1s_average", "is_null_token",
     "list_names", "load_meta_file", "local_to_utc_ms", "log", "median_period_ms", "mode_of",
     "numeric_converter", "one_line", "read_structured", "reasons_converter", "resolve_num_gpus",
     "resolve_platform", "resolve_zone", "scrub_meta", "scrub_text", "sniff_encoding",

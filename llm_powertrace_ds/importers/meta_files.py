@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import hashlib
 import json
 import logging
@@ -38,6 +39,22 @@ def file_sha256(path: Path) -> str:
     except OSError as exc:
         raise InputError(f"cannot read the file ({exc.strerror or exc})", file=path) from None
     return digest.hexdigest()
+
+
+def companion(path: Path, name: str) -> Path | None:
+    """``path``'s folder / ``name`` when that is a file (a sidecar or metadata file), else None.
+
+    A name longer than the file system allows (``ENAMETOOLONG``: a 250-byte log name plus
+    ``.job_info.yaml``) names no file, so it is None as well; ``Path.is_file`` raises there
+    instead (Python 3.11).
+    """
+    try:
+        candidate = path.with_name(name)
+        return candidate if candidate.is_file() else None
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            return None
+        raise
 
 
 _FAMILY_PATTERNS: list[tuple[re.Pattern[str], str]] = [

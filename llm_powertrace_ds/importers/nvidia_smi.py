@@ -323,8 +323,8 @@ def choose_power(table: common.Table, path: Path) -> tuple[str, str]:
 def sidecar_path(path: Path) -> Path | None:
     """``<stem>.job_info.yaml`` (or ``.yml``) beside the log, when it exists."""
     for suffix in (".job_info.yaml", ".job_info.yml"):
-        candidate = path.with_name(path.stem + suffix)
-        if candidate.is_file():
+        candidate = common.companion(path, path.stem + suffix)
+        if candidate is not None:
             return candidate
     return None
 

@@ -148,8 +148,7 @@ def meta_file(path: Path, meta_path: str | Path | None) -> Path | None:
     """The metadata JSON: ``meta_path``, else the ``.json`` with the CSV's stem, if present."""
     if meta_path is not None:
         return Path(meta_path)
-    candidate = path.with_suffix(".json")
-    return candidate if candidate.is_file() else None
+    return common.companion(path, path.stem + ".json")
 
 
 # ---------------------------------------------------------------------------------------------
