@@ -135,7 +135,6 @@ def _report(preds: list[tuple[tuple[float, float, float] | None, str]], test: Se
 def evaluate_holdout(train: list[Mapping[str, Any]], test: list[Mapping[str, Any]], target: str,
                      spec: str, n_boot: int = N_BOOT, seed: int = 0) -> dict[str, Any]:
     """Refit every law on ``train`` and report on ``test`` (see the module docstring)."""
-    laws: dict[str, Any] = {}
     reports: dict[str, dict[str, Any]] = {}
     points = [{"run_id": r.get("run_id"), "platform": r.get("platform"),
                "actual": float(r[target])} for r in test]
@@ -147,7 +146,6 @@ def evaluate_holdout(train: list[Mapping[str, Any]], test: list[Mapping[str, Any
             preds: list[tuple[Any, str]] = [(None, f"{name} not fitted: {exc.reason}")] * len(test)
             reports[name] = _report(preds, test, target)
             continue
-        laws[name] = law
         if name == "loglinear":
             train_ll = law
         preds = []
