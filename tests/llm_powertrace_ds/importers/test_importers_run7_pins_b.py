@@ -8,7 +8,7 @@ rows, a single unterminated row); ``float_view``'s error text; ``fixed_width_ms`
 chunk; ``numbers`` of empty and null cells; the default ``num_gpus`` of ``assemble_run``; the
 row reader's ``skip`` answer for a blank row; a dmon log whose cut-off last line follows a
 units line ending in ``XX``; ``apply_spec_power_limit`` with a run-level ``power_limit_w``; an
-nvidia-smi import with ``--meta`` that never probes for a sidecar (a log name too long for one);
+nvidia-smi import with ``--meta`` of a log whose sidecar name would be too long;
 and the file named by ``import_file``'s missing-file error.
 """
 
@@ -180,7 +180,8 @@ def test_spec_power_limit_skipped_for_a_run_level_power_limit():
 # ---------------------------------------------------------------------------------------------
 
 def test_meta_file_given_no_sidecar_is_probed(tmp_path):
-    # a log name one byte short of the limit: its sidecar name would be too long to stat
+    # a log name one byte short of the limit, whose sidecar name would be too long: with --meta
+    # the import reads the given file (and a sidecar lookup would find none: test_long_names)
     path = tmp_path / ("g" * 242 + ".csv")
     path.write_text("timestamp,index,power.draw [W]\n"
                     "2024/04/03 10:55:35.000,0,100.00\n"
