@@ -104,6 +104,18 @@ def test_a_longer_declared_period_moves_the_gap_threshold():
     assert at_200["peak_power_1s_w"] == pytest.approx(250.0)
 
 
+def test_without_a_declared_period_the_median_of_every_interval_sets_the_gap_threshold():
+    # Intervals alternate 100 ms (even positions) and 300 ms (odd), and the last odd one is
+    # 500 ms: the median of all 40 intervals is (100 + 300) / 2 = 200 ms, so the threshold is
+    # 3 x 200 = 600 ms and the 500 ms interval is no gap. (The median of every second interval
+    # would be 100 ms, a 300 ms threshold, and one 0.5 s gap.)
+    dt = np.tile([100, 300], 20)
+    dt[-1] = 500
+    t = np.concatenate(([0], np.cumsum(dt)))
+    m = metrics.compute_run_metrics(run_of((t, np.full(len(t), 250.0)), period_ms=None))
+    assert (m["gap_count"], m["gap_s"]) == (0, 0.0)
+
+
 def test_an_interval_of_exactly_the_gap_threshold_is_not_a_gap():
     exact = without(np.arange(0, 10_001, 100), 4000, 4300)  # 300 ms = 3 periods
     longer = without(np.arange(0, 10_001, 100), 4000, 4400)  # 400 ms
