@@ -198,6 +198,40 @@ def test_tick_total_and_union_ramps_of_the_blocked_pass(monkeypatch, block):
     assert minutes == pytest.approx((t_s[-1] - t_s[0]) / 60.0)
 
 
+def test_union_ramps_when_the_first_block_spans_more_than_delta():
+    # The blocks are cut at the readings of the device with the most readings, so the first
+    # block is long when that device is silent for more than δ right after the common start.
+    # Its first ramp then has no carried point before it: P(t − δ) at t = 1.1 s must still be
+    # interpolated between the union points at 0 and 0.3 s (not held at the point at 0).
+    busy = np.r_[0, np.arange(1500, 20_001, 100)]  # silent for 1.5 s after the start
+    sparse = np.r_[0, 300, 700, 1100, 1400, np.arange(2000, 20_001, 400)]
+    devs = [metrics_core._Dev(0, busy.astype(np.int64), np.full(len(busy), 200.0), 100.0,
+                              np.zeros(0, dtype=np.int64)),
+            metrics_core._Dev(1, sparse.astype(np.int64),
+                              100.0 + 37.0 * np.arange(len(sparse)) % 90, 100.0,
+                              np.zeros(0, dtype=np.int64))]
+    first = next(iter(metrics_ramps._union_blocks(devs)))
+    assert first[0] == 1500 and first[1][-1] - first[1][0] > 1000  # the long first block
+    _, union = metrics_ramps._seed_aggregates(devs, 1.0)
+    t_s, total = _union_reference(devs)
+    r = metrics_ramps.seed_ramps(t_s, total, 1.0)
+    assert r[0] == pytest.approx((total[3] - (total[0] + (total[1] - total[0]) / 3)) / 1.0)
+    down, upward, _ = union
+    np.testing.assert_array_equal(np.sort(down), np.sort(-r[r < 0]))
+    np.testing.assert_array_equal(np.sort(upward), np.sort(r[r >= 0]))
+
+
+def test_tick_grid_ends_at_the_last_reading():
+    # start 0, last reading 1999 ms: the grid is 0, 100, ..., 1900 (20 points); a point at
+    # 2000 ms would lie after every reading
+    times = (np.r_[np.arange(0, 1950, 50), 1999], np.arange(0, 1990, 63))
+    devs = [metrics_core._Dev(g, t.astype(np.int64), 100.0 + np.arange(len(t)), 100.0,
+                              np.zeros(0, dtype=np.int64)) for g, t in enumerate(times)]
+    tick, _ = metrics_ramps._seed_aggregates(devs, 1.0)
+    assert len(tick) == 20
+    np.testing.assert_array_equal(tick, _tick_reference(devs))
+
+
 def test_sampling_percentiles_from_the_histogram_are_numpys_bit_for_bit():
     from llm_powertrace_ds.metrics.states import _HIST_MS, _percentiles_of_ms
 
