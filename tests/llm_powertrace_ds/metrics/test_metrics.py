@@ -44,6 +44,8 @@ def square(n: int = 3000, half: int = 10, invert: bool = False) -> np.ndarray:
 
 def assert_notes_consistent(m: dict) -> None:
     noted = {n.split(":", 1)[0] for n in m["metric_notes"]}
+    # every note names a published metric (or a device) and says why it is null
+    assert {k for k in noted if not k.startswith("gpu ")} <= set(metrics.METRIC_NAMES), noted
     for name in metrics.METRIC_NAMES:
         assert name in m, name
         if m[name] is None:
