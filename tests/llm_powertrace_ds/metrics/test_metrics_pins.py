@@ -36,6 +36,8 @@ def _group_a() -> None:
     - ``beta_w``, ``gamma_w`` = one formula for two names.
     - ``no_formula_w`` has no equals sign
     - ``delta_{δ}_w`` = x over {δ}.
+    - a plain list item (no name) ends the formula above
+      and its own next line is no formula's either.
 
     A paragraph after the list is not part of the last bullet.
     """
