@@ -751,14 +751,14 @@ _judge_scaling("only axes with a value > 0 reach the warning, so `or 0` / `or 1`
 _judge_scaling("preds holds one entry per test row and actual is built from test: zip over "
                "one length, strict or not", "holdout.x__report", 16, 29, 30)
 _judge_scaling("test and points are built from one list (points has one entry per test row): "
-               "zip over one length, strict or not", "holdout.x_evaluate_holdout", 105)
+               "zip over one length, strict or not", "holdout.x_evaluate_holdout", 103)
 _judge_scaling("a law's axes are the keys of AXES it was fitted on, so AXES.get(axis) never "
                "falls back to its default", "loglinear.xǁLogLinearLawǁdesign", 38)
 _judge_scaling('codec names are case-insensitive: "UTF-8" is "utf-8"', "result.x_load_fit", 9)
 _judge_scaling("a prediction's lo and hi are both set (laws) or both None (baselines): testing "
                "either tells the same", "holdout.x__report", 33)
 _judge_scaling("zip over sequences of one length by construction: strict or not, the same pairs",
-               "holdout.x_evaluate_holdout", 52, 109)
+               "holdout.x_evaluate_holdout", 50, 107)
 _judge_scaling("zip over sequences of one length by construction: strict or not, the same pairs",
                "holdout.x_split_holdout", 57)
 _judge_scaling("zip over sequences of one length by construction: strict or not, the same pairs",
@@ -779,23 +779,21 @@ EQUIVALENT.update({
         'the second zip(preds, actual, strict=True) still rejects a length mismatch (actual is built one per test row), same ValueError text',
     _S + 'holdout.x__report__mutmut_26':
         'the first zip(preds, test, strict=True) already rejects a length mismatch (actual has len(test)), same ValueError text',
-    _S + 'holdout.x_evaluate_holdout__mutmut_40':
-        'the local dict laws is only written, never read or returned',
-    _S + 'holdout.x_evaluate_holdout__mutmut_48':
+    _S + 'holdout.x_evaluate_holdout__mutmut_46':
         'zip(test, points): points is built one per test row',
-    _S + 'holdout.x_evaluate_holdout__mutmut_51':
+    _S + 'holdout.x_evaluate_holdout__mutmut_49':
         'zip(test, points): points is built one per test row',
-    _S + 'holdout.x_evaluate_holdout__mutmut_97':
+    _S + 'holdout.x_evaluate_holdout__mutmut_95':
         'zip(vals, points): baseline_predictions returns one entry per test row, points one per test row',
-    _S + 'holdout.x_evaluate_holdout__mutmut_100':
+    _S + 'holdout.x_evaluate_holdout__mutmut_98':
         'zip(vals, points): baseline_predictions returns one entry per test row, points one per test row',
-    _S + 'holdout.x_evaluate_holdout__mutmut_101':
+    _S + 'holdout.x_evaluate_holdout__mutmut_99':
         'zip(vals, points): baseline_predictions returns one entry per test row, points one per test row',
-    _S + 'holdout.x_evaluate_holdout__mutmut_108':
+    _S + 'holdout.x_evaluate_holdout__mutmut_106':
         'zip(test, points): points is built one per test row',
-    _S + 'holdout.x_evaluate_holdout__mutmut_60':
+    _S + 'holdout.x_evaluate_holdout__mutmut_58':
         '_report reads the reason only when the prediction is None; this one is a tuple',
-    _S + 'holdout.x_evaluate_holdout__mutmut_86':
+    _S + 'holdout.x_evaluate_holdout__mutmut_84':
         '_report reads the reason only when the prediction is None; this one is a tuple',
     _S + 'holdout.x_split_holdout__mutmut_32':
         'axis_value(r, c) == _num(r.get(c)) for every column except model_params, which is in AXES anyway',

@@ -5,8 +5,9 @@
 ``mutmut run`` starts a fresh ``pytest.main`` for every mutant (about 6 s each here, most of it
 collecting and importing). This driver collects the tests once, then forks the collected session
 per mutant: the child sets ``MUTANT_UNDER_TEST`` (mutmut's trampolines read it at every call),
-runs only the tests that cover the mutant's function (``PLAN``, from mutmut's coverage stats),
-grouped by file so module fixtures are set up once, and exits at the first failure. A fork
+runs only the tests that cover the mutant's function (``PLAN``, from mutmut's coverage stats)
+and the tests that share a module- or class-scoped fixture with them (mutmut credits such a
+fixture's calls to the first test that builds it), grouped by file so module fixtures are set up once, and exits at the first failure. A fork
 shares nothing with the next mutant, so a mutant cannot leak state into another's verdict.
 ``WORKERS`` children run at once; each has its own ``tmp_path`` base, removed when it ends.
 
@@ -68,18 +69,47 @@ def _child(session: pytest.Session, name: str, items: list[pytest.Item], base: P
     os._exit(code)
 
 
+def _scoped_fixtures(item: pytest.Item) -> list[int]:
+    """Ids of the module- or class-scoped fixture definitions ``item`` uses."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return []
+    return [id(defs[-1]) for defs in info.name2fixturedefs.values()
+            if defs and defs[-1].scope in ("module", "class")]
+
+
 class Driver:
     """A pytest plugin that replaces the test loop with the per-mutant fork loop."""
 
     def __init__(self, plan: dict, out_path: Path, workers: int) -> None:
         self.plan, self.out_path, self.workers = plan, out_path, workers
         self.base = Path(tempfile.mkdtemp(prefix="mutation-driver-"))
+        self.shared: dict[int, list[pytest.Item]] | None = None
+
+    def _sharers(self, items: list[pytest.Item]) -> dict[int, list[pytest.Item]]:
+        """``{id(fixture definition): items using it}`` for module- and class-scoped fixtures.
+
+        Such a fixture's value is computed by the first test that asks for it, and mutmut's
+        coverage stats credit the mutated function to that test alone: a later test of the file
+        that asserts on the same value never counts as covering it. Each mutant therefore also
+        meets every test that shares such a fixture with one of its covering tests.
+        """
+        shared: dict[int, list[pytest.Item]] = {}
+        for item in items:
+            for key in _scoped_fixtures(item):
+                shared.setdefault(key, []).append(item)
+        return shared
 
     def _items(self, by_id: dict[str, pytest.Item], ids: list[str]) -> list[pytest.Item]:
         chosen = []
         for i in ids:  # a node id, or a file: every test collected from it
             chosen += [by_id[i]] if i in by_id else [it for n, it in by_id.items()
                                                     if n.startswith(i + "::")]
+        if self.shared is None:
+            self.shared = self._sharers(list(by_id.values()))
+        for it in list(chosen):  # the tests reading the same module/class fixture value
+            for key in _scoped_fixtures(it):
+                chosen += self.shared.get(key, [])
         chosen = list(dict.fromkeys(chosen))  # an item runs once (a file and its node ids)
         rank: dict[str, int] = {}
         for it in chosen:  # files in the order their first (fastest) test comes
