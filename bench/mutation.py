@@ -99,14 +99,12 @@ EQUIVALENT: dict[str, str] = {
     _V + "x_nominal_period_ms__mutmut_6": "one reading: the median of an empty diff is NaN, the "
     "same value the fallback returns",
     _V + "x_nominal_period_ms__mutmut_13": 'float("NAN") is float("nan")',
-    _V + "x_validate_run__mutmut_71": _NAN_MIN,
-    _V + "x_validate_run__mutmut_73": _NAN_MIN,
-    _V + "x_validate_run__mutmut_128": _NAN_MIN,
-    _V + "x_validate_run__mutmut_130": _NAN_MIN,
-    _V + "x_validate_run__mutmut_88": "`and` -> `or`: a NaN period only arises with < 2 "
+    _V + "x_validate_run__mutmut_103": _NAN_MIN,
+    _V + "x_validate_run__mutmut_105": _NAN_MIN,
+    _V + "x_validate_run__mutmut_160": _NAN_MIN,
+    _V + "x_validate_run__mutmut_162": _NAN_MIN,
+    _V + "x_validate_run__mutmut_120": "`and` -> `or`: a NaN period only arises with < 2 "
     "readings, where every check runs on empty intervals and flags nothing",
-    _V + "x_validate_run__mutmut_165": "one valid counter reading gives counter_j = 0, which the "
-    "`counter_j > 0` guard already skips",
     _C + "x_t_ms_of__mutmut_7": _INT64,
     _C + "x_t_ms_of__mutmut_9": _INT64,
     _C + "x_spool_to_run__mutmut_38": "the spool's signal fields are float64 already",
