@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .errors import SamplerError
-from .spool import SPOOL_SIGNALS, Spool, read_spool
+from .spool import SPOOL_SIGNALS, Spool, read_spool, spool_dir
 
 if TYPE_CHECKING:
     from llm_powertrace_ds.run import Run
@@ -92,7 +92,8 @@ def provenance_meta(path_or_spool: str | os.PathLike[str] | Spool) -> dict[str, 
     t0 = spool.t0_ns
     period_ms = spool.header.get("period_ms") or prov.get("sample_period_ms")
     if period_ms is None:
-        raise SamplerError(f"'{spool.directory / 'header.json'}': field 'period_ms' is missing")
+        raise SamplerError(f"'{spool_dir(spool.directory) / 'header.json'}': field 'period_ms' is "
+                           "missing")
     meta: dict[str, Any] = {
         "sampler": sampler,
         "power_field": power_field,
