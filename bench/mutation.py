@@ -82,7 +82,8 @@ TARGETS: dict[str, Target] = {
                       ("-k", "not cpu_proxy_burst_rises_and_falls")),
     "convert": Target("generation/sampler/convert.py",
                       ("tests/generation/sampler/test_convert.py",
-                       "tests/generation/sampler/test_convert_behaviour.py")),
+                       "tests/generation/sampler/test_convert_behaviour.py",
+                       "tests/generation/sampler/test_convert_pins.py")),
 }
 
 _V = "llm_powertrace_ds.validate."
