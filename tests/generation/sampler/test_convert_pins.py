@@ -85,3 +85,10 @@ def test_the_runs_flags_are_a_fresh_list_of_the_spools_and_the_callers(tmp_path)
     assert run.flags == run.meta["quality_flags"]
     assert mine == ["incomplete"]  # the caller's list is not the run's
     assert not [k for k in run.meta if "flags" in k.lower() and k != "quality_flags"]
+
+
+def test_a_gpu_spool_without_devices_has_an_unknown_platform(tmp_path):
+    drive_loop(GpuLike([]), tmp_path, ticks=3, clock=FakeClock())
+    meta = provenance_meta(tmp_path)
+    assert meta["sampler"] == "nvml" and meta["num_gpus"] == 0
+    assert meta["platform"] == "unknown" and "platform_unknown" in meta["quality_flags"]
