@@ -540,7 +540,7 @@ EQUIVALENT.update({
     _I + 'nvidia_smi.x_build_devices__mutmut_25': 'same as mutmut_24 (rsplit)',
     _I + 'nvidia_smi.x_build_devices__mutmut_27': 'same as mutmut_24 (maxsplit 2)',
     _I + 'nvidia_smi.x_import_nvidia_smi__mutmut_25': 'gpu_keys never reads its factors argument',
-    _I + 'nvidia_smi.x_import_nvidia_smi__mutmut_39': 'side is then also computed when meta_path is given, but the meta_path branch is taken first and side is never read there (and since common.companion, a name too long for a sidecar no longer raises: the eighth session found this NOT equivalent before that fix)',
+    _I + 'nvidia_smi.x_import_nvidia_smi__mutmut_39': 'side is then also computed when meta_path is given, but the meta_path branch is taken first and side is never read there (and a name too long for a sidecar is no file: common.companion)',
     _I + 'nvidia_smi.x_infer_gpu_count__mutmut_9': 'astype(None) is astype(float64)',
     _I + 'nvidia_smi.x_infer_gpu_count__mutmut_33': 'the extra candidates n = len(ts) and len(ts)+1 never have a boundary row (pos <= len(ts)-2 < n-1), so they are skipped',
     _I + 'nvidia_smi.x_infer_gpu_count__mutmut_53': 'the skip is monotone in n: no boundary row for n means every segment is shorter than n+1, so none for larger n either; no inside row means all segments have 1 row; so break == continue',

@@ -7,7 +7,8 @@ collecting and importing). This driver collects the tests once, then forks the c
 per mutant: the child sets ``MUTANT_UNDER_TEST`` (mutmut's trampolines read it at every call),
 runs only the tests that cover the mutant's function (``PLAN``, from mutmut's coverage stats)
 and the tests that share a module- or class-scoped fixture with them (mutmut credits such a
-fixture's calls to the first test that builds it), grouped by file so module fixtures are set up once, and exits at the first failure. A fork
+fixture's calls to the first test that builds it), grouped by file so module fixtures are set up
+once, and exits at the first failure. A fork
 shares nothing with the next mutant, so a mutant cannot leak state into another's verdict.
 ``WORKERS`` children run at once; each has its own ``tmp_path`` base, removed when it ends.
 
@@ -84,32 +85,16 @@ class Driver:
     def __init__(self, plan: dict, out_path: Path, workers: int) -> None:
         self.plan, self.out_path, self.workers = plan, out_path, workers
         self.base = Path(tempfile.mkdtemp(prefix="mutation-driver-"))
-        self.shared: dict[int, list[pytest.Item]] | None = None
 
-    def _sharers(self, items: list[pytest.Item]) -> dict[int, list[pytest.Item]]:
-        """``{id(fixture definition): items using it}`` for module- and class-scoped fixtures.
-
-        Such a fixture's value is computed by the first test that asks for it, and mutmut's
-        coverage stats credit the mutated function to that test alone: a later test of the file
-        that asserts on the same value never counts as covering it. Each mutant therefore also
-        meets every test that shares such a fixture with one of its covering tests.
-        """
-        shared: dict[int, list[pytest.Item]] = {}
-        for item in items:
-            for key in _scoped_fixtures(item):
-                shared.setdefault(key, []).append(item)
-        return shared
-
-    def _items(self, by_id: dict[str, pytest.Item], ids: list[str]) -> list[pytest.Item]:
+    def _items(self, by_id: dict[str, pytest.Item], shared: dict[int, list[pytest.Item]],
+               ids: list[str]) -> list[pytest.Item]:
         chosen = []
         for i in ids:  # a node id, or a file: every test collected from it
             chosen += [by_id[i]] if i in by_id else [it for n, it in by_id.items()
                                                     if n.startswith(i + "::")]
-        if self.shared is None:
-            self.shared = self._sharers(list(by_id.values()))
         for it in list(chosen):  # the tests reading the same module/class fixture value
             for key in _scoped_fixtures(it):
-                chosen += self.shared.get(key, [])
+                chosen += shared[key]
         chosen = list(dict.fromkeys(chosen))  # an item runs once (a file and its node ids)
         rank: dict[str, int] = {}
         for it in chosen:  # files in the order their first (fastest) test comes
@@ -119,6 +104,14 @@ class Driver:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool:
         by_id = {it.nodeid: it for it in session.items}
+        # {id(fixture definition): tests using it}. A module/class fixture's value is computed by
+        # the first test that asks for it, and mutmut's stats credit the mutated function to
+        # that test alone, so a later test asserting on the same value never counts as covering
+        # it: each mutant also meets every test sharing such a fixture with its covering tests.
+        shared: dict[int, list[pytest.Item]] = {}
+        for item in session.items:
+            for key in _scoped_fixtures(item):
+                shared.setdefault(key, []).append(item)
         out = self.out_path
         results = json.loads(out.read_text(encoding="utf-8")) if out.exists() else {}
         queue = sorted((m for m in self.plan if m not in results), key=bool)  # baseline first
@@ -129,7 +122,7 @@ class Driver:
                    and all(n for n, _, _ in running.values())):  # the baseline runs alone
                 name = queue.pop(0)
                 entry = self.plan[name]
-                items = self._items(by_id, entry["ids"])
+                items = self._items(by_id, shared, entry["ids"])
                 if not items:
                     results[name] = 33
                     continue

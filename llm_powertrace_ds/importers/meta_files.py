@@ -48,8 +48,8 @@ def companion(path: Path, name: str) -> Path | None:
     ``.job_info.yaml``) names no file, so it is None as well; ``Path.is_file`` raises there
     instead (Python 3.11).
     """
+    candidate = path.with_name(name)
     try:
-        candidate = path.with_name(name)
         return candidate if candidate.is_file() else None
     except OSError as exc:
         if exc.errno == errno.ENAMETOOLONG:

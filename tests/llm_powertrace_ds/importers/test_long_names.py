@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import errno
 import os
+from pathlib import Path
 
 import pytest
 
 from llm_powertrace_ds.importers import import_file
+from llm_powertrace_ds.importers.common import companion
 from llm_powertrace_ds.importers.nvidia_smi import sidecar_path
 from llm_powertrace_ds.importers.powertrace_csv import meta_file
 
@@ -40,10 +42,6 @@ def test_powertrace_csv_with_a_name_too_long_for_its_json(tmp_path):
 
 
 def test_other_file_system_errors_still_raise(tmp_path, monkeypatch):
-    from pathlib import Path
-
-    from llm_powertrace_ds.importers.common import companion
-
     (tmp_path / "a.json").write_text("{}", encoding="utf-8")
     assert companion(tmp_path / "a.csv", "a.json") == tmp_path / "a.json"
     assert companion(tmp_path / "a.csv", "b.json") is None
