@@ -29,6 +29,7 @@ COMMAND_MODULES = [
     "llm_powertrace_ds.cli.core",
     "llm_powertrace_ds.cli.analysis",
     "llm_powertrace_ds.cli.facility",
+    "llm_powertrace_ds.cli.mitigate",
     "llm_powertrace_ds.cli.explore",
 ]
 PLUGIN_GROUP = "llm_powertrace.commands"

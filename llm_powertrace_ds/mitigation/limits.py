@@ -1,0 +1,280 @@
+"""Grid limits as input: the cheapest cap/floor/storage combination that meets them.
+
+Limits file (YAML, at most :data:`MAX_LIMITS_BYTES`)::
+
+    ramp:                         # change between consecutive window means, per time scale
+      - {window_s: 1, max_w_per_s: 2.0e6}
+      - {window_s: 60, max_w_per_s: 1.0e5}     # 6 MW per minute
+    max_swing_w: 3.0e7            # max − min at the profile's resolution
+    bands:                        # RMS power in a frequency band
+      - {low_hz: 0.1, high_hz: 1.0, max_rms_w: 1.0e5}
+
+Every key is optional; at least one limit is required.
+
+The search (small, exhaustive over a documented grid, with pruning):
+    * caps of 100 % (none), 95, 90, … 50 % of the reference; floors of 0 % (none), 5, 10, … 95 %,
+      below the cap (a floor at the cap would flatten the site into a constant load);
+      for each (cap, floor) either no storage, or storage whose grid-side ramp limit R starts at
+      the smallest ``max_w_per_s`` of the ramp limits (a grid side ramping at most R has window
+      ramps of at most R at every time scale) — or, without ramp limits, at half the profile's
+      steepest ramp — and is halved up to :data:`MAX_HALVINGS` times until swing and band limits
+      hold too.
+    * "Cheapest" is lexicographic, in this order: work lost above a cap (J), then energy wasted
+      (a floor's extra energy + storage losses, J), then storage energy (J), then storage power (W).
+      Lost work comes first because a cap slows the job by an amount this tool cannot measure.
+    * When nothing in that grid meets every limit, the result says so and which limits failed for
+      the combination that came closest (fewest failed limits, then the smallest sum of
+      value/limit over the failed ones, then least wasted energy).
+"""
+
+from __future__ import annotations
+
+import math
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError
+from . import strategies as st
+from .apply import Plan
+from .grid import Band, band_rms, window_means
+from .profile import Profile
+
+MAX_LIMITS_BYTES = 64 * 1024
+CAP_GRID_PCT: tuple[float | None, ...] = (None, 95, 90, 85, 80, 75, 70, 65, 60, 55, 50)
+FLOOR_GRID_PCT: tuple[float | None, ...] = (None,) + tuple(float(x) for x in range(5, 100, 5))
+MAX_HALVINGS = 12
+
+
+@dataclass(frozen=True)
+class RampLimit:
+    window_s: float
+    max_w_per_s: float
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Grid limits (see the module docstring)."""
+
+    ramps: tuple[RampLimit, ...] = ()
+    max_swing_w: float | None = None
+    bands: tuple[Band, ...] = ()
+    file: str = "limits"
+
+
+def _positive(value: Any, *, file: str, field: str) -> float:
+    if isinstance(value, str):  # YAML 1.1 reads 1.0e4 (no exponent sign) as a string
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"{value!r} is not a number", file=file, field=field)
+    v = float(value)
+    if not (math.isfinite(v) and v > 0):
+        raise InputError(f"{value!r} is not a positive finite number", file=file, field=field)
+    return v
+
+
+def _entries(data: dict[str, Any], key: str, keys: Sequence[str], file: str
+             ) -> list[dict[str, float]]:
+    raw = data.get(key)
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise InputError("expected a list", file=file, field=key)
+    out = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict) or set(item) != set(keys):
+            raise InputError(f"item {i}: expected exactly the keys {', '.join(keys)}", file=file,
+                             field=key)
+        out.append({k: _positive(item[k], file=file, field=f"{key}[{i}].{k}") for k in keys})
+    return out
+
+
+def load_limits(path: str | Path) -> Limits:
+    """Read and check a limits file (regular file, ≤ 64 KiB, YAML mapping of known keys)."""
+    import yaml
+
+    path = Path(path)
+    name = path.name
+    try:
+        info = path.stat()
+    except OSError:
+        raise InputError("no such file", file=name, field="--limits") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError("not a regular file", file=name, field="--limits")
+    if info.st_size > MAX_LIMITS_BYTES:
+        raise InputError(f"{info.st_size} bytes; a limits file has at most {MAX_LIMITS_BYTES}",
+                         file=name, field="--limits")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise InputError("not UTF-8 text", file=name) from None
+    except (yaml.YAMLError, RecursionError) as exc:
+        line = getattr(getattr(exc, "problem_mark", None), "line", None)
+        raise InputError("not YAML", file=name, line=None if line is None else line + 1) from None
+    if not isinstance(data, dict):
+        raise InputError("expected a mapping with ramp, max_swing_w and/or bands", file=name)
+    unknown = sorted(set(map(str, data)) - {"ramp", "max_swing_w", "bands"})
+    if unknown:
+        raise InputError(f"unknown key(s) {', '.join(unknown)}; known: ramp, max_swing_w, bands",
+                         file=name, field=unknown[0])
+    ramps = tuple(RampLimit(e["window_s"], e["max_w_per_s"])
+                  for e in _entries(data, "ramp", ("window_s", "max_w_per_s"), name))
+    bands = []
+    for i, e in enumerate(_entries(data, "bands", ("low_hz", "high_hz", "max_rms_w"), name)):
+        if e["low_hz"] >= e["high_hz"]:
+            raise InputError(f"low_hz {e['low_hz']:g} is not below high_hz {e['high_hz']:g}",
+                             file=name, field=f"bands[{i}]")
+        bands.append(Band(e["low_hz"], e["high_hz"], e["max_rms_w"]))
+    swing = data.get("max_swing_w")
+    limits = Limits(ramps=ramps, bands=tuple(bands), file=name,
+                    max_swing_w=None if swing is None else _positive(swing, file=name,
+                                                                     field="max_swing_w"))
+    if not limits.ramps and limits.max_swing_w is None and not limits.bands:
+        raise InputError("no limit given (ramp, max_swing_w or bands)", file=name)
+    return limits
+
+
+@dataclass(frozen=True)
+class Check:
+    limit: str
+    value: float | None
+    maximum: float
+
+    @property
+    def met(self) -> bool:
+        return self.value is not None and self.value <= self.maximum * (1 + 1e-9)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"limit": self.limit, "value": self.value, "max": self.maximum, "met": self.met}
+
+
+def check(power_w: np.ndarray, dt_s: np.ndarray, limits: Limits,
+          sensor_average_s: float | None = None) -> list[Check]:
+    """Each limit against a grid-side profile (window-mean ramps, swing, band RMS)."""
+    out = []
+    for r in limits.ramps:
+        means = window_means(power_w, dt_s, r.window_s)
+        value = (float(np.abs(np.diff(means)).max()) / r.window_s if len(means) >= 2 else None)
+        out.append(Check(f"ramp over {r.window_s:g} s (W/s)", value, r.max_w_per_s))
+    if limits.max_swing_w is not None:
+        out.append(Check("swing (W)", float(power_w.max() - power_w.min()), limits.max_swing_w))
+    if limits.bands:
+        res = float(np.median(dt_s))
+        values, _ = band_rms(power_w, res, limits.bands, sensor_average_s)
+        for b in limits.bands:
+            assert b.max_rms_w is not None
+            out.append(Check(f"band {b.label} RMS (W)", values[b.label], b.max_rms_w))
+    return out
+
+
+def verifiable(profile: Profile, limits: Limits) -> None:
+    """Refuse limits that no combination could be checked against on this profile."""
+    res = profile.resolution_s
+    for i, r in enumerate(limits.ramps):
+        if r.window_s < res * (1 - 1e-9) or r.window_s * 2 > profile.duration_s:
+            raise InputError(f"window_s {r.window_s:g} cannot be checked on a {res:g} s profile "
+                             f"of {profile.duration_s:g} s", file=limits.file,
+                             field=f"ramp[{i}].window_s")
+    if limits.bands:
+        values, notes = band_rms(profile.power_w, res, limits.bands)
+        for i, b in enumerate(limits.bands):
+            if values[b.label] is None:
+                why = next((n for n in notes if n.startswith(f"band {b.label}")), "unresolved")
+                raise InputError(why, file=limits.file, field=f"bands[{i}]")
+
+
+def _cost(c: st.CapResult | None, f: st.FloorResult | None,
+          s: st.StorageResult | None) -> tuple[float, float, float, float]:
+    return ((c.energy_above_cap_j if c else 0.0),
+            (f.extra_energy_j if f else 0.0) + (s.losses_j if s else 0.0),
+            (s.energy_j if s else 0.0), (s.power_w if s else 0.0))
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    feasible: bool
+    plan: Plan
+    checks: tuple[Check, ...]
+    evaluated: int
+    statement: str
+
+
+def search(profile: Profile, limits: Limits, *, efficiency: float = st.DEFAULT_EFFICIENCY,
+           reference_w: float | None = None) -> SearchResult:
+    """The cheapest plan in the documented grid that meets every limit (module docstring)."""
+    verifiable(profile, limits)
+    p0, dt = profile.power_w, profile.dt_s
+    ref = reference_w if reference_w is not None else float(p0.max())
+    sensor = profile.sensor_average_s
+    r_start = (min(r.max_w_per_s for r in limits.ramps) if limits.ramps else
+               max(float(np.abs(np.diff(p0) / dt[:-1]).max()) / 2.0, 1e-9))
+    evaluated = 0
+    best: tuple[tuple[float, float, float, float], Plan, list[Check]] | None = None
+    closest: tuple[tuple[int, float, float], Plan, list[Check]] | None = None
+
+    def consider(plan: Plan, cost: tuple[float, float, float, float], checks: list[Check]
+                 ) -> bool:
+        nonlocal best, closest
+        failed = sum(not c.met for c in checks)
+        if failed == 0:
+            if best is None or cost < best[0]:
+                best = (cost, plan, checks)
+            return True
+        excess = sum((c.value / c.maximum if c.value is not None else math.inf)
+                     for c in checks if not c.met)
+        key = (failed, excess, cost[1])
+        if closest is None or key < closest[0]:
+            closest = (key, plan, checks)
+        return False
+
+    for cap_pct in CAP_GRID_PCT:
+        c = st.cap(p0, dt, cap_pct / 100.0 * ref) if cap_pct is not None else None
+        after_cap = c.power_w if c else p0
+        for floor_pct in FLOOR_GRID_PCT:
+            if floor_pct is not None and cap_pct is not None and floor_pct >= cap_pct:
+                break  # a floor at the cap is a flat line: not a plan for a working site
+            f = st.floor(after_cap, dt, floor_pct / 100.0 * ref) if floor_pct is not None else None
+            load = f.power_w if f else after_cap
+            cost = _cost(c, f, None)
+            if best is not None and cost[:2] >= best[0][:2]:
+                break  # floors only waste more from here on
+            evaluated += 1
+            plan = Plan(cap_pct=cap_pct, floor_pct=floor_pct, efficiency=efficiency,
+                        reference_w=reference_w)
+            if consider(plan, cost, check(load, dt, limits, sensor)):
+                continue
+            r = r_start
+            for _ in range(MAX_HALVINGS + 1):
+                s = st.storage(load, dt, r, efficiency)
+                evaluated += 1
+                splan = Plan(cap_pct=cap_pct, floor_pct=floor_pct, ramp_limit_w_per_s=r,
+                             efficiency=efficiency, reference_w=reference_w)
+                if consider(splan, _cost(c, f, s), check(s.grid_w, dt, limits, sensor)):
+                    break
+                r /= 2.0
+        if best is not None:
+            break  # a smaller cap only loses more work
+    if best is not None:
+        plan, checks = best[1], best[2]
+        parts = [p for p in (f"cap {plan.cap_pct:g} %" if plan.cap_pct else "",
+                             f"floor {plan.floor_pct:g} %" if plan.floor_pct else "",
+                             f"storage with grid ramps ≤ {plan.ramp_limit_w_per_s:.4g} W/s"
+                             if plan.ramp_limit_w_per_s else "") if p]
+        statement = ("every limit is met " + ("as the profile is" if not parts else
+                                             "with " + " + ".join(parts)))
+        return SearchResult(True, plan, tuple(checks), evaluated, statement)
+    assert closest is not None
+    plan, checks = closest[1], closest[2]
+    failed = "; ".join(f"{ck.limit} {ck.value if ck.value is None else f'{ck.value:.4g}'} > "
+                       f"{ck.maximum:.4g}" for ck in checks if not ck.met)
+    statement = (f"no combination meets every limit (caps ≥ {CAP_GRID_PCT[-1]} %, floors ≤ "
+                 f"{FLOOR_GRID_PCT[-1]:g} %, storage ramps ≥ {r_start / 2 ** MAX_HALVINGS:.4g} "
+                 f"W/s); the closest still fails: {failed}")
+    return SearchResult(False, plan, tuple(checks), evaluated, statement)
