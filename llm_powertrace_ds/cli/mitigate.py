@@ -115,7 +115,8 @@ def _print_table(data: dict[str, Any]) -> None:
     inp = data["input"]
     print(f"input: {inp['file']} ({inp['kind']}, {inp['column']}), {inp['samples']} samples, "
           f"{inp['duration_s']:g} s; computed at {data['resolution_s']:g} s"
-          + ("" if inp["measured"] else " — composed, not measured"))
+          + ("" if inp["measured"] else " — composed, not measured")
+          + (" — cpu_proxy sources: NOT GPU data" if inp["cpu_proxy"] else ""))
     if data.get("search"):
         s = data["search"]
         print(f"limits ({s['file']}): {s['statement']} [{s['evaluated']} combinations tried]")

@@ -143,12 +143,14 @@ def apply(profile: Profile, plan: Plan, *,
     notes += [f"grid side: {n}" for n in grid_notes if n not in notes]
     if not profile.measured:
         notes.append("the input is a composed profile (facility), not a measurement")
+    if profile.cpu_proxy:
+        notes.insert(0, "cpu_proxy sources: the profile is modelled CPU activity, NOT GPU data")
     summary = {
         "shape": JSON_SHAPE,
         "input": {"file": profile.file, "kind": profile.kind, "column": profile.column,
                   "samples": int(len(p0)), "duration_s": profile.duration_s,
                   "regular": profile.regular, "sensor_average_s": profile.sensor_average_s,
-                  "measured": profile.measured},
+                  "measured": profile.measured, "cpu_proxy": profile.cpu_proxy},
         "resolution_s": profile.resolution_s,
         "order": [name for name in ORDER if out[name] is not None],
         "reference_w": ref,

@@ -46,6 +46,8 @@ def plot_mitigation(result: Mitigation, out: str | Path) -> Path:
     title = f"mitigate {prof.file} at {prof.resolution_s:g} s"
     if not prof.measured:
         title += " (composed, not measured)"
+    if prof.cpu_proxy:
+        title += " — cpu_proxy sources: NOT GPU data"
     fig.suptitle(title)
     ax = axes[0]
     ax.plot(*env(prof.power_w / scale), lw=0.6, color="0.6", label="load (input)")

@@ -71,6 +71,8 @@ class Profile:
     sensor_average_s: float | None = None
     measured: bool = True
     notes: tuple[str, ...] = field(default_factory=tuple)
+    cpu_proxy: bool = False
+    """True when composed from ``cpu_proxy`` runs: modelled CPU activity, NOT GPU data."""
     nominal_resolution_s: float | None = None
     """The resolution the profile was made at (a facility profile's, or a resampling's), when
     its last interval may be partial; None: the median interval."""
@@ -278,11 +280,14 @@ def read_facility(path: str | Path, *, resolution_s: float | None = None,
                          field=f"{column}_kw")
     if sensor_average_s is None and _mentions_1s_average(summary):
         sensor_average_s = 1.0
+    sources = summary.get("sources") if isinstance(summary, dict) else None
+    cpu_proxy = isinstance(sources, list) and any(
+        isinstance(src, dict) and bool(src.get("cpu_proxy")) for src in sources)
     notes = [f"the site's {column} power at {match[0]:g} s (interval means) from "
              "'facility --out': composed from measured runs, not measured itself"]
     return Profile(start_s=start, dt_s=dt, power_w=power, kind="facility", file=name,
                    column=column, sensor_average_s=sensor_average_s, measured=False,
-                   notes=tuple(notes), nominal_resolution_s=match[0])
+                   notes=tuple(notes), nominal_resolution_s=match[0], cpu_proxy=cpu_proxy)
 
 
 def read_profile(path: str | Path, *, resolution_s: float | None = None,
@@ -340,4 +345,4 @@ def resample(profile: Profile, resolution_s: float | None) -> Profile:
     return Profile(start_s=edges[:-1], dt_s=dt, power_w=power, kind=profile.kind,
                    file=profile.file, column=profile.column,
                    sensor_average_s=profile.sensor_average_s, measured=profile.measured,
-                   notes=notes, nominal_resolution_s=res)
+                   notes=notes, nominal_resolution_s=res, cpu_proxy=profile.cpu_proxy)

@@ -200,3 +200,18 @@ def test_a_parquet_that_is_not_a_facility_profile_is_refused(tmp_path, capsys):
     pq.write_table(pa.table({"a": [1, 2]}), path)
     assert main(["mitigate", str(path)]) == 1
     assert "not a profile written by 'llm-powertrace facility --out'" in capsys.readouterr().err
+
+
+def test_a_site_composed_from_cpu_proxy_runs_is_labelled(tmp_path, capsys):
+    root = tmp_path / "ds"
+    shards.publish_run(root, step_run("run-p", seconds=60, seed=4, platform="cpu_proxy",
+                                      sampler="cpu_proxy", devices=2), refresh_card=False)
+    site = tmp_path / "site.parquet"
+    assert main(["facility", str(root), "--gpus", "16", "--out", str(site), "--format",
+                 "json"]) == 0
+    capsys.readouterr()
+    data = run_json(capsys, str(site), "--floor-pct", "50")
+    assert data["input"]["cpu_proxy"] is True
+    assert data["notes"][0].startswith("cpu_proxy sources")
+    assert main(["mitigate", str(site)]) == 0
+    assert "cpu_proxy sources: NOT GPU data" in capsys.readouterr().out.splitlines()[0]
