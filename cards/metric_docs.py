@@ -146,6 +146,8 @@ def metric_columns() -> list[schema.Column]:
 def _group_of(name: str, groups: list[tuple[str, list[str], str]], tags: list[str]) -> int | None:
     """Index of the group whose docstring names ``name`` (or its ``{δ}`` template)."""
     forms = {name} | {name.replace(f"_{tag}_", "_{δ}_") for tag in tags if f"_{tag}_" in name}
+    if name.startswith("work_"):  # the work-window twins sit with the work window's group
+        forms.add("work_<metric>")
     for i, (_, _, doc) in enumerate(groups):
         if any(f"``{form}``" in doc for form in forms):
             return i

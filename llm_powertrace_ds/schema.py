@@ -23,7 +23,7 @@ from .platforms import power_usage_is_1s_average as power_usage_is_1s_average
 if TYPE_CHECKING:  # `datasets` is imported when a Features object is first asked for
     from datasets import Features
 
-SCHEMA_VERSION = "1.2.0"
+SCHEMA_VERSION = "1.3.0"
 """Bumped whenever a column is added, renamed or retyped; the card's changelog says why."""
 
 SCHEMA_CHANGELOG: list[tuple[str, str]] = [
@@ -44,6 +44,12 @@ SCHEMA_CHANGELOG: list[tuple[str, str]] = [
      "on inference; event kind prepare_end; quality flags power_limit_not_default and "
      "stale_power; runs metric idle_power_w. Also (issue 16): `program` and "
      "`exit_code` of runs recorded with `llm-powertrace record` (null for sweeps and imports)."),
+    ("1.3.0", "Runs metrics over the work window (the workload without its idle padding): "
+     "work_window_start_s, work_window_end_s, work_window_source and a work_<metric> twin of "
+     "every energy-per-token, level, ramp, swing and spectral metric; checkpoint_dip_count; "
+     "flags work_window_detected, checkpoint_dips_detected, step_period_detected (found from "
+     "power alone). Level metrics (percentiles, peak, PAR, swing, coincidence) are now taken at "
+     "the sampling instants instead of the interpolated 0.1 s grid."),
 ]
 
 TRACE_CONFIGS = ("finetune", "inference")
@@ -78,7 +84,8 @@ WARNING_FLAGS = (
     "energy_mismatch", "incomplete", "power_is_1s_average", "platform_unknown",
     "form_factor_unknown", "cpu_proxy", "zero_power_samples", "duplicate_samples",
     "gpu_count_mismatch", "precision_unknown", "power_limit_from_spec", "summary_only",
-    "power_limit_not_default", "stale_power", "implausible_value",
+    "power_limit_not_default", "stale_power", "implausible_value", "work_window_detected",
+    "checkpoint_dips_detected", "step_period_detected",
 )
 QUALITY_FLAGS = ERROR_FLAGS + WARNING_FLAGS
 
@@ -122,6 +129,13 @@ FLAG_DESCRIPTIONS = {
     "driver had no newer value)",
     "implausible_value": "a sample outside its physical range (power 0-5000 W, utilisation "
     "0-100 %, temperature -40-150 C, ...; `llm_powertrace_ds/checks.py`)",
+    "work_window_detected": "the run has no steady, step, idle or stage events: its work window "
+    "(the work_* metrics) is the active window detected from power "
+    "(`llm_powertrace_ds/metrics/window.py`)",
+    "checkpoint_dips_detected": "the run has no checkpoint events: checkpoint_dip_* describe "
+    "dips detected from power (`llm_powertrace_ds/metrics/detect.py`)",
+    "step_period_detected": "the run has no step events: step_freq_hz is the step period "
+    "detected from the autocorrelation of power (`llm_powertrace_ds/metrics/detect.py`)",
 }
 
 SPLIT_NAME_RE = re.compile(r"^\w+(\.\w+)*$")
@@ -435,11 +449,16 @@ RUN_METRICS = [
        "devices", "s"),
     _c("mean_power_w", "float64", "Time-weighted mean of the node total: energy_j / duration_s",
        "W"),
-    _c("p5_power_w", "float64", "5th percentile of P(t) on the 0.1 s grid", "W"),
-    _c("p50_power_w", "float64", "Median of P(t) on the 0.1 s grid", "W"),
-    _c("p95_power_w", "float64", "95th percentile of P(t) on the 0.1 s grid", "W"),
-    _c("p99_power_w", "float64", "99th percentile of P(t) on the 0.1 s grid", "W"),
-    _c("peak_power_w", "float64", "Maximum of P(t) on the 0.1 s grid", "W"),
+    _c("p5_power_w", "float64", "5th percentile of the node total at the sampling "
+       "instants (per common tick, else sample-and-hold; never interpolated)", "W"),
+    _c("p50_power_w", "float64", "Median of the node total at the sampling "
+       "instants (per common tick, else sample-and-hold; never interpolated)", "W"),
+    _c("p95_power_w", "float64", "95th percentile of the node total at the sampling "
+       "instants (per common tick, else sample-and-hold; never interpolated)", "W"),
+    _c("p99_power_w", "float64", "99th percentile of the node total at the sampling "
+       "instants (per common tick, else sample-and-hold; never interpolated)", "W"),
+    _c("peak_power_w", "float64", "Maximum of the node total at the sampling instants (per "
+       "common tick, else sample-and-hold; never interpolated)", "W"),
     _c("peak_power_1s_w", "float64", "Largest mean of P over non-overlapping 1 s windows", "W"),
     _c("peak_power_60s_w", "float64", "Largest mean of P over non-overlapping 60 s windows", "W"),
     _c("par", "float64", "Peak-to-average ratio: peak_power_w / mean_power_w"),
@@ -484,7 +503,8 @@ RUN_METRICS = [
     _c("band_fraction_mid", "float64", "Share of the 0.05-5 Hz oscillation power in 1-2.5 Hz"),
     _c("band_fraction_high", "float64", "Share of the 0.05-5 Hz oscillation power in 2.5-5 Hz"),
     _c("step_freq_hz", "float64", "Training-step frequency from step events: 1 / median "
-       "interval between step_begin events", "Hz"),
+       "interval between step_begin events; without step events, detected from power (flag "
+       "step_period_detected)", "Hz"),
     # across devices
     _c("coincidence_factor", "float64", "Peak of the sum / sum of the per-device peaks (1 when "
        "all peaks coincide)"),
@@ -500,6 +520,9 @@ RUN_METRICS = [
     _c("checkpoint_dip_pct", "float64", "Mean depth of the power dip during checkpoints as % of "
        "the median over the 10 s before checkpoint_begin", "%"),
     _c("checkpoint_dip_s", "float64", "Mean width of the checkpoint dips at half depth", "s"),
+    _c("checkpoint_dip_count", "int32", "Checkpoints measured: with checkpoint events, those "
+       "with gap-free power around them; without, the dips detected from power "
+       "(flag checkpoint_dips_detected)"),
     # gaps
     _c("gap_count", "int32", "Gaps (intervals longer than 3 sample periods) on the run clock, "
        "overlapping gaps of several devices merged"),
@@ -510,6 +533,41 @@ RUN_METRICS = [
     _c("sampling_interval_observed_p95_s", "float64", "95th percentile of those intervals",
        "s"),
 ]
+_WORK_BASE = ("energy_j", "energy_per_token_j", "duration_s", "mean_power_w", "p5_power_w",
+              "p50_power_w", "p95_power_w", "p99_power_w", "peak_power_w", "peak_power_1s_w",
+              "peak_power_60s_w", "par", "par_1s", "par_60s", "load_factor",
+              "limit_utilisation")
+_WORK_OSC = ("swing_w", "dynamic_range_1s_w", "dynamic_range_10s_w", "dominant_freq_hz",
+             "dominant_amplitude_w", "band_rms_low_w", "band_rms_mid_w", "band_rms_high_w",
+             "band_fraction_low", "band_fraction_mid", "band_fraction_high", "step_freq_hz")
+
+
+def _work_columns() -> list[Column]:
+    """The work-window twins (``work_<metric>``) and the window itself; see metrics/window.py."""
+    by_name = {c.name: c for c in RUN_METRICS}
+    ramps = [c.name for c in _ramp_columns()]
+    cols = [
+        _c("work_window_start_s", "float64", "Start w0 of the work window W on the run clock: "
+           "the workload without its idle padding (steady window, first step_begin to last "
+           "step_end, between the idle paddings, non-idle stage labels, or detected from power)",
+           "s"),
+        _c("work_window_end_s", "float64", "End w1 of the work window W on the run clock", "s"),
+        _c("work_window_source", "string", "How W was found: `steady`, `steps`, "
+           "`idle_events`, `stage`, `detected` (from power; flag work_window_detected) or "
+           "`whole`"),
+    ]
+    for name in (*_WORK_BASE, *ramps, *_WORK_OSC):
+        base = by_name[name]
+        text = base.description
+        if name == "energy_per_token_j":
+            text = ("work_energy_j / tokens in W (training tokens; for inference the tokens "
+                    "generated in W)")
+        cols.append(Column(f"work_{name}", base.spec, f"Over the work window W only: {text}",
+                           base.unit))
+    return cols
+
+
+RUN_METRICS += _work_columns()
 PER_DEVICE_METRICS = [
     Column("gpu_energy_j", _List(_Value("float64")), "Per device: trapezoid energy on its own "
            "timestamps", "J"),
@@ -521,7 +579,9 @@ PER_DEVICE_METRICS = [
 ]
 METRIC_NOTES = [
     Column("metric_notes", _List(_Value("string")),
-           "Why a metric is null, as `metric: reason`"),
+           "Why a metric is null, as `metric: reason`; also how a metric was formed where "
+           "the run decides it (`peak_power_w:` the level sampling; `work_window_source:`, "
+           "`checkpoint_dip_count:`, `step_freq_hz:` what was detected from power)"),
 ]
 RUNS_DEVICE = [
     _c("gpu_name", "string", "Device name as reported (`cpu_proxy` for the CPU proxy)"),

@@ -12,6 +12,21 @@ How the node total is formed (alignment)
     gaps (the device drew power while the logger stalled); ``gap_s`` says how much of the run
     rests on that bridging.
 
+Level statistics at the sampling instants
+    Interpolating onto the grid averages neighbouring readings and shaves spikes of
+    instantaneous-power GPUs. Peak, percentiles, PAR, swing and coincidence are therefore taken
+    on the node total at the sampling instants: summed per common sampling tick, else by
+    sample-and-hold at the union of the devices' instants (``metrics.levels``;
+    ``metric_notes`` says which). Ramps, window peaks, spectra and states keep the grid.
+
+Which window
+    Unprefixed metrics are over the whole trace, idle padding included. Each ``work_<metric>``
+    column is the same metric over the run's work window (the workload without its padding:
+    steady window, steps, between idle paddings, stage labels, or detected from power; see
+    ``metrics.window``); ``work_window_source`` says which rule found it. Without events,
+    checkpoint dips and the step period are detected from power (``metrics.detect``) and
+    flagged.
+
 The seed authors
     The authors of the power traces and catalog this dataset started from (their canonical long
     CSV is imported with ``llm-powertrace import powertrace-csv``). The *seed-compatible*
@@ -43,6 +58,8 @@ import re
 import threading
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from ..run import Run
 from .core import (
@@ -76,15 +93,22 @@ from .core import (
     STEP_WINDOW_S,
     SYNC_HIGHPASS_HZ,
     WELCH_SEGMENT_S,
+    WORK_BASE_NAMES,
+    WORK_NAMES,
+    WORK_PREFIX,
     Aligned,
     _capacity_w,
     _EventIndex,
+    _events,
     _Out,
     _prepare_device,
+    _steady_tokens,
+    _tokens,
     align,
     event_windows,
     node_total,
 )
+from .detect import detect_dips, detect_step_period
 from .energy import (
     _group_energy,
     counter_energy_j,
@@ -92,9 +116,16 @@ from .energy import (
     device_mismatch_pct,
     mismatch_pct,
 )
+from .levels import sample_levels
 from .ramps import _group_level, _group_ramps, _group_seed_ramps, seed_ramps
-from .spectral import _group_across, _group_oscillations, welch_psd, welch_windows
+from .spectral import (
+    _group_across,
+    _group_oscillations,
+    welch_psd,
+    welch_windows,
+)
 from .states import _group_gaps, _group_sampling, _group_states
+from .window import WorkWindow, crop_device, work_window
 
 
 def compute_run_metrics(run: Run, *, grid_ms: int = GRID_MS) -> dict[str, Any]:
@@ -193,10 +224,10 @@ def _compute(run: Run, grid_ms: int) -> dict[str, Any]:
     devs = [_prepare_device(run, d, i, notes) for i, d in enumerate(run.devices)]
     ev = _EventIndex(run.events)
     _group_energy(run, devs, out, ev)
-    al = None
+    al: Aligned | None = None
     reason = None
-    own: tuple[str, ...] = ENERGY_NAMES + GAP_NAMES + ("duration_s", "mean_power_w",
-                                                       "limit_utilisation")
+    own: tuple[str, ...] = ENERGY_NAMES + GAP_NAMES + SAMPLING_NAMES + (
+        "duration_s", "mean_power_w", "limit_utilisation")
     if not run.devices:
         reason = "the run has no devices"
     elif any(d is None or len(d.t_ms) < 2 for d in devs):
@@ -210,16 +241,32 @@ def _compute(run: Run, grid_ms: int) -> dict[str, Any]:
             own += SEED_RAMP_NAMES
     cap = _capacity_w(run) if run.devices else None
     if al is None and reason:
-        out.null([n for n in METRIC_NAMES if n not in own], reason)
+        out.null([n for n in METRIC_NAMES if n not in own + WORK_NAMES], reason)
     seed = _SeedRamps(devs)
+    ok_devs = [d for d in devs if d is not None]
+    if al is not None:
+        al.levels = sample_levels(ok_devs)
+        if al.levels is not None:
+            notes.append(al.levels.note(len(ok_devs)))
+    win = work_window(ev, devs, al)
+    work = _work_frame(devs, al, win, grid_ms) if win is not None else None
+    al_w = work[1] if work is not None else None
+    dips = step = None
+    if al_w is not None and not event_windows(ev, "checkpoint_begin", "checkpoint_end"):
+        dips = detect_dips(al_w)
+    if al_w is not None and len(_events(ev, "step_begin") or _events(ev, "step_end")) < 2:
+        step = detect_step_period(_without(al_w, dips[0] if dips and dips[0] else []))
+    one_s = "power_is_1s_average" in run.flags
     _group_level(run, devs, al, cap, out)
     _group_ramps(al, cap, out)
     mark = len(out.notes)  # the seed group's place in column order
-    _group_oscillations(ev, al, out)  # no later group reads a seed-compatible value
+    _group_oscillations(ev, al, out, step, one_s)  # no later group reads a seed-compatible value
     _group_across(al, out)
-    _group_states(ev, al, cap, out)
+    _group_states(ev, al, cap, out, dips)
     _group_gaps(devs, out)
     _group_sampling(devs, out)
+    _group_work(run, ev, win, work, cap, step, one_s, out)
+    _detection_flags(run, win, dips, step, out, notes)
     later = out.notes[mark:]
     del out.notes[mark:]
     seed.replay_into(out)  # its notes go where the inline order puts them
@@ -233,9 +280,121 @@ def _compute(run: Run, grid_ms: int) -> dict[str, Any]:
 
 
 
+def _work_frame(devs: list[Any], al: Aligned | None, win: WorkWindow, grid_ms: int
+                ) -> tuple[list[Any], Aligned | None] | None:
+    """The devices cropped to the work window and their node total (``al`` when uncropped)."""
+    ok = [d for d in devs if d is not None]
+    if not ok or len(ok) != len(devs) or any(len(d.t_ms) < 2 for d in ok):
+        return None
+    whole = (win.start_ms <= min(int(d.t_ms[0]) for d in ok)
+             and win.end_ms >= max(int(d.t_ms[-1]) for d in ok))
+    if whole:
+        return ok, al
+    cropped = [crop_device(d, win) for d in ok]
+    if any(len(d.t_ms) < 2 for d in cropped):
+        return cropped, None
+    al_w = align(cropped, grid_ms)
+    if al_w is not None:
+        al_w.levels = sample_levels(cropped)
+    return cropped, al_w
+
+
+def _without(al: Aligned, spans: list[tuple[int, int]]) -> Aligned:
+    """``al`` with the points inside the given (begin, end) ms spans marked invalid."""
+    if not spans:
+        return al
+    valid = al.valid.copy()
+    for b, e in spans:
+        valid[(al.grid_ms >= b) & (al.grid_ms <= e)] = False
+    total = np.where(valid, al.total, np.nan)
+    return Aligned(al.grid_ms, al.devices, total, valid, al.step_s)
+
+
+def _group_work(run: Run, ev: _EventIndex, win: WorkWindow | None,
+                work: tuple[list[Any], Aligned | None] | None, cap: float | None,
+                step: tuple[float | None, float, str] | None, one_s: bool, out: _Out) -> None:
+    """Work window.
+
+    Every run has a work window W = [w0, w1] on the run clock: where the workload ran, without
+    the idle padding around it (inference: the steady window; fine-tuning: first
+    ``step_begin`` to last ``step_end``; a recorded command: between its idle paddings;
+    imported runs: their non-idle stage labels, else the active window detected from power,
+    flagged ``work_window_detected``; else the whole trace — the rules are in
+    ``llm_powertrace_ds/metrics/window.py``). Each ``work_<metric>`` column is ``<metric>``
+    computed on the readings with w0 ≤ t ≤ w1 only; the unprefixed columns are over the whole
+    trace, idle padding included.
+
+    - ``work_window_start_s`` = w0 / 1000 (s on the run clock).
+    - ``work_window_end_s`` = w1 / 1000.
+    - ``work_window_source`` = the rule that found W: ``steady``, ``steps``, ``idle_events``,
+      ``stage``, ``detected`` or ``whole``.
+    - ``work_energy_per_token_j`` = work_energy_j / tokens in W: the training tokens for
+      fine-tuning (every step lies in W); for inference the tokens generated in W (counted as
+      for ``steady_energy_per_token_j``).
+    - ``work_<metric>`` = <metric> over W.
+    """
+    if win is None:
+        out.null(WORK_NAMES, "the run has no power readings")
+        return
+    out.set("work_window_start_s", win.start_ms / 1000.0)
+    out.set("work_window_end_s", win.end_ms / 1000.0)
+    out.set("work_window_source", win.source)
+    names = [WORK_PREFIX + n for n in WORK_BASE_NAMES]
+    if work is None:
+        out.null(names, "a device has fewer than 2 power readings")
+        return
+    devs_w, al_w = work
+    wo = _Out()
+    energies = [d.energy_j for d in devs_w]
+    if any(e is None for e in energies):
+        wo.null("energy_j", "a device has fewer than 2 power readings in the work window")
+    else:
+        wo.set("energy_j", float(sum(energies)))
+    _group_level(run, devs_w, al_w, cap, wo)
+    _group_ramps(al_w, cap, wo)
+    _group_oscillations(ev, al_w, wo, step, one_s)
+    energy = wo.values.get("energy_j")
+    if run.workload == "inference":
+        tokens = _steady_tokens(run, win.start_ms, win.end_ms)
+    else:
+        tokens = _tokens(run)
+    if energy is None:
+        wo.null("energy_per_token_j", "energy_j is null")
+    elif tokens is None or tokens <= 0:
+        wo.null("energy_per_token_j", "no token count in the work window")
+    else:
+        wo.set("energy_per_token_j", energy / tokens)
+    if al_w is None:
+        wo.null(list(WORK_BASE_NAMES), "the devices share no span in the work window")
+    for name in WORK_BASE_NAMES:
+        out.values[WORK_PREFIX + name] = wo.values.get(name)
+    for note in wo.notes:
+        if note.split(":")[0] in WORK_BASE_NAMES:
+            out.notes.append(WORK_PREFIX + note)
+
+
+def _detection_flags(run: Run, win: WorkWindow | None,
+                     dips: tuple[list[tuple[int, int]] | None, str] | None,
+                     step: tuple[float | None, float, str] | None, out: _Out,
+                     notes: list[str]) -> None:
+    """Flag and note what was found from power alone (never where real events exist)."""
+    if win is not None and win.detected:
+        run.add_flags("work_window_detected")
+        notes.append(f"work_window_source: detected from power ({win.start_ms / 1000:.1f}-"
+                     f"{win.end_ms / 1000:.1f} s; no steady, step, idle or stage events)")
+    if dips is not None and dips[0]:
+        run.add_flags("checkpoint_dips_detected")
+        notes.append(f"checkpoint_dip_count: {len(dips[0])} dips detected from power "
+                     "(no checkpoint events)")
+    if step is not None and step[0] is not None and out.values.get("step_freq_hz") is not None:
+        run.add_flags("step_period_detected")
+        notes.append(f"step_freq_hz: step period {step[0]:.3f} s detected from power "
+                     f"(autocorrelation {step[1]:.2f}; no step events)")
+
+
 _GROUPS: tuple[Callable[..., Any], ...] = (
     _group_energy, _group_level, _group_ramps, _group_seed_ramps, _group_oscillations,
-    _group_across, _group_states, _group_gaps, _group_sampling,
+    _group_across, _group_states, _group_gaps, _group_sampling, _group_work,
 )
 METRIC_GROUPS = _GROUPS
 """The metric groups in column order; each docstring's first line is the group's title."""
@@ -263,7 +422,7 @@ def metric_formulas() -> dict[str, str]:
     out: dict[str, str] = {}
     for bullet in bullets:
         left, sep, right = bullet.partition(" = ")
-        if not sep or not _BULLET_NAMES_RE.match(left.strip()):
+        if not sep or not _BULLET_NAMES_RE.match(left.strip()) or "<" in left:
             continue
         for name in re.findall(r"``([^`]+)``", left):
             if "{δ}" in name:
@@ -271,6 +430,10 @@ def metric_formulas() -> dict[str, str]:
                     out[name.replace("{δ}", tag)] = right.strip().replace("{δ}", tag)
             else:
                 out[name] = right.strip()
+    for name in WORK_BASE_NAMES:  # the work-window twins: the same formula over W
+        work = WORK_PREFIX + name
+        if work not in out and name in out:
+            out[work] = f"{out[name]} Over the work window W only (readings with w0 ≤ t ≤ w1)."
     return out
 
 

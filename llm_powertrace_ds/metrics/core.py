@@ -78,14 +78,21 @@ OSCILLATION_NAMES = ("swing_w", "dynamic_range_1s_w", "dynamic_range_10s_w", "do
 ACROSS_NAMES = ("coincidence_factor", "diversity_factor", "synchrony_index",
                 "projected_swing_1000_w")
 STATE_NAMES = ("idle_fraction", "near_limit_fraction", "step_count", "checkpoint_dip_pct",
-               "checkpoint_dip_s")
+               "checkpoint_dip_s", "checkpoint_dip_count")
 GAP_NAMES = ("gap_count", "gap_s")
 SAMPLING_NAMES = ("sampling_interval_observed_median_s", "sampling_interval_observed_p95_s")
+WORK_PREFIX = "work_"
+"""Prefix of the work-window twin of a metric (``work_peak_power_w``; see ``metrics.window``)."""
+WORK_BASE_NAMES: tuple[str, ...] = (("energy_j", "energy_per_token_j") + LEVEL_NAMES
+                                    + RAMP_NAMES + OSCILLATION_NAMES)
+"""The metrics that also exist over the work window, under ``work_<name>``."""
+WORK_WINDOW_NAMES = ("work_window_start_s", "work_window_end_s", "work_window_source")
+WORK_NAMES: tuple[str, ...] = WORK_WINDOW_NAMES + tuple(WORK_PREFIX + n for n in WORK_BASE_NAMES)
 METRIC_NAMES: tuple[str, ...] = (ENERGY_NAMES + LEVEL_NAMES + RAMP_NAMES + SEED_RAMP_NAMES
                                  + OSCILLATION_NAMES + ACROSS_NAMES + STATE_NAMES + GAP_NAMES
-                                 + SAMPLING_NAMES)
+                                 + SAMPLING_NAMES + WORK_NAMES)
 """Every node-total metric, in column order (the runs configs declare the same names)."""
-INT_METRICS = frozenset({"gap_count", "step_count"})
+INT_METRICS = frozenset({"gap_count", "step_count", "checkpoint_dip_count"})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -123,6 +130,7 @@ class Aligned:
     _pairs: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
     _diffs: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
     _values: np.ndarray | None = field(default=None, repr=False)
+    levels: Any = field(default=None, repr=False)  # metrics.levels.Levels, set by the caller
     _segs: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
 
     def values(self) -> np.ndarray:
@@ -257,7 +265,7 @@ class _Out:
         self.notes: list[str] = []
 
     def set(self, name: str, value: Any) -> None:
-        if value is not None and not isinstance(value, (int, list)):
+        if value is not None and not isinstance(value, (int, list, str)):
             value = float(value)
             if not math.isfinite(value):
                 self.null(name, "not finite")

@@ -26,9 +26,13 @@ def _group_level(run: Run, devs: list[_Dev | None], al: Aligned | None, cap: flo
 
     - ``duration_s`` = D = (max_d t_d,last − min_d t_d,first) / 1000 over valid readings.
     - ``mean_power_w`` = P̄ = energy_j / D (time-weighted mean of the node total).
-    - ``p5_power_w``, ``p50_power_w``, ``p95_power_w``, ``p99_power_w`` = percentiles of P(t)
-      over the gap-free points of the 0.1 s grid.
-    - ``peak_power_w`` = max P(t) over the gap-free points of the 0.1 s grid.
+    - ``p5_power_w``, ``p50_power_w``, ``p95_power_w``, ``p99_power_w`` = percentiles of Pₖ,
+      the node total at the sampling instants: Σ_d P_d at each common sampling tick k (each
+      device's reading nearest the tick, within half a period), or, when the devices are not
+      read on a common tick, Σ_d (last reading of d) at every reading of any device
+      (sample-and-hold); never interpolated, so spikes between grid points are not shaved
+      (``metric_notes`` says which; ``metrics.levels``).
+    - ``peak_power_w`` = max Pₖ (as the percentiles).
     - ``peak_power_1s_w`` = max over non-overlapping 1 s windows (anchored at each gap-free
       segment's start, complete windows only) of the window mean of P.
     - ``peak_power_60s_w`` = max over non-overlapping 60 s windows of the window mean of P
@@ -68,7 +72,7 @@ def _group_level(run: Run, devs: list[_Dev | None], al: Aligned | None, cap: flo
     if al is None or not al.valid.any():
         out.null(shape, "no gap-free node total (devices share no common span)")
         return
-    x = al.values()
+    x = al.levels.values.copy() if al.levels is not None else al.values()
     peak = float(x.max())
     p5, p50, p95, p99 = _percentiles(x, (5, 50, 95, 99))
     out.set("p5_power_w", p5)

@@ -122,7 +122,9 @@ def _dominant_peak(freqs: np.ndarray, psd: np.ndarray, windows: int) -> tuple[in
     return int(good[np.argmax(psd[good])]), ""
 
 
-def _group_oscillations(ev: _EventIndex, al: Aligned | None, out: _Out) -> None:
+def _group_oscillations(ev: _EventIndex, al: Aligned | None, out: _Out,
+                        step: tuple[float | None, float, str] | None = None,
+                        one_s_average: bool = False) -> None:
     """Swings and oscillations.
 
     - ``swing_w`` = p95_power_w − p5_power_w.
@@ -146,6 +148,12 @@ def _group_oscillations(ev: _EventIndex, al: Aligned | None, out: _Out) -> None:
       Σ_{0.05 ≤ f ≤ 5 Hz} S (share of the oscillation power between 0.05 and 5 Hz).
     - ``step_freq_hz`` = 1 / median(Δt between consecutive ``step_begin`` events) of one rank
       (run-level events, else the lowest rank; ``step_end`` when there is no ``step_begin``).
+      Without step events: 1 / T, T the step period detected from the autocorrelation of P in
+      the work window (``metrics.detect``; flagged ``step_period_detected``).
+
+    When the run's power_w is a 1 s average (flag ``power_is_1s_average``), the sensor has
+    already filtered oscillation above about 0.5 Hz away: the band metrics and the dominant
+    frequency are then lower bounds of what the GPUs drew, and ``metric_notes`` says so.
     """
     p5, p95 = out.values.get("p5_power_w"), out.values.get("p95_power_w")
     if p5 is None or p95 is None:
@@ -162,10 +170,17 @@ def _group_oscillations(ev: _EventIndex, al: Aligned | None, out: _Out) -> None:
             out.set(name, value)
 
     _spectrum_metrics(al, out)
+    if one_s_average and out.values.get("band_rms_low_w") is not None:
+        out.notes.extend(f"{name}: {ONE_S_AVERAGE_NOTE}" for name in ONE_S_AVERAGE_NAMES)
 
     steps = _events(ev, "step_begin") or _events(ev, "step_end")
-    if len(steps) < 2:
-        out.null("step_freq_hz", "fewer than 2 step events")
+    if len(steps) < 2 and step is not None and step[0] is not None:
+        out.set("step_freq_hz", 1.0 / step[0])
+    elif len(steps) < 2:
+        reason = "fewer than 2 step events"
+        if step is not None:
+            reason += f"; none detected from power ({step[2]})"
+        out.null("step_freq_hz", reason)
     else:
         dt = np.diff([e.t_ms for e in steps]) / 1000.0
         med = float(np.median(dt))
@@ -174,6 +189,13 @@ def _group_oscillations(ev: _EventIndex, al: Aligned | None, out: _Out) -> None:
         else:
             out.null("step_freq_hz", "step events share one time")
 
+
+
+ONE_S_AVERAGE_NOTE = (
+    "power_w is a 1 s average (power_is_1s_average): oscillation above about 0.5 Hz was "
+    "filtered away by the sensor, not measured, so the 0.2-3 Hz band is under-reported")
+"""Why the band metrics of a run with 1 s-averaged power are lower bounds."""
+ONE_S_AVERAGE_NAMES = ("band_rms_low_w", "band_rms_mid_w", "band_rms_high_w")
 
 
 def _spectrum_metrics(al: Aligned | None, out: _Out) -> None:
@@ -215,7 +237,9 @@ def _spectrum_metrics(al: Aligned | None, out: _Out) -> None:
 def _group_across(al: Aligned | None, out: _Out) -> None:
     """Across devices (on the gap-free points of the 0.1 s grid).
 
-    - ``coincidence_factor`` = max_t Σ_d P_d(t) / Σ_d max_t P_d(t) (1 when all peaks coincide).
+    - ``coincidence_factor`` = max_k Σ_d P_d,k / Σ_d max_i P_d,i (1 when all peaks coincide):
+      the node total and each device's readings at the sampling instants, over the span where
+      all devices are present (as ``peak_power_w``).
     - ``diversity_factor`` = 1 / coincidence_factor.
     - ``synchrony_index`` = ρ̄, the mean over device pairs of the Pearson correlation of
       band-passed per-device power (2nd-order Butterworth high-pass at 0.05 Hz, started in
@@ -237,6 +261,9 @@ def _group_across(al: Aligned | None, out: _Out) -> None:
         swings.append(float(q95 - q5))
     sum_peaks = float(sum(peaks))
     peak_total = float(al.values().max())
+    if al.levels is not None:  # at the sampling instants, as peak_power_w
+        sum_peaks = float(sum(al.levels.device_peaks))
+        peak_total = float(al.levels.values.max())
     if sum_peaks > 0 and peak_total > 0:
         cf = peak_total / sum_peaks
         out.set("coincidence_factor", cf)

@@ -21,7 +21,8 @@ from .core import (
 )
 
 
-def _group_states(ev: _EventIndex, al: Aligned | None, cap: float | None, out: _Out) -> None:
+def _group_states(ev: _EventIndex, al: Aligned | None, cap: float | None, out: _Out,
+                  dips: tuple[list[tuple[int, int]] | None, str] | None = None) -> None:
     """States.
 
     - ``idle_fraction`` = share of gap-free grid points with P(t) < 0.2 · C.
@@ -33,6 +34,10 @@ def _group_states(ev: _EventIndex, al: Aligned | None, cap: float | None, out: _
       median of P over the 10 s before ``checkpoint_begin`` (b), e the next ``checkpoint_end``.
     - ``checkpoint_dip_s`` = mean over checkpoints of the time in [b, e] with P(t) < B − depth/2
       (width of the dip at half depth).
+    - ``checkpoint_dip_count`` = number of checkpoints with gap-free power before and during
+      them. Without checkpoint events, the checkpoint windows [b, e] are the dips detected from
+      power in the work window (``metrics.detect``; flagged ``checkpoint_dips_detected``), and
+      0 when the detector finds none.
     """
     limit_names = ("idle_fraction", "near_limit_fraction", "step_count")
     if al is None or not al.valid.any():
@@ -58,8 +63,19 @@ def _group_states(ev: _EventIndex, al: Aligned | None, cap: float | None, out: _
             out.set("step_count", count)
 
     windows = event_windows(ev, "checkpoint_begin", "checkpoint_end")
+    dip_names = ("checkpoint_dip_pct", "checkpoint_dip_s", "checkpoint_dip_count")
+    if not windows and dips is not None:
+        found, reason = dips
+        if found is None:
+            out.null(dip_names, f"no checkpoint events; none detected from power ({reason})")
+            return
+        if not found:
+            out.set("checkpoint_dip_count", 0)
+            out.null(dip_names[:2], "no checkpoint events and no dip detected from power")
+            return
+        windows = found
     if not windows:
-        out.null(("checkpoint_dip_pct", "checkpoint_dip_s"), "no checkpoint events")
+        out.null(dip_names, "no checkpoint events")
         return
     grid = al.grid_ms
     depths, widths = [], []
@@ -80,6 +96,7 @@ def _group_states(ev: _EventIndex, al: Aligned | None, cap: float | None, out: _
         depths.append(100.0 * depth / base)
         widths.append(float(np.count_nonzero(inside < base - depth / 2)) * al.step_s
                       if depth > 0 else 0.0)
+    out.set("checkpoint_dip_count", len(depths))
     if not depths:
         out.null(("checkpoint_dip_pct", "checkpoint_dip_s"),
                  "no checkpoint with gap-free power before and during it")

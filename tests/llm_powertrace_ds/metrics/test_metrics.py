@@ -50,6 +50,8 @@ def assert_notes_consistent(m: dict) -> None:
         assert name in m, name
         if m[name] is None:
             assert name in noted, f"{name} is null without a note"
+        elif name == "work_window_source":
+            assert m[name] in ("steady", "steps", "idle_events", "stage", "detected", "whole")
         else:
             assert isinstance(m[name], (int, float)) and math.isfinite(m[name]), name
 

@@ -664,10 +664,12 @@ def test_duration_spans_the_earliest_first_to_the_latest_last_reading():
 # every null carries its reason into metric_notes (published with the run): pinned per case
 # --------------------------------------------------------------------------------------------
 
-def _by_reason(m: dict) -> dict[str, list[str]]:
+def _by_reason(m: dict, work: bool = False) -> dict[str, list[str]]:
+    """Null metrics by reason: the whole-trace ones, or (``work``) the work-window twins."""
     out: dict[str, list[str]] = {}
     for name, why in _notes(m).items():
-        out.setdefault(why, []).append(name)
+        if name in m and m[name] is None and name.startswith("work_") == work:
+            out.setdefault(why, []).append(name)
     return out
 
 
@@ -699,10 +701,24 @@ def test_null_reasons_of_a_short_flat_run():
         "no down-ramps over 10s": ["ramp_down_p99_10s_w_per_s"],
         "no gap-free 10 s window": ["dynamic_range_10s_w"],
         "no gap-free stretch of 20 s": spectral,
-        "fewer than 2 step events": ["step_freq_hz"],
+        "fewer than 2 step events; none detected from power (no gap-free stretch of 20 s)":
+            ["step_freq_hz"],
         "needs at least 2 devices": ["synchrony_index", "projected_swing_1000_w"],
-        "no checkpoint events": ["checkpoint_dip_pct", "checkpoint_dip_s"],
+        "no checkpoint events and no dip detected from power": ["checkpoint_dip_pct",
+                                                                 "checkpoint_dip_s"],
     }
+    assert m["checkpoint_dip_count"] == 0  # the detector looked and found none
+    # a flat trace has no padding to cut: its work window is the whole trace, and every
+    # work-window twin is null for the same reason as its whole-trace metric
+    assert m["work_window_source"] == "whole"
+    notes = _notes(m)
+    for name in metrics.WORK_BASE_NAMES:
+        if name == "energy_per_token_j":
+            assert notes["work_" + name] == "no token count in the work window"
+        elif m[name] is None:
+            assert notes["work_" + name] == notes[name], name
+        else:
+            assert m["work_" + name] == m[name], name
 
 
 def test_null_reasons_of_a_flat_run_without_a_limit():
@@ -727,7 +743,10 @@ def test_null_reasons_when_devices_share_no_span_or_a_device_has_no_power():
                  (np.arange(6000, 10_001, 100), np.full(41, 100.0)))
     m = metrics.compute_run_metrics(apart)
     reasons = _by_reason(m)
-    assert len(reasons["devices share no common span"]) == 76 - len(metrics.SEED_RAMP_NAMES)
+    assert len(reasons["devices share no common span"]) == (
+        77 - len(metrics.SEED_RAMP_NAMES) - len(metrics.SAMPLING_NAMES))
+    for name in metrics.SAMPLING_NAMES:  # need no common span: a value, and no note calling it null
+        assert m[name] is not None and name not in _notes(m), name
     assert "p5_power_w" in reasons["devices share no common span"]
     # the seed authors' aggregates carry each device's last reading forward: they exist
     # without a common span, and a value never comes with a note that calls it null
@@ -743,7 +762,10 @@ def test_null_reasons_when_devices_share_no_span_or_a_device_has_no_power():
     assert reasons["a device has no power readings"] == ["duration_s"]
     assert reasons["energy_j is null"] == ["energy_per_token_j", "mean_power_w"]
     assert reasons["mean_power_w is null"] == ["limit_utilisation"]
-    assert len(reasons["a device has fewer than 2 power readings"]) == 76
+    assert len(reasons["a device has fewer than 2 power readings"]) == 77 - 2
+    assert reasons["no device has 2 readings"] == list(metrics.SAMPLING_NAMES)
+    work = _by_reason(metrics.compute_run_metrics(_run((t, np.full(len(t), np.nan)))), work=True)
+    assert work == {"the run has no power readings": list(metrics.WORK_NAMES)}
 
 
 # --------------------------------------------------------------------------------------------
