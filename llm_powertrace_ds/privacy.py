@@ -40,6 +40,10 @@ MAX_TEXT_CHARS = 200
 PROSE_FIELDS = frozenset({"description"})
 """Fields of prose (a sweep's description), allowed up to ``MAX_PROSE_CHARS``."""
 MAX_PROSE_CHARS = 4000
+JSON_FIELDS = frozenset({"source_metadata"})
+"""Fields holding a JSON object (a publisher's metadata kept verbatim): every key and string
+value inside passes the same gate, the whole at most ``MAX_JSON_CHARS``."""
+MAX_JSON_CHARS = 65536
 
 
 def salt_path() -> Path:
@@ -170,8 +174,39 @@ def text_problem(field: str, value: str) -> str | None:
     return _text_problem(field, value, _local_identities())
 
 
+def _json_problem(field: str, value: str, identities: tuple[str, ...]) -> str | None:
+    """The first problem of a JSON field: its size, its syntax, or any key or string inside."""
+    import json
+
+    if len(value) > MAX_JSON_CHARS:
+        return f"is longer than {MAX_JSON_CHARS} characters"
+    try:
+        data = json.loads(value)
+    except (ValueError, RecursionError):
+        return "is not JSON"
+    stack: list[tuple[str, Any]] = [("", data)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, dict):
+            for key, sub in item.items():
+                name = f"{where}.{key}" if where else str(key)
+                problem = _text_problem(f"{field}.{name}", str(key), identities)
+                if problem is not None:
+                    return f"key {name!r} {problem}"
+                stack.append((name, sub))
+        elif isinstance(item, list):
+            stack.extend((f"{where}[{i}]", sub) for i, sub in enumerate(item))
+        elif isinstance(item, str):
+            problem = _text_problem(f"{field}.{where}", item, identities)
+            if problem is not None:
+                return f"at {where or 'top'}: {_shown(item)} {problem}"
+    return None
+
+
 @functools.lru_cache(maxsize=4096)
 def _text_problem(field: str, value: str, identities: tuple[str, ...]) -> str | None:
+    if field in JSON_FIELDS:
+        return _json_problem(field, value, identities)
     if any(unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co") for ch in value):
         return "holds a control character"
     limit = MAX_PROSE_CHARS if field in PROSE_FIELDS else MAX_TEXT_CHARS

@@ -228,6 +228,12 @@ def _scalar_dtypes(workload: str) -> dict[str, str]:
     return out
 
 
+def _string_list_fields(workload: str) -> frozenset[str]:
+    """Run-level list-of-strings columns (``quality_flags``, ``source_quality_flags``)."""
+    return frozenset(c.name for c in schema.COLUMNS[workload]
+                     if c.name in schema.RUN_LEVEL_FIELDS[workload] and c.item_dtype == "string")
+
+
 def coerce_meta(meta: Mapping[str, Any], workload: str, *,
                 file: str | Path | None = None) -> dict[str, Any]:
     """Check and coerce run metadata against the workload's column contract.
@@ -247,13 +253,16 @@ def coerce_meta(meta: Mapping[str, Any], workload: str, *,
         raise InputError(f"workload {workload!r} is not one of {', '.join(schema.WORKLOADS)}",
                          file=file, field="workload")
     dtypes = _scalar_dtypes(workload)
-    unknown = sorted(k for k in meta if k not in dtypes and k != "quality_flags")
+    lists = _string_list_fields(workload)
+    unknown = sorted(k for k in meta if k not in dtypes and k not in lists)
     if unknown:
         raise InputError(f"unknown keys {', '.join(map(repr, unknown))}; accepted: "
                          f"{', '.join(sorted(dtypes))}", file=file, field=unknown[0])
     out: dict[str, Any] = {}
     for key, value in meta.items():
-        if key == "quality_flags":
+        if key in lists:
+            if value is not None and not isinstance(value, (list, tuple)):
+                raise InputError(f"value {str(value)[:40]!r} is not a list", file=file, field=key)
             out[key] = [str(v) for v in (value or [])]
             continue
         out[key] = coerce_value(key, value, dtypes[key], file=file)

@@ -49,7 +49,13 @@ SCHEMA_CHANGELOG: list[tuple[str, str]] = [
      "every energy-per-token, level, ramp, swing and spectral metric; checkpoint_dip_count; "
      "flags work_window_detected, checkpoint_dips_detected, step_period_detected (found from "
      "power alone). Level metrics (percentiles, peak, PAR, swing, coincidence) are now taken at "
-     "the sampling instants instead of the interpolated 0.1 s grid."),
+     "the sampling instants instead of the interpolated 0.1 s grid. "
+     "Also (issue 35, nothing a publisher says is lost): source_metadata (every field of the "
+     "publisher's metadata, verbatim JSON), source_quality_status, source_quality_flags and the "
+     "publisher's own aggregates as source_* columns (mean/p95/p99/max total power, energy, "
+     "ramps, duration, samples, sampling interval); inference results tpot_mean_s, "
+     "energy_per_request_j, batch_size_mean, batch_size_observed_max, output_tokens_mean "
+     "(ML.ENERGY summaries); kv_cache_quant gains `fp8` and `int8`."),
 ]
 
 TRACE_CONFIGS = ("finetune", "inference")
@@ -285,6 +291,43 @@ PROVENANCE = [
            + ", ".join(f"`{f}`" for f in QUALITY_FLAGS)),
     _c("schema_version", "string", "SCHEMA_VERSION of the writer"),
 ]
+SOURCE = [
+    _c("source_metadata", "string", "Imported runs: every field of the publisher's own metadata, "
+       "verbatim, as a JSON object (file locations in the publisher's export excepted); null "
+       "for runs measured here"),
+    _c("source_quality_status", "string", "Imported runs: the publisher's own quality verdict "
+       "(e.g. the seed catalog's `PASS_MAIN`)"),
+    Column("source_quality_flags", _List(_Value("string")), "Imported runs: the publisher's own "
+           "quality flag codes (their vocabulary, not ours; messages in source_metadata)"),
+    _c("source_duration_s", "float64", "Publisher's observed duration of the run", "s"),
+    _c("source_num_samples", "int64", "Publisher's count of samples (rows) of the run",
+       "samples"),
+    _c("source_sampling_interval_median_s", "float64", "Publisher's median sampling interval",
+       "s"),
+    _c("source_sampling_interval_p95_s", "float64", "Publisher's 95th percentile sampling "
+       "interval", "s"),
+    _c("source_mean_total_power_w", "float64", "Publisher's mean node power (compare with "
+       "mean_power_w)", "W"),
+    _c("source_p95_total_power_w", "float64", "Publisher's 95th percentile node power (compare "
+       "with p95_power_w)", "W"),
+    _c("source_p99_total_power_w", "float64", "Publisher's 99th percentile node power (compare "
+       "with p99_power_w)", "W"),
+    _c("source_max_total_power_w", "float64", "Publisher's maximum node power (compare with "
+       "peak_power_w)", "W"),
+    _c("source_mean_power_per_gpu_w", "float64", "Publisher's mean power per GPU", "W"),
+    _c("source_total_energy_wh", "float64", "Publisher's energy of the run (compare with "
+       "energy_j / 3600)", "Wh"),
+    _c("source_ramp_up_p95_1s_w_per_s", "float64", "Publisher's 95th percentile 1 s up-ramp",
+       "W/s"),
+    _c("source_ramp_up_p99_1s_w_per_s", "float64", "Publisher's 99th percentile 1 s up-ramp",
+       "W/s"),
+    _c("source_ramp_down_p99_1s_w_per_s", "float64", "Publisher's 99th percentile 1 s "
+       "down-ramp", "W/s"),
+    _c("source_ramp_event_frequency_1s", "float64", "Publisher's ramp-event frequency at 1 s",
+       "1/s"),
+]
+SOURCE_COLUMN_NAMES = tuple(c.name for c in SOURCE)
+
 SIGNALS = [
     Column("t_ms", _List(_Value("int64")), "Per tick: ms since the run's first tick on CLOCK_MONOTONIC "
            "(end of the interval for averaged readings)", "ms"),
@@ -372,7 +415,8 @@ INFERENCE_AXES = [
     _c("precision", "string", "Compute precision: `fp32`, `bf16` or `fp16`"),
     _c("weight_quant", "string", "Weight quantisation: `none`, `int8`, `int4`, `fp8`"),
     _c("weight_quant_backend", "string", "Library used for weight quantisation"),
-    _c("kv_cache_quant", "string", "KV-cache quantisation: `none`, `int4`, `int2`"),
+    _c("kv_cache_quant", "string", "KV-cache quantisation: `none`, `fp8`, `int8`, `int4`, "
+       "`int2`"),
     _c("kv_cache_backend", "string", "KV-cache quantisation backend"),
     _c("gpu_clock_mhz", "int32", "Requested locked GPU clock (null = default)", "MHz"),
     _c("power_limit_setting_w", "float32", "Requested power cap (null = default)", "W"),
@@ -398,6 +442,16 @@ INFERENCE_RESULTS = [
     _c("ttft_p99_ms", "float32", "99th percentile time to first token", "ms"),
     _c("latency_p50_ms", "float32", "Median request latency", "ms"),
     _c("latency_p99_ms", "float32", "99th percentile request latency", "ms"),
+    _c("tpot_mean_s", "float64", "Mean time per output token (inter-token latency) of the "
+       "requests (ML.ENERGY `Avg TPOT (s)`); null where the source does not report it", "s"),
+    _c("energy_per_request_j", "float64", "Energy per request, all GPUs of the run (ML.ENERGY "
+       "`Energy/req (J)`)", "J"),
+    _c("batch_size_mean", "float64", "Mean number of requests the engine batched together "
+       "(ML.ENERGY `Avg BS (reqs)`)", "requests"),
+    _c("batch_size_observed_max", "int32", "Largest batch the engine formed (ML.ENERGY "
+       "`Max BS (reqs)`); batch_size is the configured maximum", "requests"),
+    _c("output_tokens_mean", "float64", "Mean output tokens per request (ML.ENERGY `Avg Output "
+       "Tokens`)", "tokens"),
 ]
 
 # Node-total run metrics (filled by ``metrics.compute_run_metrics``; the formulas are in its
@@ -620,13 +674,13 @@ def _workload_columns(workload: str) -> list[Column]:
 def trace_columns(workload: str) -> list[Column]:
     """Columns of the trace config of ``workload`` (one row per run and device)."""
     return _dedupe(IDENTITY + DEVICE_IDENTITY + NUM_GPUS + DEVICE + MODEL + PROVENANCE
-                   + _workload_columns(workload) + SIGNALS + EVENTS)
+                   + _workload_columns(workload) + SOURCE + SIGNALS + EVENTS)
 
 
 def runs_columns(workload: str) -> list[Column]:
     """Columns of the runs config of ``workload`` (one row per run)."""
     return _dedupe(IDENTITY + NUM_GPUS + RUNS_DEVICE + MODEL + PROVENANCE
-                   + _workload_columns(workload) + RUN_METRICS + PER_DEVICE_METRICS + METRIC_NOTES)
+                   + _workload_columns(workload) + SOURCE + RUN_METRICS + PER_DEVICE_METRICS + METRIC_NOTES)
 
 
 COLUMNS: dict[str, list[Column]] = {

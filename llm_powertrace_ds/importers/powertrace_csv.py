@@ -6,9 +6,9 @@ The CSV has one row per (tick, GPU)::
     memory_used_mb,memory_total_mb,temperature_c,stage
 
 with ISO-8601 UTC timestamps. Its metadata JSON (``--meta``, or the ``.json`` with the same stem
-beside the CSV) is mapped onto our columns: their ``model_family`` labels become our family
-vocabulary with the label kept in ``model_label``, ``"DP=1, TP=4, PP=1"`` becomes
-``dp_size``/``tp_size``/``pp_size``, ``gpu_type`` gives the platform, ``"Unknown"`` is null.
+beside the CSV) — their configuration file or their full catalog entry, as published — is
+mapped by :mod:`.seed_meta`: configuration and inference taxonomy onto our columns, their
+aggregates and flags onto ``source_*`` columns, everything verbatim into ``source_metadata``.
 Non-empty ``stage`` labels become ``stage`` events. Their run id is kept.
 """
 
@@ -16,18 +16,18 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import re
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from .. import checks, schema
 from ..errors import InputError
-from ..run import Event, Run, coerce_meta
+from ..run import Event, Run
 from . import common
 from .arrow_csv import ArrowCsvReader
 from .common import Converter, DeviceData
+from .seed_meta import MODEL_LABELS, is_unknown, map_meta, parse_parallelism
+
+__all__ = ["FORMAT", "MODEL_LABELS", "import_powertrace_csv", "map_meta", "parse_parallelism"]
 
 log = logging.getLogger("llm_powertrace_ds.importers.powertrace_csv")
 
@@ -45,103 +45,8 @@ SIGNALS: dict[str, str] = {
 _COLUMN_OF = {sig: col for col, sig in SIGNALS.items()}
 """Signal -> their column, which a range error names."""
 
-MODEL_LABELS: dict[str, tuple[str, str]] = {
-    "ds7bbase": ("deepseek", "deepseek-llm-7b-base"),
-    "ds7bchat": ("deepseek", "deepseek-llm-7b-chat"),
-    "gptj6b": ("gptj", "gpt-j-6b"),
-}
-"""Their ``model_family`` labels -> (our family, model name)."""
-
-DIRECT_KEYS: dict[str, str] = {
-    "run_id": "run_id",
-    "sequence_length": "seq_len",
-    "global_batch_size": "global_batch_size",
-    "grad_accum_steps": "grad_accum",
-    "microbatch_size": "batch_size",
-    "precision": "precision",
-    "checkpoint_interval": "checkpoint_every_steps",
-    "method": "method",
-    "gpu_count": "num_gpus",
-    "dataset_name": "dataset_name",
-}
-IGNORED_KEYS = frozenset({"source_family", "model", "compute_dtype", "quantization_bits",
-                          "logging_method", "power_aggregation"})
-"""Keys of their JSON that have no column (configuration already covered, or free text)."""
-
-_PARALLEL_RE = re.compile(r"\b(DP|TP|PP)\s*=\s*(\d+)", re.I)
-
-
-def _is_unknown(value: Any) -> bool:
-    return value is None or (isinstance(value, str)
-                             and value.strip().lower() in ("", "unknown", "n/a", "none", "null"))
-
-
-def parse_parallelism(text: str, *, file: Path) -> dict[str, Any]:
-    """``"DP=1, TP=4, PP=1"`` -> ``dp_size``/``tp_size``/``pp_size`` (and ``parallelism``)."""
-    sizes: dict[str, Any] = {f"{name.lower()}_size": int(n)
-                             for name, n in _PARALLEL_RE.findall(str(text))}
-    if not sizes:
-        raise InputError(f"value {str(text)!r} is not like 'DP=1, TP=4, PP=1'", file=file,
-                         field="parallelism")
-    dp, tp, pp = (sizes.get(k, 1) for k in ("dp_size", "tp_size", "pp_size"))
-    if dp == tp == pp == 1:
-        sizes["parallelism"] = "single"
-    elif tp > 1 and dp == 1 and pp == 1:
-        sizes["parallelism"] = "tp"
-    return sizes
-
-
-def _model(label: Any) -> dict[str, Any]:
-    text = str(label).strip()
-    family, name = MODEL_LABELS.get(text.lower(), (common.family_from_name(text), None))
-    return {"model_family": family, "model_label": text, "model_name": name}
-
-
-def map_meta(data: dict[str, Any], workload: str, *, file: Path) -> dict[str, Any]:
-    """Map their metadata JSON onto our columns (``gpu_name`` carries their ``gpu_type``)."""
-    meta: dict[str, Any] = {}
-    fields = schema.RUN_LEVEL_FIELDS[workload]
-    checks.check_meta_keys(data, workload, file=file, allowed_provenance=("run_id",))
-    for key, value in data.items():
-        if _is_unknown(value) or key in IGNORED_KEYS:
-            continue
-        if key in DIRECT_KEYS:
-            meta[DIRECT_KEYS[key]] = value
-        elif key == "model_family":
-            meta.update(_model(value))
-        elif key == "parallelism":
-            meta.update(parse_parallelism(value, file=file))
-        elif key == "gpu_type":
-            meta["gpu_name"] = str(value).strip()
-        elif key == "sampling_interval_declared_s":
-            meta["sample_period_ms"] = _scaled(value, 1000.0, key, file)
-        elif key == "duration_declared_min":
-            meta["target_duration_s"] = _scaled(value, 60.0, key, file)
-        elif key in fields:
-            meta[key] = value
-        else:
-            log.info("%s: ignored key %r (no column)", file, key)
-    dropped = sorted(k for k in meta if k not in fields and k != "run_id")
-    if dropped:
-        log.warning("%s: %s are not columns of %s; dropped", file, ", ".join(dropped), workload)
-    meta = {k: v for k, v in meta.items() if k in fields or k == "run_id"}
-    meta = common.scrub_meta({k: v for k, v in meta.items() if v is not None}, source=str(file))
-    run_id = meta.pop("run_id", None)
-    out = coerce_meta({k: v for k, v in meta.items() if v is not None}, workload, file=file)
-    if run_id is not None:
-        out["run_id"] = common.check_run_id(str(run_id), file=file)
-    return out
-
-
-def _scaled(value: Any, factor: float, key: str, file: Path) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        number = float("nan")
-    if not np.isfinite(number) or number <= 0 or isinstance(value, bool):
-        raise InputError(f"value {str(value)[:40]!r} is not a positive number", file=file,
-                         field=key)
-    return number * factor
+# Their metadata JSON (configuration or full catalog entry): see :mod:`.seed_meta`.
+_is_unknown = is_unknown
 
 
 def meta_file(path: Path, meta_path: str | Path | None) -> Path | None:

@@ -36,6 +36,13 @@ HEADER = "run_id,timestamp,gpu_id,power_w"
 PRIVACY = "; refused (nothing is published that could name a person, a machine or a path)"
 
 
+def columns(data: dict, workload: str, file: Path = Path("m.json")) -> dict:
+    """``map_meta`` without ``source_metadata``, after checking that it keeps ``data`` verbatim."""
+    out = map_meta(data, workload, file=file)
+    assert json.loads(out.pop("source_metadata")) == data
+    return out
+
+
 def where(info: pytest.ExceptionInfo) -> tuple:
     return info.value.reason, info.value.file, info.value.line, info.value.field
 
@@ -87,8 +94,7 @@ def test_parallelism_without_a_size_names_the_value():
                                    "none", "NULL", "null"])
 def test_unknown_tokens_are_null(value):
     assert _is_unknown(value)
-    assert map_meta({"dataset_name": value, "seed": 3}, "finetune",
-                    file=Path("m.json")) == {"seed": 3}
+    assert columns({"dataset_name": value, "seed": 3}, "finetune") == {"seed": 3}
 
 
 @pytest.mark.parametrize("value", ["alpaca", "unknowns", 0, False])
@@ -105,7 +111,7 @@ def test_mapping_of_every_kind_of_key():
         "checkpoint_interval": 50, "method": "lora", "gpu_count": 4, "dataset_name": "alpaca",
         "seed": 7, "learning_rate": 0.0002, "model": "Unknown", "logging_method": "nvidia-smi",
     }
-    assert map_meta(data, "finetune", file=Path("m.json")) == {
+    assert columns(data, "finetune") == {
         "model_family": "deepseek", "model_label": "ds7bchat",
         "model_name": "deepseek-llm-7b-chat", "dp_size": 1, "tp_size": 4, "pp_size": 1,
         "parallelism": "tp", "gpu_name": "H100", "sample_period_ms": 250.0,
@@ -117,31 +123,30 @@ def test_mapping_of_every_kind_of_key():
 
 
 def test_unmapped_label_keeps_the_label_and_guesses_the_family():
-    assert map_meta({"model_family": "mystery13b"}, "finetune", file=Path("m.json")) == {
+    assert columns({"model_family": "mystery13b"}, "finetune") == {
         "model_family": "other", "model_label": "mystery13b"}
 
 
 def test_numeric_run_id_becomes_text():
-    assert map_meta({"run_id": 12345}, "finetune", file=Path("m.json")) == {"run_id": "12345"}
+    assert columns({"run_id": 12345}, "finetune") == {"run_id": "12345"}
 
 
-def test_key_without_a_column_is_logged_and_ignored(caplog):
+def test_key_without_a_column_is_logged_and_kept_verbatim(caplog):
     caplog.set_level(logging.INFO, logger=LOGGER)
-    assert map_meta({"operator_note": "x", "seed": 1}, "finetune",
-                    file=Path("m.json")) == {"seed": 1}
+    assert columns({"operator_note": "x", "seed": 1}, "finetune") == {"seed": 1}
     assert [r.getMessage() for r in caplog.records if r.name == LOGGER] == [
-        "m.json: ignored key 'operator_note' (no column)"]
+        "m.json: key 'operator_note' has no column (kept in source_metadata)"]
 
 
-def test_finetune_keys_are_dropped_from_an_inference_run_with_a_warning(caplog):
+def test_finetune_keys_of_an_inference_run_stay_verbatim_with_a_warning(caplog):
     caplog.set_level(logging.INFO, logger=LOGGER)
     data = {"run_id": "r-1", "sequence_length": 256, "grad_accum_steps": 4, "method": "lora",
             "parallelism": "DP=1, TP=2, PP=1", "precision": "fp16"}
-    assert map_meta(data, "inference", file=Path("m.json")) == {
+    assert columns(data, "inference") == {
         "tp_size": 2, "pp_size": 1, "precision": "fp16", "run_id": "r-1"}
     assert [(r.levelno, r.getMessage()) for r in caplog.records if r.name == LOGGER] == [
         (logging.WARNING, "m.json: dp_size, grad_accum, method, parallelism, seq_len are not "
-                          "columns of inference; dropped")]
+                          "columns of inference (kept in source_metadata)")]
 
 
 @pytest.mark.parametrize("key", ["sampling_interval_declared_s", "duration_declared_min"])
