@@ -100,6 +100,9 @@ def _register_fit(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--target", default="energy_per_token_j",
                    choices=["energy_per_token_j", "mean_power_w", "energy_j"],
                    help="what to fit (default: energy_per_token_j)")
+    p.add_argument("--window", default="work", choices=["work", "whole"],
+                   help="the target over each run's work window, without idle padding "
+                   "(default; work_<target> columns), or over the whole trace")
     p.add_argument("--holdout", default=None, metavar="AXIS=top|family=NAME",
                    help="hold out the runs at an axis's largest value (AXIS a column or symbol: "
                    "N, B, L, G, f), or one model family, or COLUMN=VALUE (default: none)")
@@ -238,7 +241,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         raise InputError(f"no runs in {root} (config {config}"
                          + (f", split {args.split})" if args.split else ")"))
     res = scaling.fit(rows, args.target, holdout=args.holdout, n_boot=args.n_boot,
-                      seed=args.seed)
+                      seed=args.seed, window=args.window)
     data = res.to_json()
     if args.out:
         res.save(args.out)

@@ -56,9 +56,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "  llm-powertrace facility llm-powertrace --gpus 8 --sync lockstep --pue 1 "
         "--node-overhead none --format json")
     p.add_argument("dir", metavar="DIR_OR_REPO", help="dataset folder or Hub dataset repo id")
-    p.add_argument("--config", default="finetune_runs", choices=("finetune_runs",
-                                                                 "inference_runs"),
-                   help="runs table to draw jobs from (default: finetune_runs)")
+    p.add_argument("--config", default=None, choices=("finetune_runs", "inference_runs"),
+                   help="runs table to draw jobs from (default: the one the folder holds, "
+                   "finetune_runs first)")
+    p.add_argument("--window", default="work", choices=("work", "whole"),
+                   help="replay each run's work window, without idle head and tail (default), "
+                   "or its whole trace")
     p.add_argument("--where", nargs="+", action="extend", default=[], metavar="AXIS=VALUE",
                    help="keep runs whose column AXIS equals VALUE; repeatable (default: all)")
     p.add_argument("--mix", nargs="+", action="extend", default=[], metavar="RUN_ID=SHARE",
@@ -108,7 +111,7 @@ def cmd_facility(args: argparse.Namespace) -> int:
                   else fac.parse_overhead(args.node_overhead, args.gpus_per_node)),
         pue=(fac.load_pue_curve(args.pue_curve) if args.pue_curve is not None
              else fac.Pue(1.0 if args.pue is None else args.pue)),
-        sync=args.sync, duration_s=args.duration, seed=args.seed)
+        sync=args.sync, duration_s=args.duration, seed=args.seed, window=args.window)
     root = resolve_dataset(args.dir)
     result = fac.run_facility(root, cfg, config=args.config, where=args.where,
                               mix=_mix(args.mix))

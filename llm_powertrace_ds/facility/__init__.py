@@ -7,7 +7,9 @@ a measurement is listed in :attr:`FacilityResult.limits` (and so in every output
 Composition (what is measured, what is assumed)
     * **Source template.** A source run's devices on the common 0.1 s grid of
       :func:`llm_powertrace_ds.metrics.node_total` (linear interpolation over the span where all
-      devices are present; gaps bridged linearly, the run's ``gap_s`` says how much).
+      devices are present; gaps bridged linearly, the run's ``gap_s`` says how much), cut to
+      the run's work window (``metrics.window``: no idle head or tail, which would otherwise
+      be repeated with a fake stop/start ramp at every tile) unless ``window="whole"``.
     * **Jobs occupy whole nodes.** A job of a run measured on n devices takes
       ⌈n / gpus_per_node⌉ nodes and all their GPUs; job GPU j replays device (j mod n), in
       phase, so a job keeps the measured cross-device relation of its source run and GPUs beyond
@@ -75,7 +77,14 @@ from .site import (
     to_json,
     write_profile,
 )
-from .sources import GRID_MS, Source, select_sources, source_from_run
+from .sources import (
+    GRID_MS,
+    WINDOWS,
+    Source,
+    default_config,
+    select_sources,
+    source_from_run,
+)
 
 CARD_LIMITS: tuple[str, ...] = (
     "They are composed, not measured: every job replays a measured run of this dataset.",
@@ -83,8 +92,11 @@ CARD_LIMITS: tuple[str, ...] = (
     "(data-parallel replicas).",
     "The phase between jobs is a model (`lockstep`, `independent`, or `measured`: inferred from "
     "a run's cross-device `synchrony_index`), always stated in the output.",
-    "A horizon longer than a run repeats its whole optimiser steps (else its steady-state "
-    "window, else the whole run), joined at step boundaries, never stretched.",
+    "Each run is replayed from its work window (idle head and tail left out); a horizon longer "
+    "than that repeats its whole optimiser steps (else the whole work window), joined at block "
+    "boundaries, never stretched.",
+    "Runs whose power is a 1 s average (`power_is_1s_average`) under-report oscillation above "
+    "about 0.5 Hz: the composed band metrics inherit that.",
     "Non-GPU node power is an idle + proportional model whose presets rest on vendor maximums or "
     "one published measurement (below); PUE is a constant or a user-given curve, applied without "
     "cooling inertia.",
@@ -97,16 +109,20 @@ __all__ = [
     "CARD_LIMITS",
     "DEFAULT_NODES_PER_RACK", "DEFAULT_OVERHEAD", "GRID_MS", "JSON_SHAPE", "LDC_PERCENT",
     "OVERHEAD_PRESETS", "RESOLUTIONS_S", "SYNC_MODES", "FacilityConfig", "FacilityResult", "Job",
-    "NodeOverhead", "Pue", "Source", "Sync", "auto_overhead", "compose", "load_duration_curve",
+    "NodeOverhead", "Pue", "Source", "Sync", "WINDOWS", "auto_overhead", "compose",
+    "default_config", "load_duration_curve",
     "load_pue_curve", "parse_overhead", "profiles", "resample", "run_facility", "select_sources",
     "site_metrics", "source_from_run", "to_json", "write_profile",
 ]
 
 
-def run_facility(root: str | Path, cfg: FacilityConfig, *, config: str = "finetune_runs",
+def run_facility(root: str | Path, cfg: FacilityConfig, *, config: str | None = None,
                  where: Sequence[str] = (), mix: Mapping[str, float] | None = None
                  ) -> FacilityResult:
     """Select the source runs of a dataset folder and compose the site (the CLI's one call).
+
+    ``config`` ``None``: the runs table the folder holds (``finetune_runs`` first). Each run
+    is replayed from its work window unless ``cfg.window`` is ``whole``.
 
     Example:
         >>> cfg = FacilityConfig(gpus=1024, sync="independent", duration_s=3600)  # doctest: +SKIP
@@ -114,5 +130,5 @@ def run_facility(root: str | Path, cfg: FacilityConfig, *, config: str = "finetu
         >>> to_json(res)["metrics"]["demand_peak_15min_kw"]  # doctest: +SKIP
     """
     sources = select_sources(root, config=config, where=where, mix=mix,
-                             need_synchrony=cfg.sync == "measured")
+                             need_synchrony=cfg.sync == "measured", window=cfg.window)
     return compose(sources, cfg)

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import InputError
 from .models import NodeOverhead, Pue, auto_overhead
-from .sources import GRID_MS, Source
+from .sources import GRID_MS, WINDOWS, Source, Window
 
 Sync = Literal["lockstep", "independent", "measured"]
 SYNC_MODES: tuple[str, ...] = ("lockstep", "independent", "measured")
@@ -33,6 +33,8 @@ class FacilityConfig:
         sync: ``lockstep``, ``independent`` or ``measured`` (see the module docstring).
         duration_s: horizon (s); ``None``: the longest selected run.
         seed: seed of the phase draws.
+        window: which part of each source run is replayed: ``work`` (default: its work window,
+            without idle head and tail) or ``whole`` (the whole trace).
     """
 
     gpus: int
@@ -43,6 +45,7 @@ class FacilityConfig:
     sync: Sync = "lockstep"
     duration_s: float | None = None
     seed: int = 0
+    window: Window = "work"
 
     def __post_init__(self) -> None:
         if self.gpus_per_node < 1:
@@ -55,6 +58,9 @@ class FacilityConfig:
         if self.sync not in SYNC_MODES:
             raise InputError(f"{self.sync!r} is not one of {', '.join(SYNC_MODES)}",
                              field="--sync")
+        if self.window not in WINDOWS:
+            raise InputError(f"{self.window!r} is not one of {', '.join(WINDOWS)}",
+                             field="--window")
         if self.duration_s is not None and not (self.duration_s >= GRID_MS / 1000.0):
             raise InputError(f"{self.duration_s!r} s is shorter than one 0.1 s step",
                              field="--duration")
@@ -225,11 +231,37 @@ def compose(sources: list[Source], cfg: FacilityConfig) -> FacilityResult:
 
 def _limits(sources: list[Source], cfg: FacilityConfig, jobs: list[Job], tiled: set[int],
             horizon: int, step_s: float) -> tuple[list[str], list[str]]:
-    limits = [f"composed, not measured: {cfg.gpus} GPUs from {len(sources)} source run(s)"]
+    ids = [s.run_id for s in sources]
+    limits = [f"composed, not measured: {cfg.gpus} GPUs from {len(sources)} source run(s): "
+              f"{', '.join(ids)}"]
+
+    def which(selected: list[Source]) -> str:
+        """The runs a line is about, named once: every source, or their ids."""
+        if len(selected) == len(sources) and len(sources) > 1:
+            return "every source run"
+        return "run(s) " + ", ".join(s.run_id for s in selected)
+
     if any(s.cpu_proxy for s in sources):
-        names = ", ".join(s.run_id for s in sources if s.cpu_proxy)
-        limits.insert(0, f"cpu_proxy: source run(s) {names} are modelled from CPU activity, "
-                      "NOT GPU measurements; so is everything composed from them")
+        limits.insert(0, f"cpu_proxy: {which([s for s in sources if s.cpu_proxy])} are "
+                      "modelled from CPU activity, NOT GPU measurements; so is everything "
+                      "composed from them")
+    if cfg.window == "work":
+        cut = [s for s in sources if s.window != "whole trace"]
+        limits.append("window: each source replays its work window (idle head and tail "
+                      "left out; `work_window_source` of its runs row says how it was found): "
+                      + "; ".join(f"{s.run_id} {s.window}" for s in cut)
+                      + ("" if len(cut) == len(sources) else
+                         f"; {which([s for s in sources if s not in cut])} whole trace "
+                         "(no narrower work window)"))
+    else:
+        limits.append("window: every source replays its whole trace, idle head and tail "
+                      "included (--window whole)")
+    avg = [s for s in sources if s.one_s_average]
+    if avg:
+        limits.append(f"1 s averages: {which(avg)} report power_w as a 1 s average "
+                      "(power_is_1s_average): oscillation above about 0.5 Hz was filtered away "
+                      "by the sensor, not measured, so band_rms_mid_kw, band_rms_high_kw and "
+                      "the 0.2-3 Hz band are under-reported")
     phase = {"lockstep": "lock-step: every job starts at its run's t0 together (one synchronous "
                          "job across the site)",
              "independent": "independent: each job enters its block at a random point "
@@ -241,28 +273,33 @@ def _limits(sources: list[Source], cfg: FacilityConfig, jobs: list[Job], tiled: 
                          "correlation inside one run"}[cfg.sync]
     limits.append(f"phase model {phase}")
     if cfg.sync == "measured":
-        missing = [s.run_id for s in sources if s.synchrony_index is None]
+        missing = [s for s in sources if s.synchrony_index is None]
         if missing:
             limits.append(f"synchrony_index null (see the run's metric_notes) for "
-                          f"{', '.join(missing)}: its jobs are treated as independent")
+                          f"{which(missing)}: its jobs are treated as independent")
         joined = sum(j.common_phase for j in jobs)
         limits.append(f"{joined} of {len(jobs)} jobs drawn into the common phase")
     short = [s for s in sources if s.num_devices % cfg.gpus_per_node]
     if short:
-        runs = ", ".join(f"{s.run_id} ({s.num_devices})" for s in short)
-        limits.append(f"replicas: a node holds {cfg.gpus_per_node} GPUs but run(s) {runs} "
-                      "measured fewer devices or not a whole number of nodes; a job's GPU j "
-                      "replays device j mod n, in phase")
-    for i, s in enumerate(sources):
-        if i in tiled:
-            b0, b1 = s.block
-            limits.append(f"tiling: run {s.run_id} ({s.length * step_s:.1f} s) repeats its "
-                          f"{s.tile} [{b0 * step_s:.1f} s, {b1 * step_s:.1f} s) to fill "
-                          f"{horizon * step_s:.1f} s (joined at block boundaries, never "
-                          "stretched)")
-        if s.gap_s:
-            limits.append(f"gaps: run {s.run_id} bridges {s.gap_s:g} s of missing readings "
-                          "by linear interpolation")
+        counts = sorted({s.num_devices for s in short})
+        limits.append(f"replicas: a node holds {cfg.gpus_per_node} GPUs but {which(short)} "
+                      f"measured {'/'.join(map(str, counts))} device(s), fewer or not a whole "
+                      "number of nodes; a job's GPU j replays device j mod n, in phase")
+    if tiled:
+        parts = [f"{s.run_id}: {s.length * step_s:.1f} s, its {s.tile} "
+                 f"[{s.block[0] * step_s:.1f} s, {s.block[1] * step_s:.1f} s)"
+                 for i, s in enumerate(sources) if i in tiled]
+        limits.append(f"tiling: to fill {horizon * step_s:.1f} s, each run repeats a block "
+                      "(joined at block boundaries, never stretched; times from the start of "
+                      "what it replays): " + "; ".join(parts))
+    gaps = [s for s in sources if s.gap_s]
+    if gaps:
+        limits.append("gaps: missing readings bridged by linear interpolation: "
+                      + "; ".join(f"{s.run_id} {s.gap_s:g} s" for s in gaps))
+    limits.append("0.1 s grid: every job replays its run's devices interpolated onto the "
+                  "common 0.1 s grid, so spikes of instantaneous-power GPUs (A100 and older) "
+                  "that fall between grid points are partly averaged away; a run's own "
+                  "peak_power_w is taken at its sampling instants")
     ov = cfg.overhead
     if ov is not None and ov.name != "none":
         limits.append(f"node overhead model '{ov.name}': {ov.idle_w:.0f} W + {ov.fraction:.3f} x "
@@ -271,8 +308,8 @@ def _limits(sources: list[Source], cfg: FacilityConfig, jobs: list[Job], tiled: 
                   "ignored)")
     notes = [f"{len(jobs)} jobs on {cfg.nodes} nodes of {cfg.gpus_per_node} GPUs; "
              f"{math.ceil(cfg.nodes / cfg.nodes_per_rack)} rack(s) of up to {cfg.nodes_per_rack} nodes"]
-    cut = [j for j in jobs if j.nodes < max(1, math.ceil(sources[j.source].num_devices
-                                                             / cfg.gpus_per_node))]
-    if cut:
-        notes.append(f"{len(cut)} job(s) cut to the nodes left on the site")
+    short_jobs = [j for j in jobs if j.nodes < max(1, math.ceil(sources[j.source].num_devices
+                                                                / cfg.gpus_per_node))]
+    if short_jobs:
+        notes.append(f"{len(short_jobs)} job(s) cut to the nodes left on the site")
     return limits, notes

@@ -80,9 +80,14 @@ def site_metrics(result: FacilityResult) -> tuple[dict[str, Any], list[str]]:
                "sample_period_ms": float(GRID_MS)},
               [DeviceSeries(0, t_ms, {"power_w": result.facility_w})])
     m = metrics_mod.compute_run_metrics(run)
-    notes = [n_ for n_ in m["metric_notes"]
+    notes = [n_ for n_ in m["metric_notes"]  # why a metric is null
              if n_.split(":")[0] in ("peak_power_w", "swing_w", "band_rms_low_w",
-                                     "dominant_freq_hz", "ramp_up_max_1s_w_per_s")]
+                                     "dominant_freq_hz", "ramp_up_max_1s_w_per_s")
+             and m.get(n_.split(":")[0]) is None]
+    if any(s.one_s_average for s in result.sources):
+        notes += [f"band_rms_{b}_kw: from sources with 1 s-averaged power "
+                  "(power_is_1s_average): oscillation above about 0.5 Hz was filtered away by "
+                  "the sensor, so this under-reports" for b in ("low", "mid", "high")]
 
     def kw(name: str) -> float | None:
         v = m.get(name)
@@ -179,7 +184,8 @@ def to_json(result: FacilityResult) -> dict[str, Any]:
                      "nodes": sum(j.nodes for j in per_source.get(i, [])),
                      "duration_s": s.length * result.step_s, "tile": s.tile,
                      "tile_s": [s.block[0] * result.step_s, s.block[1] * result.step_s],
-                     "synchrony_index": s.synchrony_index, "cpu_proxy": s.cpu_proxy}
+                     "synchrony_index": s.synchrony_index, "cpu_proxy": s.cpu_proxy,
+                     "window": s.window, "power_is_1s_average": s.one_s_average}
                     for i, s in enumerate(result.sources)],
         "metrics": metrics,
         "load_duration_kw": [{"percent_of_time": p, "kw": v / 1e3}

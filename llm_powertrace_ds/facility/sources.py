@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -17,6 +17,8 @@ from ..run import Run
 
 GRID_MS = metrics_mod.GRID_MS
 """Step of every composed profile (ms): the metrics' common grid."""
+Window = Literal["work", "whole"]
+WINDOWS: tuple[str, ...] = ("work", "whole")
 
 
 @dataclass
@@ -32,6 +34,9 @@ class Source:
         power_limit_w: the largest device power limit, when reported.
         cpu_proxy: the run is a ``cpu_proxy`` model, not a GPU measurement.
         gap_s: seconds of the run bridged across missing readings.
+        window: which part of the run the template holds: ``work (<rule>) [a s, b s]`` (its
+            work window, ``metrics.window``) or ``whole trace``.
+        one_s_average: the run's power_w is a 1 s average (flag ``power_is_1s_average``).
     """
 
     run_id: str
@@ -44,6 +49,8 @@ class Source:
     power_limit_w: float | None = None
     cpu_proxy: bool = False
     gap_s: float | None = None
+    window: str = "whole trace"
+    one_s_average: bool = False
 
     @property
     def num_devices(self) -> int:
@@ -66,24 +73,45 @@ def _first_rank(run: Run, kind: str) -> list[int]:
     return sorted({int(e.t_ms) for e in evs})
 
 
-def source_from_run(run: Run, *, share: float = 1.0,
-                    synchrony_index: float | None = None) -> Source:
+def source_from_run(run: Run, *, share: float = 1.0, synchrony_index: float | None = None,
+                    window: Window = "work") -> Source:
     """Build a :class:`Source` from a run (its devices on the 0.1 s grid and its tile block).
+
+    Args:
+        run: the source run.
+        share: its share of the site's nodes.
+        synchrony_index: the run's ρ̄.
+        window: ``work``: only the run's work window (``metrics.window``: steady window, steps,
+            between idle paddings, stage labels, or the active window detected from power), so
+            idle head and tail are never repeated; ``whole``: the whole trace.
 
     Raises:
         InputError: the run's devices share no common span of at least one grid step.
     """
+    if window not in WINDOWS:
+        raise InputError(f"{window!r} is not one of {', '.join(WINDOWS)}", field="--window")
     al = metrics_mod.node_total(run, GRID_MS)
     if al is None:
         raise InputError("its devices share no common span of power readings",
                          field=f"run {run.run_id}")
     devices = np.vstack(al.devices)
     grid = al.grid_ms
+    described = "whole trace"
+    if window == "work":
+        win = metrics_mod.run_work_window(run, al)
+        if win is not None:
+            i0 = int(np.searchsorted(grid, win.start_ms, side="left"))
+            i1 = int(np.searchsorted(grid, win.end_ms, side="right"))
+            if i1 - i0 >= 2:
+                devices, grid = devices[:, i0:i1], grid[i0:i1]
+                described = (f"work window ({win.source}) [{win.start_ms / 1000:.1f} s, "
+                             f"{win.end_ms / 1000:.1f} s]")
     n = len(grid)
     steps = _first_rank(run, "step_begin")
     idx = np.searchsorted(grid, steps) if steps else np.zeros(0, dtype=np.int64)
-    idx = idx[idx < n] if idx.size else idx
-    block, tile = (0, n), "whole run (no step or steady-state events)"
+    idx = idx[idx <= n] if idx.size else idx  # n: a block may end with the template
+    block, tile = (0, n), ("whole work window" if described != "whole trace"
+                           else "whole run (no step or steady-state events)")
     if idx.size >= 2 and idx[-1] > idx[0]:
         block, tile = (int(idx[0]), int(idx[-1])), f"{idx.size - 1} whole steps"
     else:
@@ -100,7 +128,8 @@ def source_from_run(run: Run, *, share: float = 1.0,
     proxy = ("cpu_proxy" in run.flags or run.meta.get("sampler") == "cpu_proxy"
              or run.platform == "cpu_proxy")
     return Source(run.run_id, run.platform, devices, block, tile, share, synchrony_index,
-                  max(known) if known else None, proxy)
+                  max(known) if known else None, proxy, window=described,
+                  one_s_average="power_is_1s_average" in run.flags)
 
 
 def _matches(row: Mapping[str, Any], axis: str, value: str) -> bool:
@@ -115,14 +144,26 @@ def _matches(row: Mapping[str, Any], axis: str, value: str) -> bool:
         return False
 
 
-def select_sources(root: str | Path, *, config: str = "finetune_runs",
+def default_config(root: str | Path) -> str:
+    """The runs table a folder holds: ``finetune_runs`` if it has any, else ``inference_runs``."""
+    from .. import layout
+
+    for config in schema.RUNS_CONFIGS:
+        if layout.config_globs(root).get(config):
+            return config
+    return schema.RUNS_CONFIGS[0]
+
+
+def select_sources(root: str | Path, *, config: str | None = None,
                    where: Sequence[str] = (), mix: Mapping[str, float] | None = None,
-                   need_synchrony: bool = False) -> list[Source]:
+                   need_synchrony: bool = False, window: Window = "work") -> list[Source]:
     """Source runs of a dataset folder, through the library's readers.
 
     Args:
         root: dataset folder.
-        config: ``finetune_runs`` or ``inference_runs``.
+        config: ``finetune_runs`` or ``inference_runs``; ``None``: the one the folder holds
+            (:func:`default_config`).
+        window: ``work`` (default) or ``whole``, see :func:`source_from_run`.
         where: ``AXIS=VALUE`` filters on the runs table (all must hold).
         mix: ``{run_id: share}``; ``None``: every selected run, equal shares.
         need_synchrony: compute ``synchrony_index`` for runs whose row lacks it.
@@ -132,6 +173,8 @@ def select_sources(root: str | Path, *, config: str = "finetune_runs",
     """
     from ..shards import iter_rows, read_run
 
+    if config is None:
+        config = default_config(root)
     if config not in schema.RUNS_CONFIGS:
         raise InputError(f"{config!r} is not one of {', '.join(schema.RUNS_CONFIGS)}",
                          field="--config")
@@ -166,7 +209,7 @@ def select_sources(root: str | Path, *, config: str = "finetune_runs",
         rho = row.get("synchrony_index")
         if "synchrony_index" not in row and need_synchrony and len(run.devices) >= 2:
             rho = metrics_mod.compute_run_metrics(run)["synchrony_index"]
-        src = source_from_run(run, share=share / total, synchrony_index=rho)
+        src = source_from_run(run, share=share / total, synchrony_index=rho, window=window)
         src.gap_s = row.get("gap_s")
         out.append(src)
     return out

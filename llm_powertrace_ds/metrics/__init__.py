@@ -280,6 +280,19 @@ def _compute(run: Run, grid_ms: int) -> dict[str, Any]:
 
 
 
+def run_work_window(run: Run, al: Aligned | None = None) -> WorkWindow | None:
+    """The run's work window (``metrics.window``), as ``work_window_*`` reports it.
+
+    Args:
+        run: the run.
+        al: its node total (:func:`node_total`), when already formed.
+    """
+    devs = [_prepare_device(run, d, i, []) for i, d in enumerate(run.devices)]
+    if al is None and devs and all(d is not None and len(d.t_ms) >= 2 for d in devs):
+        al = align([d for d in devs if d is not None])
+    return work_window(_EventIndex(run.events), devs, al)
+
+
 def _work_frame(devs: list[Any], al: Aligned | None, win: WorkWindow, grid_ms: int
                 ) -> tuple[list[Any], Aligned | None] | None:
     """The devices cropped to the work window and their node total (``al`` when uncropped)."""
@@ -479,6 +492,7 @@ __all__ = [
     "metric_formulas",
     "mismatch_pct",
     "node_total",
+    "run_work_window",
     "seed_ramps",
     "welch_psd",
     "welch_windows",

@@ -8,7 +8,8 @@ gets one window [w0, w1] on the run clock, found by the first rule that applies
 ``steady``
     The first ``steady_begin`` and the next ``steady_end`` (inference steady state).
 ``steps``
-    The first ``step_begin`` to the last ``step_end`` (run-level events, else the lowest rank's).
+    The first ``step_begin`` to the last ``step_end`` (run-level events, else the lowest rank's;
+    without ``step_end`` events, to the last ``step_begin``: whole steps only).
 ``idle_events``
     Between the idle paddings: the end of the first ``idle_begin``/``idle_end`` window when it
     opens the run, to the begin of the last one when it closes the run (a recorded command's
@@ -74,7 +75,7 @@ def _from_events(ev: _EventIndex, first_ms: int, last_ms: int) -> WorkWindow | N
     if steady and steady[0][1] > steady[0][0]:
         return WorkWindow(steady[0][0], steady[0][1], "steady")
     begins = _events(ev, "step_begin")
-    ends = _events(ev, "step_end")
+    ends = _events(ev, "step_end") or begins[1:]  # no step_end: whole steps, begin to begin
     if begins and ends and ends[-1].t_ms > begins[0].t_ms:
         return WorkWindow(int(begins[0].t_ms), int(ends[-1].t_ms), "steps")
     idle = event_windows(ev, "idle_begin", "idle_end")

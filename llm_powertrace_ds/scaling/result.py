@@ -76,13 +76,36 @@ class FitResult:
         write_text_atomic(Path(path), json.dumps(self.to_json(), indent=2))
 
 
+def window_rows(rows: Iterable[Mapping[str, Any]], target: str, window: str
+                ) -> list[dict[str, Any]]:
+    """Rows whose ``target`` is taken over the chosen window.
+
+    ``work``: the run's work-window twin ``work_<target>`` (the workload without its idle
+    padding, ``metrics.window``) where the row has it, else ``target`` itself (rows of an
+    older schema, or published summaries such as ML.ENERGY's, which are steady-state
+    already); ``whole``: ``target`` over the whole trace.
+    """
+    if window not in ("work", "whole"):
+        raise InputError(f"{window!r} is not one of work, whole", field="--window")
+    out = []
+    for row in rows:
+        r = dict(row)
+        if window == "work" and r.get(f"work_{target}") is not None:
+            r[target] = r[f"work_{target}"]
+        out.append(r)
+    return out
+
+
 def fit(rows: Iterable[Mapping[str, Any]], target: str = "energy_per_token_j", *,
-        holdout: str | None = None, n_boot: int = N_BOOT, seed: int = 0) -> FitResult:
+        holdout: str | None = None, n_boot: int = N_BOOT, seed: int = 0,
+        window: str = "work") -> FitResult:
     """Fit every law on a runs table (rows as dicts) and optionally evaluate a holdout.
 
     Args:
         rows: runs-config rows (``finetune_runs`` / ``inference_runs``).
         target: ``energy_per_token_j``, ``mean_power_w`` or ``energy_j``.
+        window: ``work`` (default): the target over each run's work window
+            (:func:`window_rows`); ``whole``: over the whole trace, idle padding included.
         holdout: ``AXIS=top``, ``family=NAME`` or ``COLUMN=VALUE`` (see :func:`split_holdout`).
         n_boot: bootstrap replicates of the coefficient intervals.
         seed: bootstrap seed.
@@ -93,7 +116,7 @@ def fit(rows: Iterable[Mapping[str, Any]], target: str = "energy_per_token_j", *
     """
     if target not in TARGETS:
         raise InputError(f"target {target!r} is not one of {', '.join(TARGETS)}", field="target")
-    all_rows = list(rows)
+    all_rows = window_rows(rows, target, window)
     use = [r for r in all_rows if (_num(r.get(target)) or 0) > 0]
     if holdout:
         train, test = split_holdout(use, holdout)

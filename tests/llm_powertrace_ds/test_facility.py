@@ -69,7 +69,7 @@ def step_run(run_id: str = "steps-a", *, devices: int = 8, seconds: float = 300.
 def compose(run: Run, gpus: int, **kw) -> fac.FacilityResult:
     kw.setdefault("overhead", fac.OVERHEAD_PRESETS["none"])
     cfg = fac.FacilityConfig(gpus=gpus, **kw)
-    return fac.compose([fac.source_from_run(run)], cfg)
+    return fac.compose([fac.source_from_run(run, window=cfg.window)], cfg)
 
 
 def swing(x: np.ndarray) -> float:
@@ -83,8 +83,15 @@ def swing(x: np.ndarray) -> float:
 
 def test_one_node_lockstep_no_overhead_pue1_is_the_node_total():
     run = step_run()
-    res = compose(run, 8, sync="lockstep")
     al = metrics.node_total(run)
+    # by default the node total over the work window (first to last step_begin)
+    work = compose(run, 8, sync="lockstep")
+    steps = [e.t_ms for e in run.events]
+    inside = (al.grid_ms >= steps[0]) & (al.grid_ms <= steps[-1])
+    np.testing.assert_allclose(work.gpu_w, al.total[inside], rtol=1e-12)
+    assert any(line.startswith("window: each source replays its work window")
+               and "work window (steps)" in line for line in work.limits)
+    res = compose(run, 8, sync="lockstep", window="whole")
     np.testing.assert_allclose(res.gpu_w, np.sum(al.devices, axis=0), rtol=1e-13)
     np.testing.assert_array_equal(res.facility_w, res.gpu_w)
     np.testing.assert_allclose(res.gpu_w, al.total, rtol=1e-12)
@@ -168,31 +175,40 @@ def test_energy_is_conserved_across_resolutions():
 
 def test_runs_are_tiled_at_step_boundaries_never_stretched():
     run = step_run(seconds=100)
-    src = fac.source_from_run(run)
+    src = fac.source_from_run(run, window="whole")
     b0, b1 = src.block
     assert src.tile.endswith("whole steps")
     step_ms = [e.t_ms for e in run.events]
     grid = metrics.node_total(run).grid_ms
     assert grid[b0] >= step_ms[0] and grid[b1] >= step_ms[-1] and grid[b1 - 1] < step_ms[-1]
-    res = compose(run, 8, sync="lockstep", duration_s=350.0)
+    res = compose(run, 8, sync="lockstep", duration_s=350.0, window="whole")
     node = src.devices.sum(axis=0)
     length = b1 - b0
     expected = np.concatenate([node[:b1]] + [node[b0:b1]] * (3500 // length + 1))[:3500]
     np.testing.assert_allclose(res.gpu_w, expected, rtol=1e-13)
-    assert any(line.startswith("tiling: run steps-a") for line in res.limits)
+    assert any(line.startswith("tiling: to fill 350.0 s") and "steps-a:" in line
+               for line in res.limits)
+    # the work window starts at the first step: its template is the whole-step block itself
+    work = fac.source_from_run(run)
+    np.testing.assert_array_equal(work.devices, src.devices[:, b0:b1])
+    assert work.block == (0, b1 - b0) and work.tile.endswith("whole steps")
 
 
 def test_inference_runs_tile_their_steady_state_window():
     run = step_run(seconds=100)
     run.meta["workload"] = "inference"
     run.events = [Event(20_000, "steady_begin"), Event(70_000, "steady_end")]
-    src = fac.source_from_run(run)
+    src = fac.source_from_run(run, window="whole")
     grid = metrics.node_total(run).grid_ms
     assert src.tile == "steady-state window"
     assert grid[src.block[0]] >= 20_000 > grid[src.block[0] - 1]
     assert grid[src.block[1]] >= 70_000 > grid[src.block[1] - 1]
+    work = fac.source_from_run(run)  # the steady window is the work window
+    assert work.window == "work window (steady) [20.0 s, 70.0 s]"
+    np.testing.assert_array_equal(work.devices, src.devices[:, src.block[0]:src.block[1]])
     run.events = []
-    assert fac.source_from_run(run).tile.startswith("whole run")
+    assert fac.source_from_run(run, window="whole").tile.startswith("whole run")
+    assert "(detected)" in fac.source_from_run(run).window
 
 
 def test_jobs_fill_whole_nodes_and_replay_devices_in_phase():
@@ -414,6 +430,18 @@ def test_real_4xh200_one_node_reproduces_the_run(tmp_path, capsys, stem):
     assert main(["facility", str(root), "--gpus", "4", "--gpus-per-node", "4", "--sync",
                  "lockstep", "--pue", "1", "--node-overhead", "none", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
+    # by default the site replays the run's work window (detected from power: no events)
+    energy_j = data["metrics"]["energy_mwh"] * 3.6e9
+    # N profile samples of 0.1 s against the trapezoid over the N - 1 intervals between them:
+    # they differ by at most one sample's energy
+    assert abs(energy_j - row["work_energy_j"]) <= 0.1 * row["work_peak_power_w"]
+    assert math.isclose(data["metrics"]["peak_kw"] * 1e3, row["work_peak_power_w"],
+                        rel_tol=1e-2)
+    assert any("1 s average" in line for line in data["limits"])  # H200 power.draw
+    assert main(["facility", str(root), "--gpus", "4", "--gpus-per-node", "4", "--sync",
+                 "lockstep", "--pue", "1", "--node-overhead", "none", "--format", "json",
+                 "--window", "whole"]) == 0
+    data = json.loads(capsys.readouterr().out)
     energy_j = data["metrics"]["energy_mwh"] * 3.6e9
     assert math.isclose(energy_j, row["energy_j"], rel_tol=1e-3), (energy_j, row["energy_j"])
     assert math.isclose(data["metrics"]["peak_kw"] * 1e3, row["peak_power_w"], rel_tol=1e-2)
@@ -443,9 +471,100 @@ def test_real_nvidia_smi_inference_one_node_reproduces_the_run(tmp_path, capsys,
                  "--workload", "inference"]) == 0
     capsys.readouterr()
     row = next(iter(shards.iter_rows(root, "inference_runs")))
-    assert main(["facility", str(root), "--config", "inference_runs", "--gpus", str(gpus),
+    # the folder holds inference runs only: facility picks that table by itself
+    assert main(["facility", str(root), "--gpus", str(gpus), "--window", "whole",
                  "--gpus-per-node", str(gpus), "--pue", "1", "--node-overhead", "none",
                  "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert math.isclose(data["metrics"]["energy_mwh"] * 3.6e9, row["energy_j"], rel_tol=1e-3)
-    assert math.isclose(data["metrics"]["peak_kw"] * 1e3, row["peak_power_w"], rel_tol=1e-2)
+    # the composed profile is the devices interpolated onto the 0.1 s grid (a common grid for
+    # every job), so between-grid spikes of these A100s are partly averaged; the run's own
+    # peak_power_w is the tick sum, at most a few % higher, and the limits say so
+    grid_peak = float(metrics.node_total(shards.read_run(root, row["run_id"])).total.max())
+    assert math.isclose(data["metrics"]["peak_kw"] * 1e3, grid_peak, rel_tol=1e-9)
+    assert grid_peak <= row["peak_power_w"] <= 1.05 * grid_peak
+    assert any(line.startswith("0.1 s grid:") for line in data["limits"])
+
+
+# ---------------------------------------------------------------------------------------------
+# The work window: idle head and tail are never repeated
+# ---------------------------------------------------------------------------------------------
+
+def padded_log(pad_s: float, *, devices: int = 4, work_s: float = 200.0) -> Run:
+    """An imported-like training log without events, ``pad_s`` of idle before and after.
+
+    The workload is the same whatever the padding; idle noise is drawn outwards, so the
+    readings next to the workload agree.
+    """
+    n_pad, n_work = int(pad_s * 10), int(work_s * 10)
+    t_work = np.arange(n_work) * 100
+    devs = []
+    for g in range(devices):
+        rng = np.random.default_rng(g)
+        work = np.where((t_work % 3000) < 2000, 640.0, 420.0) + rng.normal(0, 10, n_work)
+        head = 90.0 + np.random.default_rng(10 + g).normal(0, 1, n_pad)[::-1]
+        tail = 90.0 + np.random.default_rng(20 + g).normal(0, 1, n_pad)
+        p = np.concatenate([head, work, tail])
+        devs.append(DeviceSeries(g, np.arange(len(p), dtype=np.int64) * 100, {"power_w": p},
+                                 gpu_name="NVIDIA H100 80GB HBM3", power_limit_w=700.0,
+                                 default_power_limit_w=700.0))
+    run = Run({"run_id": f"log-{pad_s:g}", "workload": "finetune", "platform": "h100_sxm_80gb",
+               "sample_period_ms": 100.0, "power_field": "power_usage"}, devs, [])
+    run.add_flags("power_is_1s_average")
+    return run
+
+
+def test_an_event_free_log_composes_its_active_window_whatever_its_padding():
+    sites = {}
+    for pad in (10.0, 120.0):
+        run = padded_log(pad)
+        src = fac.source_from_run(run)
+        assert "work window (detected)" in src.window
+        res = fac.compose([src], fac.FacilityConfig(gpus=64, overhead=fac.OVERHEAD_PRESETS["none"],
+                                                    sync="lockstep", duration_s=600.0))
+        sites[pad], _ = fac.site_metrics(res)
+        assert any(line.startswith("window: each source replays its work window")
+                   for line in res.limits)
+        assert any(line.startswith("1 s averages:") and "under-reported" in line
+                   for line in res.limits)
+        assert fac.to_json(res)["sources"][0]["power_is_1s_average"] is True
+    for name in ("par", "peak_kw", "mean_kw", "swing_kw", "ramp_up_max_1s_mw_per_s",
+                 "ramp_down_max_1s_mw_per_s", "ramp_abs_p99_1s_mw_per_s", "p5_kw"):
+        assert sites[10.0][name] == pytest.approx(sites[120.0][name], rel=1e-9), name
+    # the whole trace repeats the idle head and tail: PAR grows with the padding
+    whole = {}
+    for pad in (10.0, 120.0):
+        src = fac.source_from_run(padded_log(pad), window="whole")
+        res = fac.compose([src], fac.FacilityConfig(gpus=64, overhead=fac.OVERHEAD_PRESETS["none"],
+                                                    sync="lockstep", duration_s=600.0,
+                                                    window="whole"))
+        whole[pad], _ = fac.site_metrics(res)
+        assert any("--window whole" in line for line in res.limits)
+    assert whole[120.0]["par"] > 1.2 * sites[120.0]["par"]
+    assert whole[10.0]["par"] != pytest.approx(whole[120.0]["par"], rel=1e-3)
+
+
+def test_limits_name_every_run_once(tmp_path):
+    runs = [step_run(f"r{i}", devices=2, seconds=40, seed=i) for i in range(5)]
+    res = fac.compose([fac.source_from_run(r, share=0.2) for r in runs],
+                      fac.FacilityConfig(gpus=80, sync="independent", duration_s=120.0,
+                                         overhead=fac.OVERHEAD_PRESETS["none"]))
+    text = "\n".join(res.limits)
+    for r in runs:  # the first line lists them; the window and tiling lines give their spans
+        assert text.count(r.run_id + " ") + text.count(r.run_id + ":") <= 3, r.run_id
+    replicas = next(line for line in res.limits if line.startswith("replicas:"))
+    assert "every source run" in replicas and "r0" not in replicas
+
+
+def test_facility_picks_the_runs_table_the_folder_holds(tmp_path):
+    root = tmp_path / "inference-only"
+    run = step_run("inf", devices=2, seconds=60)
+    run.meta["workload"] = "inference"
+    for key in ("method", "batch_size", "seq_len", "tokens"):
+        run.meta.pop(key)
+    run.events = [Event(10_000, "steady_begin"), Event(50_000, "steady_end")]
+    shards.publish_run(root, run, refresh_card=False)
+    assert fac.default_config(root) == "inference_runs"
+    res = fac.run_facility(root, fac.FacilityConfig(gpus=8, overhead=fac.OVERHEAD_PRESETS["none"]))
+    assert [s.run_id for s in res.sources] == ["inf"]
+    assert res.sources[0].window == "work window (steady) [10.0 s, 50.0 s]"

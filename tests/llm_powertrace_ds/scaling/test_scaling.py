@@ -198,3 +198,26 @@ def test_training_flops_conventions():
     inf = {"workload": "inference", "model_params": 1e9, "tokens_in": 100, "tokens_out": 50}
     assert scaling.training_flops(inf) == 2 * 1e9 * 150
     assert scaling.training_flops({"model_params": 1e9}) is None
+
+
+def test_fit_uses_the_work_window_by_default():
+    # the law lives in the work-window column; the whole-trace column adds each run's idle
+    # padding (a random share of the energy), which would blur the exponents
+    rng = np.random.default_rng(5)
+    rows = []
+    for r in loglinear_rows():
+        r = dict(r)
+        r["work_energy_per_token_j"] = r["energy_per_token_j"]
+        r["energy_per_token_j"] *= 1.0 + rng.uniform(0.0, 3.0)  # padding of 0-300 %
+        rows.append(r)
+    work = scaling.fit(rows, "energy_per_token_j", n_boot=0)
+    whole = scaling.fit(rows, "energy_per_token_j", n_boot=0, window="whole")
+    got = {e["axis"]: e["exponent"] for e in work.loglinear.exponents()}
+    for axis, beta in TRUE.items():
+        assert abs(got[axis] - beta) <= 0.05, (axis, got[axis])
+    assert whole.loglinear.to_json() != work.loglinear.to_json()
+    # a row without the work column (an older schema, a published summary) keeps its own value
+    assert scaling.result.window_rows([{"energy_j": 5.0}], "energy_j", "work") == [
+        {"energy_j": 5.0}]
+    with pytest.raises(InputError, match="--window"):
+        scaling.fit(rows, "energy_per_token_j", window="padding")
