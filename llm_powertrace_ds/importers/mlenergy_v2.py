@@ -17,6 +17,12 @@ run becomes one ``inference_runs`` row with the flag ``summary_only`` and no tra
   convention); ``mean_power_w`` = energy_per_token_j × Token tput (W, all GPUs of the run);
   ``tokens_per_s`` = Token tput. Every other metric is null with the reason in
   ``metric_notes``.
+- ``tpot_mean_s`` = Avg TPOT (s); ``energy_per_request_j`` = Energy/req (J);
+  ``batch_size_mean`` = Avg BS (reqs); ``batch_size_observed_max`` = Max BS (reqs);
+  ``output_tokens_mean`` = Avg Output Tokens (all but Energy/req optional in a file).
+- ``source_metadata``: the run file verbatim (JSON) and its model's ``models.json`` entry
+  (``nickname``, ``params``; its ``url`` is dropped: a link, and derivable from the model id).
+  :data:`FIELD_MAP` says where each field goes; a test holds every field of the files to it.
 - ``model_params`` = ``params`` × 10⁹ from ``models.json``; ``model_params_active`` for
   mixture-of-experts models from :data:`llm_powertrace_ds.specs.MODEL_FACTS` (``models.json``
   gives total parameters only); ``model_facts_source`` says which.
@@ -33,7 +39,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .. import schema, specs
+from .. import privacy, schema, specs
 from ..errors import InputError
 from ..run import Run, coerce_meta
 from .common import check_run_id, family_from_name
@@ -45,6 +51,25 @@ _FILE_RE = re.compile(r"^bs(\d+)\+tp(\d+)\+pp(\d+)\.json$")
 REQUIRED = ("Model", "GPU", "TP", "PP", "Energy/req (J)", "Token tput (tok/s)",
             "Avg Output Tokens")
 SUMMARY_NOTE = "summary_only: a published summary without a power trace"
+OPTIONAL_NUMBERS: dict[str, str] = {
+    "Avg TPOT (s)": "tpot_mean_s",
+    "Avg BS (reqs)": "batch_size_mean",
+    "Max BS (reqs)": "batch_size_observed_max",
+}
+FIELD_MAP: dict[str, str] = {
+    "Model": "model_label, model_name, model_family (and model_params via models.json)",
+    "GPU": "gpu_name, platform",
+    "TP": "tp_size (checked against the file name), num_gpus = TP x PP",
+    "PP": "pp_size (checked against the file name), num_gpus = TP x PP",
+    "Energy/req (J)": "energy_per_request_j; energy_per_token_j = Energy/req / Avg Output Tokens",
+    "Token tput (tok/s)": "tokens_per_s; mean_power_w = energy_per_token_j x tokens_per_s",
+    "Avg Output Tokens": "output_tokens_mean",
+    **OPTIONAL_NUMBERS,
+    "models.json nickname": "source_metadata",
+    "models.json params": "model_params (x 1e9), source_metadata",
+    "models.json url": "dropped: a link to the model's Hub page, derivable from the model id",
+}
+"""Where every field of an ML.ENERGY v2 run summary goes (docs/importers.md renders it)."""
 
 
 def _positive(data: dict[str, Any], key: str, path: Path) -> float:
@@ -65,6 +90,21 @@ def _read_json(path: Path) -> Any:
         raise InputError(f"cannot read the file ({exc.strerror or exc})", file=path) from None
     except json.JSONDecodeError as exc:
         raise InputError(f"not JSON ({exc.msg} at line {exc.lineno})", file=path) from None
+
+
+def _optional(data: dict[str, Any], key: str, path: Path) -> float | None:
+    return _positive(data, key, path) if data.get(key) is not None else None
+
+
+def load_model_info(task_dir: Path) -> dict[str, dict[str, Any]]:
+    """``{model id: {"nickname", "params"}}`` of ``<task>/models.json`` (its ``url`` dropped)."""
+    data = _read_json(task_dir / "models.json")
+    out: dict[str, dict[str, Any]] = {}
+    if isinstance(data, dict):
+        for model, info in data.items():
+            if isinstance(info, dict):
+                out[model] = {k: v for k, v in info.items() if k in ("nickname", "params")}
+    return out
 
 
 def load_models(task_dir: Path) -> dict[str, float]:
@@ -100,6 +140,7 @@ def summary_runs(task_dir: str | Path) -> list[tuple[Run, dict[str, Any]]]:
     if not task_dir.is_dir():
         raise InputError("not a folder (expected an ML.ENERGY v2 task folder)", file=task_dir)
     params = load_models(task_dir)
+    model_info = load_model_info(task_dir)
     task = task_dir.name
     files = sorted(p for p in task_dir.rglob("*.json") if p.name != "models.json")
     if not files:
@@ -133,6 +174,19 @@ def summary_runs(task_dir: str | Path) -> list[tuple[Run, dict[str, Any]]]:
         out_tokens = _positive(data, "Avg Output Tokens", path)
         tput = _positive(data, "Token tput (tok/s)", path)
         per_token = energy_req / out_tokens
+        extras = {col: _optional(data, key, path) for key, col in OPTIONAL_NUMBERS.items()}
+        if extras["batch_size_observed_max"] is not None:
+            whole = extras["batch_size_observed_max"]
+            if whole != round(whole) or whole > 2**31 - 1:
+                raise InputError(f"value {data['Max BS (reqs)']!r} is not a whole number of "
+                                 "requests", file=path, field="Max BS (reqs)")
+            extras["batch_size_observed_max"] = int(whole)
+        verbatim = {"run": data, "models.json": model_info.get(model, {})}
+        try:
+            source_text = json.dumps(verbatim, sort_keys=True, ensure_ascii=False,
+                                     allow_nan=False, separators=(",", ":"))
+        except ValueError:
+            raise InputError("holds NaN or infinity", file=path) from None
         model_dir = path.parent.name
         meta: dict[str, Any] = {
             "run_id": check_run_id(_run_id(task, info.slug, model_dir, b, t, p), file=path),
@@ -142,6 +196,9 @@ def summary_runs(task_dir: str | Path) -> list[tuple[Run, dict[str, Any]]]:
             "model_name": model.split("/")[-1], "model_label": model, "model_source": "import",
             "model_family": family_from_name(model), "model_params": int(round(params[model])),
             "gpu_name": data["GPU"], "tokens_per_s": tput,
+            "energy_per_request_j": energy_req, "output_tokens_mean": out_tokens,
+            **{k: v for k, v in extras.items() if v is not None},
+            "source_metadata": source_text,
             "schema_version": schema.SCHEMA_VERSION,
         }
         sources = ["model_params: ML.ENERGY models.json (params, billions)"]
@@ -150,6 +207,7 @@ def summary_runs(task_dir: str | Path) -> list[tuple[Run, dict[str, Any]]]:
             meta["model_params_active"] = facts.active_params
             sources.append(f"model_params_active: {facts.source}")
         meta["model_facts_source"] = "; ".join(sources)
+        privacy.check_meta_text(meta, file=path)  # the text gate every importer passes
         gpu_name = meta.pop("gpu_name")
         run = Run(meta=coerce_meta(meta, "inference", file=path), devices=[])
         run.meta["gpu_name"] = gpu_name
