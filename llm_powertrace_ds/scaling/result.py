@@ -77,7 +77,7 @@ class FitResult:
 
 
 def window_rows(rows: Iterable[Mapping[str, Any]], target: str, window: str
-                ) -> list[dict[str, Any]]:
+                ) -> list[Mapping[str, Any]]:
     """Rows whose ``target`` is taken over the chosen window.
 
     ``work``: the run's work-window twin ``work_<target>`` (the workload without its idle
@@ -87,7 +87,7 @@ def window_rows(rows: Iterable[Mapping[str, Any]], target: str, window: str
     """
     if window not in ("work", "whole"):
         raise InputError(f"{window!r} is not one of work, whole", field="--window")
-    out = []
+    out: list[Mapping[str, Any]] = []
     for row in rows:
         r = dict(row)
         if window == "work" and r.get(f"work_{target}") is not None:
