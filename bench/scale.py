@@ -33,6 +33,13 @@ JSON document is printed, with the ratios the scale issue asks for computed side
 - ``import_rss_ratio``: peak RSS of importing N files over importing N/10 files in one call.
 - ``upload_temp_disk_ratio``: ``upload.py --dry-run``'s peak temporary disk over the dataset.
 - ``bytes_per_sample``: bytes under ``data/`` over samples.
+- ``cli_import_fixed_cpu_s`` and ``cli_import_marginal_samples_per_cpu_s``: one seed-format
+  4-GPU run imported through the real command into an empty folder, a 5-minute and a 2-hour
+  one (``--repeat`` times each, median CPU): marginal = Δsamples / ΔCPU between the two, fixed
+  = CPU(5 min) − samples(5 min) / marginal (start-up, imports, the card). Beside them,
+  ``inproc_import_samples_per_cpu_s``: the same 2-hour file imported and published in this
+  process's child (library calls, imports done before timing). ``--cli-cost-only`` runs just
+  this part.
 """
 
 from __future__ import annotations
@@ -310,12 +317,15 @@ def main() -> int:
     ap.add_argument("--skip-upload", action="store_true", help="skip upload.py --dry-run")
     ap.add_argument("--repeat", type=int, default=3,
                     help="runs of each validate/card step, the median kept (default: 3)")
+    ap.add_argument("--cli-cost-only", action="store_true",
+                    help="measure only the import command's fixed cost and marginal rate")
     args = ap.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="llm-powertrace-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     r = Runner()
     try:
-        report = _bench(args, work, r)
+        report = (cli_cost(args, work, r) if args.cli_cost_only
+                  else {**_bench(args, work, r), "cli_import": cli_cost(args, work, r)})
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
@@ -398,6 +408,59 @@ def _bench(args: argparse.Namespace, work: Path, r: Runner) -> dict[str, Any]:
             "card_probe_ms": {state: probe[state] for state in ("warm", "cold")},
             "targets": {k: f"{op} {v:g}" for k, (op, v) in targets.items()},
             "meets_target": verdict, "steps": res}
+
+
+INPROC_IMPORT = (
+    "import json, resource, sys\n"
+    "from llm_powertrace_ds.importers import import_file\n"
+    "from llm_powertrace_ds import shards\n"
+    "def cpu():\n"
+    "    r = resource.getrusage(resource.RUSAGE_SELF)\n"
+    "    return r.ru_utime + r.ru_stime\n"
+    "warm, path, out = sys.argv[1:4]\n"
+    "shards.publish_run(out + '-warm', import_file('powertrace-csv', warm, workload='finetune'),"
+    " refresh_card=False)\n"
+    "t = cpu()\n"
+    "run = import_file('powertrace-csv', path, workload='finetune')\n"
+    "shards.publish_run(out, run, refresh_card=False)\n"
+    "print(json.dumps({'cpu_s': cpu() - t}))\n"
+)
+"""Imports and publishes one file in a child, after a warm-up import of another (every lazy
+import and first use paid), timing only the second: the in-process cost per sample."""
+
+
+def cli_cost(args: argparse.Namespace, work: Path, r: Runner) -> dict[str, Any]:
+    """The import command's fixed cost and marginal rate (see the module docstring)."""
+    short, n_short = generate(work / "csv-cost-5", 1, args.seed + 3, 5, 5, offset=300_000)
+    long_, n_long = generate(work / "csv-cost-120", 1, args.seed + 4, 120, 120, offset=400_000)
+    for k in range(args.repeat):
+        r.step("cli_import_5min", import_cmd(work / f"cost-5-{k}", short))
+        r.step("cli_import_120min", import_cmd(work / f"cost-120-{k}", long_))
+    res = r.results
+    c5, c120 = res["cli_import_5min"]["cpu_s"], res["cli_import_120min"]["cpu_s"]
+    marginal = (n_long - n_short) / (c120 - c5) if c120 > c5 else None
+    fixed = c5 - n_short / marginal if marginal else None
+    inproc = []
+    for k in range(args.repeat):
+        out = _measured([sys.executable, "-c", INPROC_IMPORT, str(short[0]), str(long_[0]),
+                         str(work / f"inproc-{k}")], None)
+        inproc.append(json.loads(out["stdout"])["cpu_s"])
+    inproc_cpu = sorted(inproc)[(len(inproc) - 1) // 2]
+    ratios = {"cli_import_fixed_cpu_s": None if fixed is None else round(fixed, 3),
+              "cli_import_marginal_samples_per_cpu_s": None if marginal is None
+              else round(marginal),
+              "inproc_import_samples_per_cpu_s": round(n_long / inproc_cpu),
+              "cli_over_inproc_marginal": None if marginal is None
+              else round(marginal / (n_long / inproc_cpu), 3)}
+    targets = {"cli_import_fixed_cpu_s": ("<=", 0.5),
+               "cli_import_marginal_samples_per_cpu_s": (">=", 1.5e6)}
+    return {"samples_5min": n_short, "samples_120min": n_long, "cpu_s_5min": c5,
+            "cpu_s_120min": c120, "inproc_cpu_s_120min": round(inproc_cpu, 3),
+            "inproc_cpu_s_runs": inproc, "ratios": ratios,
+            "targets": {k: f"{op} {v:g}" for k, (op, v) in targets.items()},
+            "meets_target": {k: None if ratios[k] is None else
+                             (ratios[k] >= v if op == ">=" else ratios[k] <= v)
+                             for k, (op, v) in targets.items()}}
 
 
 def per_run_ms(res: dict[str, dict[str, Any]], step: str,
