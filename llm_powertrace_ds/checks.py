@@ -74,7 +74,7 @@ META_SIGNED = ("seed",)
 IMPORTER_KEYS = ("run_id", "sweep", "sampler", "workload", "schema_version", "start_time",
                  "power_field", "quality_flags", "host_hash", "model_source", "gpu_uuid_hash",
                  "package_version", "torch_version", "transformers_version", "peft_version",
-                 "trl_version", "nvml_version")
+                 "trl_version", "nvml_version") + schema.SOURCE_COLUMN_NAMES
 """Provenance columns only the importer (or the generator) sets; a ``--meta`` file may not."""
 
 

@@ -25,7 +25,7 @@ from .. import checks
 from ..errors import InputError
 from ..privacy import hash_identifier
 from ..run import Run, coerce_meta
-from . import common
+from . import accounting, common
 from .arrow_csv import ArrowCsvReader
 from .common import Converter, DeviceData
 
@@ -81,6 +81,24 @@ REASON_BITS: dict[str, int] = {
     "display_clock_setting": 0x100, "display_clocks_setting": 0x100,
 }
 """NVML ``nvmlClocksEventReason*`` bits of the per-reason query fields."""
+
+DROPPED_FIELDS: dict[str, str] = {
+    "memory.total": "a device constant, not a time signal",
+    "memory.free": "memory.total - memory.used",
+    "memory.reserved": "a driver reservation, constant",
+    "pci.bus_id": "names a slot of one machine (never published)",
+    "serial": "a board serial number identifies hardware (never published)",
+    "count": "the GPU column gives the devices",
+    "pstate": "no column; clocks and power say what the state does",
+    "fan.speed": "no column (air-cooled boards only)",
+    "temperature.memory": "no column (HBM temperature)",
+    "clocks.gr": "the graphics clock equals the SM clock on data-centre GPUs",
+    "clocks.current.graphics": "the graphics clock equals the SM clock on data-centre "
+                               "GPUs",
+    "power.max_limit": "a device constant",
+    "power.min_limit": "a device constant",
+}
+"""Query fields read by no column, on purpose, with the reason (docs/importers.md)."""
 
 RESERVED_META = checks.IMPORTER_KEYS
 """Columns the importer sets itself; a ``--meta`` file may not."""
@@ -379,13 +397,22 @@ def read_user_meta(meta_path: Path, workload: str) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 
 
-def read_log(path: Path, zone: dt.tzinfo
+def read_log(path: Path, zone: dt.tzinfo, unread: list[str] | None = None
              ) -> tuple[common.Table, dict[str, common.Factorizer]]:
-    """Read the log's wanted columns (raises on a missing timestamp/power column or no rows)."""
+    """Read the log's wanted columns (raises on a missing timestamp/power column or no rows).
+
+    ``unread``, when given, receives the header fields that no column reads and no entry of
+    :data:`DROPPED_FIELDS` explains (the importer lists them: no silent drops).
+    """
     factors: dict[str, common.Factorizer] = {}
     with ArrowCsvReader(path, cut_last="drop") as reader:
         header = parse_header(reader.read_header())
         plan = plan_columns(header, path, reader.header_line, zone, factors)
+        if unread is not None:
+            used = {idx for idx, _ in plan.values()}
+            unread.extend(accounting.not_imported(
+                [name for name, (idx, _) in header.items() if idx not in used], (),
+                DROPPED_FIELDS))
         table = reader.read(plan)
     if len(table.lines) == 0:
         power = next(q for q, _ in POWER_FIELDS if q in header)
@@ -415,7 +442,8 @@ def import_nvidia_smi(path: str | Path, *, workload: str, meta_path: str | Path 
         InputError: bad input, naming the file, the line and the field.
     """
     path = Path(path)
-    table, factors = read_log(path, zone)
+    unread: list[str] = []
+    table, factors = read_log(path, zone, unread)
     power_key, power_field = choose_power(table, path)
     devices = build_devices(table, gpu_keys(table, factors, path, num_gpus), power_key,
                             factors, path)
@@ -431,6 +459,7 @@ def import_nvidia_smi(path: str | Path, *, workload: str, meta_path: str | Path 
     if "driver_version" in table.columns:
         driver = _text_mode(table.columns["driver_version"], factors.get("driver_version"))
         meta["driver_version"] = driver or meta.get("driver_version")
+    accounting.record_not_imported(meta, unread, file=path)
     all_flags = common.finish_meta(devices, meta, platform=platform, num_gpus=num_gpus,
                                    file=path)
     log.info("%s: zone-less timestamps read as %s", path, zone)

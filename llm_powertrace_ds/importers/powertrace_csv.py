@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..run import Event, Run
-from . import common
+from . import accounting, common
 from .arrow_csv import ArrowCsvReader
 from .common import Converter, DeviceData
 from .seed_meta import MODEL_LABELS, is_unknown, map_meta, parse_parallelism
@@ -44,6 +44,24 @@ SIGNALS: dict[str, str] = {
 
 _COLUMN_OF = {sig: col for col, sig in SIGNALS.items()}
 """Signal -> their column, which a range error names."""
+
+CSV_COLUMNS: dict[str, str] = {
+    "run_id": "run_id (one per file)",
+    "timestamp": "t_ms (per device, from the run's first tick) and start_time",
+    "gpu_id": "gpu_index",
+    "power_w": "power_w (power_field `power_usage`: nvidia-smi power.draw)",
+    "sm_clock_mhz": "sm_clock_mhz",
+    "gpu_util_pct": "gpu_util_pct",
+    "memory_util_pct": "mem_util_pct",
+    "memory_used_mb": "mem_used_mib (nvidia-smi memory.used is MiB)",
+    "temperature_c": "temp_c",
+    "stage": "events of kind `stage` (label = the stage)",
+    "time_relative_s": "dropped: derived from timestamp, which is kept at ms resolution",
+    "memory_total_mb": "dropped: a device constant, not a time signal (the platform's "
+                       "datasheet memory is in llm_powertrace_ds/specs.py)",
+}
+"""The seed's long CSV, column by column."""
+DROPPED_COLUMNS = {k: v for k, v in CSV_COLUMNS.items() if v.startswith("dropped")}
 
 # Their metadata JSON (configuration or full catalog entry): see :mod:`.seed_meta`.
 _is_unknown = is_unknown
@@ -86,13 +104,23 @@ def plan_columns(header: list[str], path: Path, line: int, factors: dict[str, co
     return plan
 
 
-def read_trace(path: Path, zone: dt.tzinfo = dt.timezone.utc
+def read_trace(path: Path, zone: dt.tzinfo = dt.timezone.utc, unread: list[str] | None = None
                ) -> tuple[common.Table, dict[str, common.Factorizer]]:
-    """Read the CSV; a short or cut-off line is an error (this is a curated export)."""
+    """Read the CSV; a short or cut-off line is an error (this is a curated export).
+
+    ``unread``, when given, receives the columns no signal reads and :data:`CSV_COLUMNS` does
+    not explain (the importer lists them: no silent drops).
+    """
     factors: dict[str, common.Factorizer] = {}
     with ArrowCsvReader(path, cut_last="error") as reader:
         header = reader.read_header()
-        table = reader.read(plan_columns(header, path, reader.header_line, factors, zone))
+        plan = plan_columns(header, path, reader.header_line, factors, zone)
+        if unread is not None:
+            used = {idx for idx, _ in plan.values()}
+            unread.extend(accounting.not_imported(
+                [h for i, h in enumerate(header) if i not in used and h.strip()], (),
+                {k.lower(): v for k, v in DROPPED_COLUMNS.items()} | DROPPED_COLUMNS))
+        table = reader.read(plan)
     if len(table.lines) == 0:
         raise InputError("no data rows after the header", file=path, line=table.last_line + 1,
                          field="power_w")
@@ -220,7 +248,8 @@ def import_powertrace_csv(path: str | Path, *, workload: str,
         InputError: bad input, naming the file, the line and the field.
     """
     path = Path(path)
-    table, factors = read_trace(path, zone)
+    unread: list[str] = []
+    table, factors = read_trace(path, zone, unread)
     devices = build_devices(table, path)
     meta = common.base_meta(FORMAT, workload)
     json_path = meta_file(path, meta_path)
@@ -235,6 +264,7 @@ def import_powertrace_csv(path: str | Path, *, workload: str,
     meta["run_id"] = run_id or meta.get("run_id") or \
         f"import-{FORMAT}-{common.file_sha256(path)[:12]}"
     meta["power_field"] = "power_usage"  # they logged nvidia-smi power.draw
+    accounting.record_not_imported(meta, unread, file=path)
     all_flags = common.finish_meta(devices, meta, platform=platform, num_gpus=num_gpus,
                                    file=path)
     return common.assemble_run(devices, meta, file=path, flags=all_flags,

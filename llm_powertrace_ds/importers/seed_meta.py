@@ -86,7 +86,7 @@ VERBATIM_ONLY = frozenset({
     "has_clock_telemetry", "has_utilization_telemetry", "has_temperature_telemetry",
     "missing_fields", "timestamp_issues", "gpu_count_mismatch", "duplicate_warning",
     "num_gpus_observed", "arrival_rate_label", "prompt_profile", "workload_type",
-    "compute_dtype", "model_source_label",
+    "compute_dtype",
 })
 """Keys with no column of ours: kept in ``source_metadata`` only (``workload_type`` is also
 checked against ``--workload``; ``gpu_count_mismatch`` is recomputed as our flag;

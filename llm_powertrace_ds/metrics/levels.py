@@ -54,7 +54,8 @@ class Levels:
         """The ``metric_notes`` line that says how the level metrics were formed."""
         if self.method == "tick":
             return (f"peak_power_w: with the percentiles, PAR and swing, taken on the node "
-                    f"total summed per sampling tick over {n_devices} device(s), "
+                    f"total summed per sampling tick over {n_devices} "
+                    f"{'device' if n_devices == 1 else 'devices'}, "
                     f"{len(self.values)} ticks (no interpolation)")
         return (f"peak_power_w: with the percentiles, PAR and swing, taken on the node total "
                 f"by sample-and-hold at the {len(self.values)} union instants of devices read "

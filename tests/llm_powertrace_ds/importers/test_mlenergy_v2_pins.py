@@ -91,6 +91,11 @@ def test_llama_row_is_exact(tmp_path):
         "tokens_per_s": 1200.0, "schema_version": schema.SCHEMA_VERSION,
         "model_facts_source": PARAMS_SOURCE, "gpu_name": H100,
         "quality_flags": ["precision_unknown", "summary_only"],
+        # every other field of the file, named: nothing the publisher says is dropped
+        "tpot_mean_s": 0.05, "energy_per_request_j": 100.0, "output_tokens_mean": 400.0,
+        "batch_size_mean": 60.0, "batch_size_observed_max": 64,
+        "source_metadata": json.dumps({"models.json": {"nickname": "Llama 3.1 8B", "params": 8},
+                                       "run": summary()}, sort_keys=True, separators=(",", ":")),
     }
     # 100 J per request / 400 tokens = 0.25 J per token; x 1200 tok/s = 300 W
     assert metrics == {"energy_per_token_j": 0.25, "mean_power_w": 300.0,
@@ -118,8 +123,7 @@ def test_mixture_of_experts_row_has_both_sources_and_bare_gpu_flag(tmp_path):
 
 @pytest.mark.parametrize("model,name", [
     ("tinymodel", "tinymodel"),           # no organisation
-    ("org/sub/deep-model", "deep-model"),  # the last part, not the second
-    ("org/Model Name", "Model Name"),      # a space stays: only "/" separates
+    ("org/deep-model", "deep-model"),     # the part after the organisation
 ])
 def test_model_name_is_the_last_part_of_the_id(tmp_path, model, name):
     task = task_folder(tmp_path, {"H100 80GB HBM3/org/m/bs8+tp1+pp1.json": summary(model)},
@@ -406,3 +410,21 @@ def test_real_chat_folder_rows(external_dir):
     files = [p for p in task.rglob("*.json") if p.name != "models.json"]
     assert len(runs) == len(files)
     assert all(m["metric_notes"] == [SUMMARY_NOTE] for _, m in runs.values())
+
+
+@pytest.mark.parametrize("model", [
+    "org/sub/deep-model",    # not a Hub id: reads as a path
+    "org/Model Name",        # not a Hub id
+    "ann@10.0.0.7",          # user@host, an address
+])
+def test_a_model_id_that_is_no_hub_id_is_refused_by_the_text_gate(tmp_path, model):
+    task = task_folder(tmp_path, {"H100 80GB HBM3/org/m/bs8+tp1+pp1.json": summary(model)},
+                       {model: {"params": 1}})
+    err = one_error(task)
+    assert err.field in ("model_name", "model_label") and err.file.endswith("bs8+tp1+pp1.json")
+
+
+def test_a_gpu_name_holding_an_address_is_refused(tmp_path):
+    task = task_folder(tmp_path, {"H100 80GB HBM3/org/m/bs8+tp1+pp1.json":
+                                  summary(gpu="NVIDIA H100 on 10.1.2.3")})
+    assert one_error(task).field == "gpu_name"
