@@ -160,3 +160,16 @@ def _gpu_settings_journal_in_tmp(monkeypatch, tmp_path_factory):
     """The GPU-settings journal (generation.sampler.journal) never touches the user's state."""
     path = tmp_path_factory.mktemp("gpu-journal") / "journal.json"
     monkeypatch.setenv("LLM_POWERTRACE_GPU_JOURNAL", str(path))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ARG001
+    """One line for the tests that need the external traces, instead of silent ``s`` marks."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    external = [r for r in skipped if "external" in getattr(r, "keywords", {})
+                or "external traces not present" in str(getattr(r, "longrepr", ""))]
+    if external:
+        terminalreporter.write_line(
+            f"{len(external)} {'test' if len(external) == 1 else 'tests'} on real traces "
+            "measured by others skipped: "
+            f"{EXTERNAL} is absent (set LLM_POWERTRACE_EXTERNAL to their folder; the shipped "
+            "ML.ENERGY sample in llm_powertrace_ds/samples still runs)")

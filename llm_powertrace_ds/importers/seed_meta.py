@@ -111,7 +111,7 @@ FIELD_MAP: dict[str, str] = {
     "quality_flags": "source_quality_flags",
     "quality_status": "source_quality_status",
     **SOURCE_NUMBERS,
-    **{k: "source_metadata" for k in VERBATIM_ONLY},
+    **{k: "source_metadata" for k in sorted(VERBATIM_ONLY)},
     **{k: f"dropped: {why}" for k, why in DROPPED.items()},
 }
 """Where each key of their metadata goes (every key also lands in ``source_metadata`` unless
