@@ -55,7 +55,11 @@ SCHEMA_CHANGELOG: list[tuple[str, str]] = [
      "publisher's own aggregates as source_* columns (mean/p95/p99/max total power, energy, "
      "ramps, duration, samples, sampling interval); inference results tpot_mean_s, "
      "energy_per_request_j, batch_size_mean, batch_size_observed_max, output_tokens_mean "
-     "(ML.ENERGY summaries); kv_cache_quant gains `fp8` and `int8`."),
+     "(ML.ENERGY summaries); kv_cache_quant gains `fp8` and `int8`. Also (issue 35, WattAMeter "
+     "and plain series): clock_alignment (how the clocks of a multi-node run's nodes were "
+     "put on one time line, and the error known of it); samplers import:wattameter and "
+     "import:series; flag aggregate_series (power_w is a node or cluster total, per-device "
+     "metrics null)."),
 ]
 
 TRACE_CONFIGS = ("finetune", "inference")
@@ -69,7 +73,7 @@ MODEL_FAMILIES = (
 )
 MODEL_SOURCES = ("zoo", "hub", "import")
 SAMPLERS = ("nvml", "cpu_proxy", "import:nvidia-smi", "import:powertrace-csv",
-            "import:mlenergy-v2", "import:dcgm")
+            "import:mlenergy-v2", "import:dcgm", "import:wattameter", "import:series")
 POWER_FIELDS = {
     "instant": "NVML field 186 (NVML_FI_DEV_POWER_INSTANT) or nvidia-smi power.draw.instant",
     "average": "NVML field 185 (1 s average) or nvidia-smi power.draw.average",
@@ -91,7 +95,7 @@ WARNING_FLAGS = (
     "form_factor_unknown", "cpu_proxy", "zero_power_samples", "duplicate_samples",
     "gpu_count_mismatch", "precision_unknown", "power_limit_from_spec", "summary_only",
     "power_limit_not_default", "stale_power", "implausible_value", "work_window_detected",
-    "checkpoint_dips_detected", "step_period_detected",
+    "checkpoint_dips_detected", "step_period_detected", "aggregate_series",
 )
 QUALITY_FLAGS = ERROR_FLAGS + WARNING_FLAGS
 
@@ -142,6 +146,8 @@ FLAG_DESCRIPTIONS = {
     "dips detected from power (`llm_powertrace_ds/metrics/detect.py`)",
     "step_period_detected": "the run has no step events: step_freq_hz is the step period "
     "detected from the autocorrelation of power (`llm_powertrace_ds/metrics/detect.py`)",
+    "aggregate_series": "power_w is one published total of num_gpus devices (a node or a "
+    "cluster, `import series`), not a device: per-device metrics are null",
 }
 
 SPLIT_NAME_RE = re.compile(r"^\w+(\.\w+)*$")
@@ -281,6 +287,8 @@ PROVENANCE = [
     _c("peft_version", "string", "peft version of the workload"),
     _c("trl_version", "string", "trl version of the workload"),
     _c("host_hash", "string", "Salted hash of the host (never the host name)"),
+    _c("clock_alignment", "string", "Multi-node runs: how the nodes' clocks were put on one "
+       "time line and what is known of the error (null for one node)"),
     _c("seed", "int64", "Random seed of the workload"),
     _c("grid_region", "string", "Optional user-given electricity-grid zone (no carbon figure baked in)"),
     _c("program", "string", "File name of the program run under `llm-powertrace record` (never "

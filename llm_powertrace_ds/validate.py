@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import checks, metrics, schema
-from .run import Run
+from .run import DeviceSeries, Run
 from .schema import ENERGY_MISMATCH_PCT, GAP_PERIODS
 
 STALL_S = 1.0
@@ -66,6 +66,21 @@ def _longest_constant_run_ms(t_ms: np.ndarray, power: np.ndarray) -> float:
     return float(spans[valid].max()) if valid.any() else 0.0
 
 
+def _per_device_view(run: Run) -> list[DeviceSeries]:
+    """The devices, with an aggregate series' power shown as its per-device mean (total / N).
+
+    The physical ranges of ``checks`` are per device; a node or cluster total
+    (``aggregate_series``) is checked as the mean of the ``num_gpus`` devices it sums.
+    """
+    count = run.meta.get("num_gpus")
+    if "aggregate_series" not in run.flags or not count:
+        return list(run.devices)
+    return [DeviceSeries(d.gpu_index, d.t_ms, {k: (v / int(count) if k in ("power_w",
+                                                                            "power_avg_w")
+                                                   else v) for k, v in d.signals.items()},
+                         node_index=d.node_index) for d in run.devices]
+
+
 def validate_run(run: Run) -> ValidationReport:
     """Check a run and return its flags (the run itself is not changed).
 
@@ -80,7 +95,8 @@ def validate_run(run: Run) -> ValidationReport:
     if not run.devices:
         rep.add("empty", "the run has no device series")
         return rep
-    num_gpus = run.meta.get("num_gpus")
+    # an aggregate series is one total of num_gpus devices: one series is all there is
+    num_gpus = None if "aggregate_series" in run.flags else run.meta.get("num_gpus")
     if num_gpus is not None and len(run.devices) < int(num_gpus):
         rep.add("missing_gpu", f"{len(run.devices)} device series for num_gpus={num_gpus}")
     if num_gpus is not None and len(run.devices) != int(num_gpus):
@@ -127,7 +143,7 @@ def validate_run(run: Run) -> ValidationReport:
         if mismatch is not None and abs(mismatch) > ENERGY_MISMATCH_PCT:
             rep.add("energy_mismatch", f"{name}: integral {integral_j:.0f} J vs counter "
                     f"{counter_j:.0f} J")
-    for message in checks.implausible_samples(run.devices):
+    for message in checks.implausible_samples(_per_device_view(run)):
         rep.add("implausible_value", message)
     if run.meta.get("sampler") == "cpu_proxy" or run.platform == "cpu_proxy":
         rep.add("cpu_proxy", "cpu_proxy: modelled from CPU activity, not a GPU measurement")

@@ -24,8 +24,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "  llm-powertrace import mlenergy-v2 benchmark/data/llm_text_generation/chat --out "
         "mlenergy")
     p.add_argument("log_format", metavar="FORMAT",
-                   choices=["nvidia-smi", "powertrace-csv", "dcgm", "mlenergy-v2", "requests-csv"],
+                   choices=["nvidia-smi", "powertrace-csv", "dcgm", "mlenergy-v2", "requests-csv",
+                            "wattameter", "series"],
                    help="log format: nvidia-smi, powertrace-csv, dcgm (dcgmi dmon output); "
+                   "wattameter (nvml_*.log of WattAMeter, files or folders: one run per Slurm "
+                   "job, its nodes joined); series (a time/power CSV of a device, node or "
+                   "cluster total: --time-col, --power-col, --unit, --num-gpus); "
                    "requests-csv (a request log onto the published run --run); or mlenergy-v2 (FILE is an "
                    "ML.ENERGY leaderboard v2 task folder, e.g. .../chat: runs-table rows "
                    "without traces)")
@@ -46,6 +50,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="IANA time zone of zone-less timestamps (default: UTC)")
     p.add_argument("--run", default=None, metavar="RUN_ID",
                    help="requests-csv: the published inference run the requests belong to")
+    p.add_argument("--time-col", default=None, help="series: the time column")
+    p.add_argument("--power-col", default=None, help="series: the power column")
+    p.add_argument("--unit", choices=["W", "kW", "MW"], default=None,
+                   help="series: the power column's unit")
+    p.add_argument("--time-unit", choices=["s", "ms"], default="s",
+                   help="series: unit of a numeric time column (default: s)")
     add_format(p)
     p.set_defaults(func=cmd_import)
 
@@ -102,6 +112,8 @@ def cmd_import(args: argparse.Namespace) -> int:
         return _import_summaries(args)
     if args.workload is None:
         raise UsageError(f"import {args.log_format} needs --workload (finetune or inference)")
+    if args.log_format in ("wattameter", "series"):
+        return _import_runs(args)
     options = ImportOptions(fmt=args.log_format, workload=args.workload, meta_path=args.meta,
                             platform=args.platform, num_gpus=args.num_gpus, tz=args.tz)
     results = []
@@ -113,6 +125,43 @@ def cmd_import(args: argparse.Namespace) -> int:
                             "flags": list(res.flags), "files": list(res.files)})
     finally:
         if results:  # whatever was published, the folder's card must list it: once per call
+            rebuild_card(args.out)
+    emit(results, args.format, ["run_id", "platform", "num_gpus", "samples", "flags"])
+    return 0
+
+
+def _import_runs(args: argparse.Namespace) -> int:
+    """``wattameter`` (one run per job over many files) and ``series`` (one run per file)."""
+    from ..hooks import card_writers, rebuild_card
+    from ..importers.publish_runs import publish_runs
+
+    if args.log_format == "wattameter":
+        from ..importers.wattameter import import_wattameter
+
+        runs = [(args.files[0], run) for run in import_wattameter(
+            args.files, workload=args.workload, meta_path=args.meta, platform=args.platform,
+            num_gpus=args.num_gpus, tz=args.tz)]
+    else:
+        from ..importers.series import import_series
+
+        missing = [o for o, v in (("--time-col", args.time_col), ("--power-col", args.power_col),
+                                  ("--unit", args.unit), ("--num-gpus", args.num_gpus))
+                   if v is None]
+        if missing:
+            raise UsageError(f"import series needs {', '.join(missing)}")
+        runs = [(path, import_series(path, time_col=args.time_col, power_col=args.power_col,
+                                     unit=args.unit, num_gpus=args.num_gpus,
+                                     workload=args.workload, platform=args.platform,
+                                     meta_path=args.meta, tz=args.tz, time_unit=args.time_unit))
+                for path in args.files]
+    results = []
+    try:
+        for res in publish_runs(args.out, runs, configs_block=not card_writers()):
+            results.append({"run_id": res.run_id, "platform": res.platform,
+                            "num_gpus": res.num_gpus, "samples": res.samples,
+                            "flags": list(res.flags), "files": list(res.files)})
+    finally:
+        if results:
             rebuild_card(args.out)
     emit(results, args.format, ["run_id", "platform", "num_gpus", "samples", "flags"])
     return 0

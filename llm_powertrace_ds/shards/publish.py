@@ -122,6 +122,13 @@ def prepare_run(root: str | Path, run: Run) -> PreparedRun:
         raise InputError(f"run {run.run_id} failed validation: {'; '.join(report.messages)}",
                          field="quality_flags")
     run_metrics = metrics_mod.compute_run_metrics(run)
+    if "aggregate_series" in run.flags:  # one total of many devices: no device is known
+        for name in metrics_mod.PER_DEVICE_NAMES:
+            run_metrics[name] = None
+        run_metrics["metric_notes"] = [*(run_metrics.get("metric_notes") or []),
+                                       *(f"{name}: aggregate_series (a total of "
+                                         f"{run.meta.get('num_gpus')} devices, not a device)"
+                                         for name in metrics_mod.PER_DEVICE_NAMES)]
     # Written in this order: the trace file last, so that "its trace file exists" (the
     # definition of a done run, staging.is_done) implies that its runs row and requests exist too.
     tables: dict[Path, pa.Table | Path] = {
