@@ -187,6 +187,10 @@ def generate(sweep_path: str | Path, out: str | Path, *, task_index: int = 0, nu
     else:
         machine = detect_machine(sweep.sampler)
     runs = plan(sweep, machine)
+    for run in runs:  # an engine that is an optional extra: one line, before anything runs
+        missing = sweep.spec.missing_extra(run.settings)
+        if missing is not None:
+            raise missing
     mine = task_subset(runs, task_index, num_tasks)
     published = published_run_ids(out, sweep.workload)
     outcomes: list[Outcome] = []
@@ -253,7 +257,8 @@ def _run_all(sweep: Sweep, machine: MachineInfo, todo: list[PlannedRun], out: Pa
              progress_lines: bool = False) -> None:
     from tqdm.auto import tqdm
 
-    if any(sweep.launcher != "torchrun" and r.num_processes == 1 for r in todo):
+    if any(sweep.launcher != "torchrun" and r.num_processes == 1
+           and sweep.spec.in_process(r.settings) for r in todo):
         # A missing library (the `generate` extra) stops the sweep here with one clear error
         # instead of failing every run; launched runs import in their own processes.
         sweep.spec.prepare()
@@ -380,10 +385,11 @@ def _planned_meta(sweep: Sweep, run: PlannedRun) -> dict[str, Any]:
     meta = {k: v for k, v in run.columns.items() if k in names}
     meta.update(package_version=package_version(), host_hash=host_hash(),
                 schema_version=schema.SCHEMA_VERSION)
-    for col, dist in (("torch_version", "torch"), ("transformers_version", "transformers"),
-                      ("peft_version", "peft"), ("trl_version", "trl")):
-        if col in names:
-            meta[col] = _installed_version(dist)
+    if sweep.spec.in_process(run.settings):  # a served run's libraries are the server's
+        for col, dist in (("torch_version", "torch"), ("transformers_version", "transformers"),
+                          ("peft_version", "peft"), ("trl_version", "trl")):
+            if col in names:
+                meta[col] = _installed_version(dist)
     return meta
 
 
@@ -433,7 +439,10 @@ def _measure(sweep: Sweep, machine: MachineInfo, run: PlannedRun, sdir: Path, *,
              progress: bool) -> dict[str, Any]:
     """Sampler, idle padding, workload, idle padding; returns the workload's result."""
     nproc = run.num_processes
-    config = _sampler_config(sweep, machine, nproc)
+    # a served run's GPUs are the engine's (num_gpus), not the runner's processes
+    ngpu = nproc if sweep.spec.in_process(run.settings) else int(
+        run.settings.get("num_gpus") or 1)
+    config = _sampler_config(sweep, machine, ngpu)
     indices = _cap_indices(config, nproc) if machine.source == "nvml" else []
     with sweep.spec.device_settings(run.settings, indices):
         if sweep.launcher == "torchrun" or nproc > 1:
@@ -449,23 +458,29 @@ def _measure_inline(sweep: Sweep, config: SamplerConfig, machine: MachineInfo, r
     from .workloads import RunContext
 
     spec = sweep.spec
-    spec.prepare()  # heavy imports happen before the sampler's t0
+    in_process = spec.in_process(run.settings)
+    if in_process:
+        spec.prepare()  # heavy imports happen before the sampler's t0
     rank_events = EventRecorder(sdir, rank=0)
     ctx = RunContext(run_id=run.run_id, staging_dir=sdir, mark=rank_events.mark,
                      checkpoint_dir=_checkpoint_dir(sweep, run), progress=progress,
                      device="cuda" if machine.cuda else "cpu")
     # Model build/placement, data, CUDA context, warm-up: before the first tick (issue 11).
     _release_device_memory(machine)  # what a previous (failed, e.g. OOM) run still held
+    run_events: EventRecorder | None = None
     try:
         ctx.prepared = spec.setup(run.settings, ctx)
-        _verify_inline_gpus(config, machine)
+        if in_process:
+            _verify_inline_gpus(config, machine)
+        sampler = Sampler(config, sdir, pids=[os.getpid(), *getattr(ctx.prepared, "pids", [])])
+        run_events = EventRecorder(sdir, rank=None)
+        sampler.start()
     except BaseException:
         rank_events.close()
-        ctx.prepared = None
+        if run_events is not None:
+            run_events.close()
+        _close_prepared(ctx)
         raise
-    sampler = Sampler(config, sdir, pids=[os.getpid()])
-    run_events = EventRecorder(sdir, rank=None)
-    sampler.start()
     try:
         with stop_on_sampler_death(sampler):
             run_events.mark("prepare_end")
@@ -477,9 +492,21 @@ def _measure_inline(sweep: Sweep, config: SamplerConfig, machine: MachineInfo, r
         run_events.close()
         rank_events.close()
         summary = sampler.stop()
-        ctx.prepared = None  # a failed run must not keep its model alive
+        _close_prepared(ctx)  # a failed run must not keep its model, engine or server alive
     _check_sampler(summary)
     return result
+
+
+def _close_prepared(ctx: Any) -> None:
+    """Release what the workload's ``setup`` built and ``run`` did not take over.
+
+    Calls its ``close()`` when it has one (an engine's generation thread, a launched server),
+    then drops it.
+    """
+    prepared, ctx.prepared = ctx.prepared, None
+    close = getattr(prepared, "close", None)
+    if close is not None:
+        close()
 
 
 def _measure_launched(sweep: Sweep, config: SamplerConfig, machine: MachineInfo, run: PlannedRun,

@@ -67,6 +67,9 @@ SAMPLER_SOURCES = ("auto", "nvml", "cpu_proxy")
 LAUNCHERS = ("auto", "inline", "torchrun")
 PATH_SETTINGS = frozenset({"dataset_name", "replay_file"})
 """Settings whose non-keyword values are paths, resolved against the sweep file's folder."""
+URL_SETTINGS = frozenset({"endpoint"})
+"""Settings whose values are URLs of a server: never published (not columns), so the text gate
+that keeps URLs out of published text does not apply; the workload checks their form."""
 HASH_LEN = 10
 MAX_SWEEP_BYTES = 1 << 20
 """Largest sweep file read (1 MiB)."""
@@ -327,7 +330,7 @@ class _Loader:
         if isinstance(coerced, float) and coerced != coerced:
             self.add(path, key, "nan is not a number")
             return INVALID
-        if isinstance(coerced, str) and key not in PATH_SETTINGS:
+        if isinstance(coerced, str) and key not in PATH_SETTINGS | URL_SETTINGS:
             problem = text_problem(key, coerced)
             if problem:
                 self.add(path, key, f"{coerced[:60]!r} {problem}")

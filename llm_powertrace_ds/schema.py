@@ -59,7 +59,15 @@ SCHEMA_CHANGELOG: list[tuple[str, str]] = [
      "and plain series): clock_alignment (how the clocks of a multi-node run's nodes were "
      "put on one time line, and the error known of it); samplers import:wattameter and "
      "import:series; flag aggregate_series (power_w is a node or cluster total, per-device "
-     "metrics null)."),
+     "metrics null). "
+     "Also (issue 38, serving engines): serving_engine `vllm`, `sglang`, `openai`; inference "
+     "columns served_by, engine_version, engine_args, engine_kv_cache_dtype, engine_block_size, "
+     "engine_quantization, engine_cuda_graphs, engine_prefix_caching, engine_chunked_prefill, "
+     "serving_api, request_timeout_s, drain_timeout_s, requests_unfinished, "
+     "arrival_rate_capacity_fraction, capacity_rps, capacity_tokens_per_s, "
+     "calibration_requests, calibration_s; inference_requests chunk_ms and the status "
+     "`unfinished`; transformers rows label weight_quant and kv_cache_quant by the kernels "
+     "that ran (e.g. `fp8_w8a16`, `int4_dequant_per_step`)."),
 ]
 
 TRACE_CONFIGS = ("finetune", "inference")
@@ -409,7 +417,10 @@ FINETUNE_RESULTS = [
     _c("final_loss", "float32", "Training loss at the last step"),
 ]
 INFERENCE_AXES = [
-    _c("serving_engine", "string", "`transformers`, or the source's engine (e.g. `vllm`)"),
+    _c("serving_engine", "string", "`transformers` (in-process reference engine), `vllm` or "
+       "`sglang` (the engine's server, started by the run), `openai` (an OpenAI-compatible "
+       "server already running; `served_by` says what it claims to be), or an imported "
+       "source's engine"),
     _c("concurrency", "int32", "Maximum requests in flight", "requests"),
     _c("batching", "string", "`static` or `continuous`"),
     _c("arrival_pattern", "string", "`closed`, `poisson`, `gamma` or `replay`"),
@@ -421,10 +432,14 @@ INFERENCE_AXES = [
     _c("length_params", "string", "JSON: the range, the list, or the replay file's name and hash"),
     _c("num_requests", "int32", "Requests in the stream", "requests"),
     _c("precision", "string", "Compute precision: `fp32`, `bf16` or `fp16`"),
-    _c("weight_quant", "string", "Weight quantisation: `none`, `int8`, `int4`, `fp8`"),
+    _c("weight_quant", "string", "Weight quantisation: `none`, `int8`, `int4`, `fp8` (an "
+       "engine's own FP8 weights or an import's label); transformers runs name the kernel: "
+       "`int8_w8a16`, `int4_w4a16`, `fp8_w8a16` (optimum-quanto, weight-only: no FP8 tensor "
+       "cores), `int8_llm_int8`, `nf4_w4a16` (bitsandbytes)"),
     _c("weight_quant_backend", "string", "Library used for weight quantisation"),
     _c("kv_cache_quant", "string", "KV-cache quantisation: `none`, `fp8`, `int8`, `int4`, "
-       "`int2`"),
+       "`int2`; transformers' quantised cache is `int4_dequant_per_step` / "
+       "`int2_dequant_per_step` (the whole cache is dequantised at every decode step)"),
     _c("kv_cache_backend", "string", "KV-cache quantisation backend"),
     _c("gpu_clock_mhz", "int32", "Requested locked GPU clock (null = default)", "MHz"),
     _c("power_limit_setting_w", "float32", "Requested power cap (null = default)", "W"),
@@ -441,8 +456,41 @@ CONTINUOUS_BATCHING = [
     _c("cb_use_async_batching", "bool", "Continuous batching: asynchronous (double-buffered) "
        "batch preparation"),
 ]
+SERVING = [
+    _c("served_by", "string", "What the server says it is: `owned_by` of the model in "
+       "/v1/models and the `Server` header (a label, never trusted for the platform)"),
+    _c("engine_version", "string", "The serving engine's version as its server reports it "
+       "(/version)"),
+    _c("engine_args", "string", "JSON list: the launched engine's command-line arguments "
+       "(the model, address and every knob passed)"),
+    _c("engine_kv_cache_dtype", "string", "The engine's KV-cache dtype (`auto`, `fp8`, "
+       "`fp8_e4m3`, ...)"),
+    _c("engine_block_size", "int32", "The engine's KV-cache block (page) size; null when not "
+       "set and not reported", "tokens"),
+    _c("engine_quantization", "string", "The engine's quantisation method (`none`, `fp8`, ...)"),
+    _c("engine_cuda_graphs", "bool", "The engine captured CUDA graphs"),
+    _c("engine_prefix_caching", "bool", "The engine reused cached prompt prefixes"),
+    _c("engine_chunked_prefill", "bool", "The engine split long prefills into chunks"),
+    _c("serving_api", "string", "`completions` (token-id prompts) or `chat` (text prompts)"),
+    _c("request_timeout_s", "float32", "Client timeout of one request", "s"),
+    _c("drain_timeout_s", "float32", "Bounded draining: requests still in flight this long "
+       "after the last arrival were given up (`unfinished`); null = unbounded", "s"),
+    _c("arrival_rate_capacity_fraction", "float32", "The arrival rate asked for as a fraction "
+       "of the measured capacity (`arrival_rate: 0.5x`); arrival_rate_rps is the absolute "
+       "rate used"),
+    _c("capacity_rps", "float32", "Saturation throughput measured before the run (closed "
+       "loop, outside the measured window): completed requests / (last finish - first "
+       "arrival)", "requests/s"),
+    _c("capacity_tokens_per_s", "float32", "Generated tokens per second of the capacity "
+       "calibration", "tokens/s"),
+    _c("calibration_requests", "int32", "Requests sent by the capacity calibration",
+       "requests"),
+    _c("calibration_s", "float32", "Wall time of the capacity calibration", "s"),
+]
 INFERENCE_RESULTS = [
     _c("requests_completed", "int32", "Requests completed", "requests"),
+    _c("requests_unfinished", "int32", "Requests still in flight (or waiting) when the bounded "
+       "drain ended", "requests"),
     _c("tokens_in", "int64", "Prompt tokens processed", "tokens"),
     _c("tokens_out", "int64", "Tokens generated", "tokens"),
     _c("tokens_per_s", "float32", "Generated tokens per second", "tokens/s"),
@@ -662,7 +710,11 @@ REQUEST_COLUMNS = [
     _c("prompt_tokens", "int32", "Prompt length", "tokens"),
     _c("requested_output_tokens", "int32", "Requested (forced) output length", "tokens"),
     _c("output_tokens", "int32", "Tokens generated", "tokens"),
-    _c("status", "string", "`ok`, `error` or `cancelled`"),
+    _c("status", "string", "`ok`, `error`, `cancelled` (never admitted) or `unfinished` "
+       "(given up when the bounded drain ended)"),
+    Column("chunk_ms", _List(_Value("int64")), "Per streamed chunk of output (one token per "
+           "chunk where the server streams token by token): arrival time on the run clock; "
+           "null where the engine does not stream", "ms"),
 ]
 
 
@@ -676,7 +728,7 @@ def _dedupe(columns: list[Column]) -> list[Column]:
 def _workload_columns(workload: str) -> list[Column]:
     if workload == "finetune":
         return FINETUNE_AXES + FINETUNE_RESULTS + EXECUTION
-    return INFERENCE_AXES + INFERENCE_RESULTS + EXECUTION + CONTINUOUS_BATCHING
+    return INFERENCE_AXES + INFERENCE_RESULTS + EXECUTION + CONTINUOUS_BATCHING + SERVING
 
 
 def trace_columns(workload: str) -> list[Column]:

@@ -233,6 +233,22 @@ class WorkloadSpec:
         """How many ranks the run launches (1 runs in the runner's own process by default)."""
         return 1
 
+    def in_process(self, resolved: dict[str, Any]) -> bool:
+        """Whether the run computes in the runner's processes (torch, the GPUs it verifies).
+
+        ``False`` for work done by a server the run only talks to (an engine over HTTP): the
+        runner then neither imports the heavy libraries nor checks torch's devices.
+        """
+        return True
+
+    def missing_extra(self, resolved: dict[str, Any]) -> Exception | None:
+        """A ``MissingExtra`` when the run needs an optional extra that is not installed.
+
+        ``generate`` raises the first one before any run starts (a dry run too), as one line
+        naming the extra. Default: nothing is missing.
+        """
+        return None
+
     def columns(self, resolved: dict[str, Any]) -> dict[str, Any]:
         """The run metadata columns known before running (axes, model, identity parts)."""
         return {k: v for k, v in resolved.items() if k in self.settings and self.settings[k].column}

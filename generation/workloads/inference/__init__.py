@@ -72,7 +72,16 @@ from llm_powertrace_ds.errors import InputError
 
 from .. import MachineInfo, RunContext, WorkloadSpec, models, quant
 from .. import arrivals as arr
-from .settings import CB_SETTINGS, DEFAULT_NUM_REQUESTS, SETTINGS, validate_settings
+from .engine_settings import HTTP_ENGINES, resolve_engine, resolve_engine_model
+from .settings import CB_SETTINGS, DEFAULT_NUM_REQUESTS, SETTINGS, resolve_cb, validate_settings
+
+WEIGHT_LABELS = {("quanto", "int8"): "int8_w8a16", ("quanto", "int4"): "int4_w4a16",
+                 ("quanto", "fp8"): "fp8_w8a16", ("bitsandbytes", "int8"): "int8_llm_int8",
+                 ("bitsandbytes", "int4"): "nf4_w4a16"}
+"""``weight_quant`` as published for transformers runs: what the kernels compute with.
+optimum-quanto's weights are dequantised to the activation dtype (``w8a16``: its "fp8" is a
+weight-only Marlin kernel, never FP8 tensor cores); bitsandbytes int8 is LLM.int8 (int8 matmul
+with 16-bit outliers), its int4 is NF4 weight-only."""
 
 
 class InferenceSpec(WorkloadSpec):
@@ -83,7 +92,14 @@ class InferenceSpec(WorkloadSpec):
 
     def resolve(self, values: dict[str, Any], machine: MachineInfo) -> dict[str, Any]:
         r = {name: values.get(name, s.default) for name, s in self.settings.items()}
-        models.resolve_model_columns(r, machine)
+        http = r["serving_engine"] in HTTP_ENGINES
+        if http:
+            resolve_engine_model(r)
+            if r["precision"] is None and r["serving_engine"] != "openai":
+                r["precision"] = "bf16" if (machine.cuda and machine.bf16) else "fp32"
+        else:
+            models.resolve_model_columns(r, machine)
+        resolve_engine(r)
         # arrivals
         pattern = r["arrival_pattern"]
         if pattern == "closed":
@@ -129,21 +145,29 @@ class InferenceSpec(WorkloadSpec):
         if (r["num_requests"] is None and r["target_duration_s"] is None
                 and pattern != "replay"):  # a replayed trace is bounded by its rows
             r["num_requests"] = DEFAULT_NUM_REQUESTS
-        quant.resolve_backends(r, machine)
+        if not http:
+            quant.resolve_backends(r, machine)
         r["num_gpus"] = int(r["tp_size"])
-        if r["batching"] != "continuous":
+        if r["batching"] != "continuous" or http:
             for key in CB_SETTINGS:  # not part of a static run (nor of its run id)
                 r.pop(key, None)
+        else:
+            resolve_cb(r, machine)
         return r
 
     def check(self, r: dict[str, Any], machine: MachineInfo) -> list[tuple[str, str]]:
         return validate_settings(r, machine) + self.gpu_axis_problems(r, machine)
 
     def slug(self, r: dict[str, Any]) -> str:
-        parts = ["inf", str(r["model"]), r["batching"], f"c{r['concurrency']}"]
+        engine = r["serving_engine"]
+        parts = ["inf", str(r["model"]).rsplit("/", 1)[-1],
+                 r["batching"] if engine == "transformers" else engine, f"c{r['concurrency']}"]
         pattern = r["arrival_pattern"]
-        if pattern in ("poisson", "gamma") and r["arrival_rate_rps"] is not None:
-            rate = f"{pattern}{r['arrival_rate_rps']:g}"
+        fraction = r.get("arrival_rate_capacity_fraction")
+        if pattern in ("poisson", "gamma") and (r["arrival_rate_rps"] is not None
+                                                 or fraction is not None):
+            rate = (f"{pattern}{fraction:g}x" if fraction is not None
+                    else f"{pattern}{r['arrival_rate_rps']:g}")
             if pattern == "gamma" and r["arrival_cv"] is not None:
                 rate += f"cv{r['arrival_cv']:g}"
             parts.append(rate)
@@ -155,7 +179,8 @@ class InferenceSpec(WorkloadSpec):
             parts.append(f"len-{r['length_distribution']}")
         if r["num_requests"] is not None:
             parts.append(f"n{r['num_requests']}")
-        parts.append(r["precision"])
+        if r["precision"] is not None:  # an openai server's precision is its own
+            parts.append(r["precision"])
         if r["weight_quant"] != "none":
             parts.append(f"w{r['weight_quant']}")
         if r["kv_cache_quant"] != "none":
@@ -169,11 +194,29 @@ class InferenceSpec(WorkloadSpec):
         return "-".join(parts)
 
     def num_processes(self, r: dict[str, Any]) -> int:
+        if r["serving_engine"] in HTTP_ENGINES:
+            return 1  # the engine's server runs its own tensor-parallel workers
         return int(r["tp_size"])
+
+    def in_process(self, r: dict[str, Any]) -> bool:
+        return r["serving_engine"] not in HTTP_ENGINES
+
+    def missing_extra(self, r: dict[str, Any]) -> Exception | None:
+        from generation.serving.launch import missing_engine
+
+        return missing_engine(r["serving_engine"])
 
     def columns(self, r: dict[str, Any]) -> dict[str, Any]:
         names = schema.RUN_LEVEL_FIELDS["inference"]
-        return {k: v for k, v in r.items() if k in names}
+        out = {k: v for k, v in r.items() if k in names}
+        if r["serving_engine"] == "transformers":
+            # labelled by what runs (issue 38): no row claims a kernel it did not run
+            label = WEIGHT_LABELS.get((r["weight_quant_backend"], r["weight_quant"]))
+            if label is not None:
+                out["weight_quant"] = label
+            if r["kv_cache_quant"] not in ("none", None):
+                out["kv_cache_quant"] = f"{r['kv_cache_quant']}_dequant_per_step"
+        return out
 
     def prepare(self) -> None:
         """Import torch and transformers (and continuous batching) before the sampler's t0."""
@@ -182,11 +225,19 @@ class InferenceSpec(WorkloadSpec):
         from transformers import ContinuousBatchingConfig  # noqa: F401
 
     def setup(self, r: dict[str, Any], ctx: RunContext) -> Any:
+        if r["serving_engine"] in HTTP_ENGINES:
+            from generation.serving.workload import setup as http_setup
+
+            return http_setup(r, ctx)
         from .serve import setup  # torch-free until a run is set up
 
         return setup(r, ctx)
 
     def run(self, r: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
+        if r["serving_engine"] in HTTP_ENGINES:
+            from generation.serving.workload import serve as http_serve
+
+            return http_serve(r, ctx)
         from .serve import serve
 
         return serve(r, ctx)

@@ -40,6 +40,10 @@ class Completion:
         prefill_begin_ns: when its prefill began (continuous: when it left the queue).
         batch: the static batch's index (``None`` with continuous batching).
         error: the engine's message, if it failed.
+        chunk_ns: when each streamed chunk of output arrived (HTTP engines; ``None``
+            where the engine does not stream).
+        prompt_tokens: the prompt length the server reports (``None``: as requested).
+        cancelled: the request was cancelled (bounded draining, shutdown).
     """
 
     request_id: str
@@ -49,6 +53,9 @@ class Completion:
     prefill_begin_ns: int | None = None
     batch: int | None = None
     error: str | None = None
+    chunk_ns: list[int] | None = None
+    prompt_tokens: int | None = None
+    cancelled: bool = False
 
 
 def _perf_offset_ns() -> int:

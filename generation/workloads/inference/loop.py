@@ -81,13 +81,17 @@ class ServingLoop:
         prompts: ``prompts(request) -> token ids`` (exactly ``prompt_tokens`` long).
         concurrency: the most requests in flight (the closed loop's clients).
         events: where run-level events go (``None``: nowhere).
+        drain_timeout_s: bounded draining: once no request will arrive any more, requests
+            still waiting or in flight ``drain_timeout_s`` after the last arrival are given up
+            (``unfinished``; an engine with ``cancel`` cancels them). ``None``: unbounded.
 
     The engine (:class:`StaticEngine` or :class:`ContinuousEngine`) is attached with
     :meth:`bind`.
     """
 
     def __init__(self, stream: arr.RequestStream, prompts: Callable[[arr.Request], list[int]],
-                 *, concurrency: int, events: EventSink | None = None) -> None:
+                 *, concurrency: int, events: EventSink | None = None,
+                 drain_timeout_s: float | None = None) -> None:
         self.stream = stream
         self.prompts = prompts
         self.concurrency = int(concurrency)
@@ -96,6 +100,8 @@ class ServingLoop:
         self.records: dict[str, RequestRecord] = {}
         self.max_in_flight = 0
         self.t_start_ns: int | None = None
+        self.drain_timeout_s = drain_timeout_s
+        self.last_arrival_ns: int | None = None
 
     def bind(self, engine: Any) -> None:
         self.engine = engine
@@ -103,6 +109,7 @@ class ServingLoop:
     def _arrive(self, req: arr.Request, now: int) -> RequestRecord:
         rec = RequestRecord(req.request_id, req.prompt_tokens, req.output_tokens, now)
         self.records[req.request_id] = rec
+        self.last_arrival_ns = now
         self.events.mark("request_arrival", now, request_id=req.request_id)
         return rec
 
@@ -164,10 +171,17 @@ class ServingLoop:
                 self._admit(waiting, in_flight)
             if not in_flight and not waiting and next_req is None and exhausted:
                 break
-            # wait for results, or until the next arrival is due
+            # wait for results, or until the next arrival is due (or the drain ends)
             timeout = None
             if next_req is not None:
                 timeout = max(0.0, (due_ns(next_req) - time.monotonic_ns()) / 1e9)
+            drain_end = self._drain_end_ns(closed, exhausted, next_req, in_flight)
+            if drain_end is not None:
+                left = (drain_end - time.monotonic_ns()) / 1e9
+                if left <= 0:
+                    self._give_up(waiting, in_flight)
+                    break
+                timeout = left if timeout is None else min(timeout, left)
             for done in engine.wait(timeout):
                 in_flight.pop(done.request_id)
                 self._complete(self.records[done.request_id], done)
@@ -182,6 +196,37 @@ class ServingLoop:
                         waiting.append((follow, self._arrive(follow, t)))
             busy = bool(in_flight)
         return self._request_log(errors)
+
+    def _drain_end_ns(self, closed: bool, exhausted: bool, next_req: arr.Request | None,
+                      in_flight: dict[str, arr.Request]) -> int | None:
+        """When draining must end (``None``: not draining, or unbounded).
+
+        Draining starts when no request will arrive any more: an open loop's stream is
+        exhausted; a closed loop has released its last request (it cannot release more once the
+        stream is exhausted).
+        """
+        if self.drain_timeout_s is None or self.last_arrival_ns is None:
+            return None
+        if next_req is not None or not exhausted:
+            return None
+        return self.last_arrival_ns + int(self.drain_timeout_s * 1e9)
+
+    def _give_up(self, waiting: deque[tuple[arr.Request, RequestRecord]],
+                 in_flight: dict[str, arr.Request]) -> None:
+        """End the drain: every request still waiting or in flight becomes ``unfinished``."""
+        ids = list(in_flight)
+        cancel = getattr(self.engine, "cancel", None)
+        if ids and cancel is not None:
+            cancel(ids)
+        for rid in ids:
+            self.records[rid].status = "unfinished"
+        for _, rec in waiting:
+            rec.status = "unfinished"
+        if ids or waiting:
+            log.warning("drain timeout (%g s after the last arrival): %d request(s) unfinished",
+                        self.drain_timeout_s, len(ids) + len(waiting))
+        in_flight.clear()
+        waiting.clear()
 
     def _admit(self, waiting: deque[tuple[arr.Request, RequestRecord]],
                in_flight: dict[str, arr.Request]) -> None:
@@ -211,6 +256,10 @@ class ServingLoop:
         rec.finish_ns = finish
         rec.first_token_ns = first
         rec.output_tokens = int(done.output_tokens)
+        if done.chunk_ns is not None:
+            rec.chunk_ns = [min(max(t, start), finish) for t in done.chunk_ns]
+        if done.prompt_tokens is not None:
+            rec.prompt_tokens = int(done.prompt_tokens)
         if done.error:
             rec.status, rec.error = "error", done.error
         elif rec.output_tokens != rec.requested_output_tokens:

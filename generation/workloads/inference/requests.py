@@ -37,8 +37,11 @@ class RequestRecord:
         first_token_ns: when its first output token was produced.
         finish_ns: when its output was complete and delivered.
         output_tokens: tokens generated.
-        status: ``ok``, ``error`` or ``cancelled``.
+        status: ``ok``, ``error``, ``cancelled`` (never admitted) or ``unfinished`` (still in
+            flight when the bounded drain ended).
         error: the engine's message when ``status`` is ``error``.
+        chunk_ns: when each streamed chunk of output arrived (HTTP engines; ``None`` where
+            the engine does not stream).
     """
 
     request_id: str
@@ -51,6 +54,7 @@ class RequestRecord:
     output_tokens: int = 0
     status: str = "cancelled"
     error: str | None = None
+    chunk_ns: list[int] | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -100,6 +104,8 @@ def load_requests(staging_dir: str | os.PathLike[str], t0_ns: int) -> list[dict[
             "requested_output_tokens": rec.requested_output_tokens,
             "output_tokens": rec.output_tokens,
             "status": rec.status,
+            "chunk_ms": (None if rec.chunk_ns is None
+                         else [_ms(t, t0_ns) for t in rec.chunk_ns]),
         })
     return rows
 
@@ -200,4 +206,5 @@ def summarise(records: list[RequestRecord]) -> dict[str, Any]:
         "latency_p50_ms": _percentile(lat, 50),
         "latency_p99_ms": _percentile(lat, 99),
         "num_requests": len(records),
+        "requests_unfinished": sum(r.status == "unfinished" for r in records),
     }

@@ -129,7 +129,7 @@ def serve_stream(model: Any, stream: arr.RequestStream, *, batching: str, concur
     return Served(records, steady, loop.max_in_flight, engine)
 
 
-def _sampler_t0_ns(staging_dir: str | os.PathLike[str]) -> int | None:
+def sampler_t0_ns(staging_dir: str | os.PathLike[str]) -> int | None:
     """The run's t0 (the sampler's first tick, on disk once the sampler has started)."""
     from generation.sampler import SamplerError, read_spool
 
@@ -156,6 +156,12 @@ class PreparedServing:
     engine: Any
     columns: dict[str, Any]
     probe: Any
+
+    def close(self) -> None:
+        """Stop the engine (its generation thread) if ``serve`` never took it over."""
+        engine, self.engine = self.engine, None
+        if engine is not None:
+            engine.stop()
 
 
 def setup(r: dict[str, Any], ctx: RunContext) -> PreparedServing:
@@ -187,11 +193,15 @@ def setup(r: dict[str, Any], ctx: RunContext) -> PreparedServing:
         engine = start_engine(model, stream, batching=r["batching"],
                               concurrency=int(r["concurrency"]), vocab_size=spec.vocab_size,
                               generate_kw=generate_kwargs(r), cb_options=r)
-    if isinstance(engine, ContinuousEngine):
-        columns.update(engine.resolved_config())
-        columns["attn_implementation"] = columns["cb_attn_implementation"]
-    if cuda:
-        torch.cuda.synchronize()
+    try:
+        if isinstance(engine, ContinuousEngine):
+            columns.update(engine.resolved_config())
+            columns["attn_implementation"] = columns["cb_attn_implementation"]
+        if cuda:
+            torch.cuda.synchronize()
+    except BaseException:
+        engine.stop()
+        raise
     return PreparedServing(model, model_params, engine, columns, probe)
 
 
@@ -232,8 +242,13 @@ def serve(r: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
     if tp and ctx.rank != 0:
         follow_tp(model, r)
         return {}
-    stream = build_stream(r)
-    events = EventSink(ctx.staging_dir)
+    try:
+        stream = build_stream(r)
+        events = EventSink(ctx.staging_dir)
+    except BaseException:
+        if engine is not None:  # a started engine's generation thread must never outlive us
+            engine.stop()
+        raise
     try:
         with torch.inference_mode():
             served = serve_stream(model, stream, batching=r["batching"],
@@ -242,7 +257,7 @@ def serve(r: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
                                   generate_kw=generate_kwargs(r), mark=ctx.mark, engine=engine,
                                   cb_options=r)
         write_requests(Path(ctx.staging_dir) / REQUESTS_FILE, served.records)
-        t0 = _sampler_t0_ns(ctx.staging_dir)
+        t0 = sampler_t0_ns(ctx.staging_dir)
         if t0 is None:
             t0 = min(rec.arrival_ns for rec in served.records)
             log.warning("no sampler spool in %s: request times are relative to the first "

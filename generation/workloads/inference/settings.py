@@ -18,11 +18,17 @@ from llm_powertrace_ds.errors import InputError
 
 from .. import MachineInfo, Setting, models, quant, settings_from_columns
 from .. import arrivals as arr
+from .engine_settings import (
+    DRAIN_SETTING,
+    ENGINE_SETTINGS,
+    HTTP_ENGINES,
+    engine_problems,
+)
 
 log = logging.getLogger(__name__)
 
 
-SERVING_ENGINES = ("transformers",)
+SERVING_ENGINES = ("transformers", *HTTP_ENGINES)
 BATCHING = ("static", "continuous")
 PRECISIONS = ("fp32", "bf16", "fp16")
 CONTINUOUS_BATCHING_ARCHS = frozenset({"llama", "qwen2", "qwen3", "mistral", "gpt2"})
@@ -69,7 +75,7 @@ _AXES = settings_from_columns(
     precision={"choices": PRECISIONS},
     weight_quant={"default": "none", "choices": quant.WEIGHT_QUANT},
     weight_quant_backend={"choices": quant.WEIGHT_QUANT_BACKENDS},
-    kv_cache_quant={"default": "none", "choices": quant.KV_CACHE_QUANT},
+    kv_cache_quant={"default": "none", "choices": (*quant.KV_CACHE_QUANT, "fp8")},
     kv_cache_backend={"choices": quant.KV_CACHE_BACKENDS},
     gpu_clock_mhz={"minimum": 1},
     power_limit_setting_w={"minimum": 1.0},
@@ -78,18 +84,26 @@ _AXES = settings_from_columns(
 _AXES["length_params"] = JsonSetting("length_params", "string",
                                      doc=_AXES["length_params"].doc)
 CB_ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2", "flash_attention_3")
+CB_GPU_ATTN = "flash_attention_2"
+"""The continuous-batching kernel on a GPU by default: transformers' paged, mask-free varlen
+path. With ``sdpa`` (or ``eager``) transformers builds a dense block-diagonal mask of
+``max_batch_tokens x (tokens read + max_batch_tokens)`` every step, so attention cost grows as
+(sum of query lengths) x (sum of key lengths): a reference path, not serving."""
 CB_SETTINGS: dict[str, Setting] = {
     # Continuous batching is configured explicitly (issue 11, item 4): transformers would
-    # otherwise switch the attention to flash (possibly fetching a kernel from the Hub through
-    # `kernels` mid-run) and decide CUDA graphs and async batching on its own. The defaults are
-    # what transformers' own heuristic picks for sdpa (a mask is needed: no graphs, no async).
-    # Only continuous-batching runs carry them (static runs keep their run ids and rows null).
-    "cb_attn_implementation": Setting("cb_attn_implementation", "string", default="sdpa",
+    # otherwise switch the attention on its own (possibly fetching a kernel from the Hub
+    # through `kernels` mid-run) and decide CUDA graphs and async batching itself. Null
+    # defaults resolve per machine (``resolve_cb``): on a GPU the paged flash kernel with CUDA
+    # graphs; on a CPU sdpa without graphs (the only path there). Only continuous-batching runs
+    # carry them (static runs keep their run ids and rows null).
+    "cb_attn_implementation": Setting("cb_attn_implementation", "string",
                                       choices=CB_ATTN_IMPLEMENTATIONS,
                                       doc="Continuous batching: attention kernel (never "
-                                      "switched automatically)"),
-    "cb_use_cuda_graph": Setting("cb_use_cuda_graph", "bool", default=False,
-                                 doc="Continuous batching: capture CUDA graphs (CUDA only)"),
+                                      "switched automatically; null: flash_attention_2 on a "
+                                      "GPU, sdpa on a CPU)"),
+    "cb_use_cuda_graph": Setting("cb_use_cuda_graph", "bool",
+                                 doc="Continuous batching: capture CUDA graphs (CUDA only; "
+                                 "null: on with a GPU)"),
     "cb_use_async_batching": Setting("cb_use_async_batching", "bool", default=False,
                                      doc="Continuous batching: async double-buffered batches"),
 }
@@ -106,7 +120,17 @@ SETTINGS: dict[str, Setting] = {
                                  doc="Multiplies replayed arrival offsets (0.5 = twice as fast)"),
     **_AXES,
     **CB_SETTINGS,
+    **ENGINE_SETTINGS,
+    "drain_timeout_s": DRAIN_SETTING,
 }
+
+
+def resolve_cb(r: dict[str, Any], machine: MachineInfo) -> None:
+    """Fill null ``cb_*`` settings for ``machine`` in place (see :data:`CB_SETTINGS`)."""
+    if r.get("cb_attn_implementation") is None:
+        r["cb_attn_implementation"] = CB_GPU_ATTN if machine.cuda else "sdpa"
+    if r.get("cb_use_cuda_graph") is None:
+        r["cb_use_cuda_graph"] = bool(machine.cuda)
 
 
 def _replay_path(r: dict[str, Any]) -> str | None:
@@ -146,18 +170,13 @@ def build_stream(r: dict[str, Any]) -> arr.RequestStream:
                              seed=int(r.get("seed") or 0))
 
 
-def validate_settings(r: dict[str, Any], machine: MachineInfo) -> list[tuple[str, str]]:
-    """Impossible settings of one resolved inference run on ``machine``.
-
-    Returns:
-        ``(setting name, reason)`` pairs; empty when the run can go ahead.
-    """
-    spec, problems = models.check_model(r)
-    if spec is None:
-        return problems
-    # arrivals and lengths
+def stream_problems(r: dict[str, Any], max_positions: int | None,
+                    model_name: str) -> list[tuple[str, str]]:
+    """Arrival and length problems of one resolved run (``max_positions``: the model's)."""
+    problems: list[tuple[str, str]] = []
     pattern, dist = r["arrival_pattern"], r["length_distribution"]
-    if pattern in ("poisson", "gamma") and r["arrival_rate_rps"] is None:
+    fraction = r.get("arrival_rate_capacity_fraction")
+    if pattern in ("poisson", "gamma") and r["arrival_rate_rps"] is None and fraction is None:
         problems.append(("arrival_rate_rps", f"arrival_pattern {pattern} needs arrival_rate_rps"))
     if pattern == "gamma" and r["arrival_cv"] is None:
         problems.append(("arrival_cv", "arrival_pattern gamma needs arrival_cv (1 = Poisson, "
@@ -178,22 +197,53 @@ def validate_settings(r: dict[str, Any], machine: MachineInfo) -> list[tuple[str
                      "length_params", "arrival_pattern", "length_distribution")
                for k, _ in problems):
         try:
-            stream = build_stream(r)
+            # a rate given as a fraction of capacity is known only when measured: check the
+            # stream with a stand-in rate
+            stream = build_stream({**r, "arrival_rate_rps": r["arrival_rate_rps"] or 1.0})
         except InputError as exc:
             key = exc.field if exc.field in SETTINGS else (
                 "replay_file" if exc.file is not None else "length_params")
             problems.append((key, exc.reason))
     if stream is not None:
         max_prompt, max_output = stream.lengths.max_lengths()
-        if max_prompt + max_output > spec.max_positions:
+        if max_positions is not None and max_prompt + max_output > max_positions:
             key = "length_params" if dist != "fixed" else "prompt_len"
             problems.append((key, f"prompt {max_prompt} + output {max_output} tokens exceed "
-                             f"{spec.name}'s {spec.max_positions} positions"))
+                             f"{model_name}'s {max_positions} positions"))
     if (pattern == "closed" and r["num_requests"] is not None
             and r["num_requests"] < r["concurrency"]):
         problems.append(("num_requests", f"a closed loop of {r['concurrency']} clients needs "
                          f"num_requests >= concurrency (got {r['num_requests']}), or the "
                          "concurrency is never reached"))
+    return problems
+
+
+def http_settings_problems(r: dict[str, Any], machine: MachineInfo) -> list[tuple[str, str]]:
+    """Impossible settings of a run served over HTTP (``vllm``, ``sglang``, ``openai``)."""
+    max_positions = None
+    try:
+        max_positions = models.get_spec(r["model"]).max_positions
+    except InputError:
+        pass  # a Hub id or a served name: the server checks the lengths
+    problems = stream_problems(r, max_positions, str(r["model"]))
+    if r["precision"] == "bf16" and machine.cuda and not machine.bf16:
+        problems.append(("precision", "bf16 is not supported by this GPU (needs compute "
+                         "capability >= 8.0)"))
+    return problems + engine_problems(r, machine)
+
+
+def validate_settings(r: dict[str, Any], machine: MachineInfo) -> list[tuple[str, str]]:
+    """Impossible settings of one resolved inference run on ``machine``.
+
+    Returns:
+        ``(setting name, reason)`` pairs; empty when the run can go ahead.
+    """
+    if r["serving_engine"] in HTTP_ENGINES:
+        return http_settings_problems(r, machine)
+    spec, problems = models.check_model(r)
+    if spec is None:
+        return problems
+    problems.extend(stream_problems(r, spec.max_positions, spec.name))
     # serving engine
     if r["batching"] == "continuous" and spec.arch not in CONTINUOUS_BATCHING_ARCHS:
         problems.append(("batching", f"continuous batching is not verified for the {spec.arch} "
@@ -203,11 +253,35 @@ def validate_settings(r: dict[str, Any], machine: MachineInfo) -> list[tuple[str
     if r["precision"] == "bf16" and machine.cuda and not machine.bf16:
         problems.append(("precision", "bf16 is not supported by this GPU (needs compute "
                          "capability >= 8.0)"))
-    problems.extend(quant.quant_problems(r, machine))
+    if r["kv_cache_quant"] == "fp8":
+        problems.append(("kv_cache_quant", "an fp8 KV cache is an engine's own (serving_engine "
+                         "vllm or sglang); transformers' quantised cache takes int4 or int2"))
+    else:
+        problems.extend(quant.quant_problems(r, machine))
     problems.extend(_tensor_parallel_problems(r, machine, spec))
-    if r["serving_engine"] != "transformers":
-        problems.append(("serving_engine", "only the transformers serving engine is built in"))
+    if r.get("arrival_rate_capacity_fraction") is not None:
+        problems.append(("arrival_rate", "a rate as a fraction of capacity is calibrated over "
+                         "HTTP: use serving_engine vllm, sglang or openai"))
+    problems.extend(_cb_kernel_problems(r, machine))
     return problems
+
+
+def _cb_kernel_problems(r: dict[str, Any], machine: MachineInfo) -> list[tuple[str, str]]:
+    """Why the continuous-batching kernel cannot run here (the flash package is missing)."""
+    if r["batching"] != "continuous" or not machine.cuda or machine.extra.get("assumed"):
+        return []
+    impl = r.get("cb_attn_implementation")
+    if impl in ("flash_attention_2", "flash_attention_3"):
+        import importlib.util
+
+        module = "flash_attn" if impl == "flash_attention_2" else "flash_attn_interface"
+        if importlib.util.find_spec(module) is None:
+            return [("cb_attn_implementation", f"{impl} (transformers' paged varlen kernel) "
+                     f"needs the {module} package, which is not installed; nothing is fetched "
+                     "from the Hub mid-run. Install it, or set cb_attn_implementation: sdpa "
+                     "for the masked reference path (attention cost grows as the product of "
+                     "the batch's query and key lengths)")]
+    return []
 
 
 def _tensor_parallel_problems(r: dict[str, Any], machine: MachineInfo,

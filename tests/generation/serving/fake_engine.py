@@ -1,0 +1,81 @@
+"""A fake ``vllm`` / ``sglang`` executable that serves the OpenAI double.
+
+It parses the engine's ``serve`` arguments, records them, forks a "worker" process (as
+tensor-parallel engines do) and serves the double.
+
+Installed on ``PATH`` by :func:`install_fake_engine` as a script named ``vllm`` or ``sglang``.
+Each start appends one JSON line to ``$FAKE_ENGINE_LOG``: the engine name, its argv, its pid,
+the worker's pid, the ``CUDA_VISIBLE_DEVICES`` it got and when its ``/health`` turned ready
+(``time.monotonic_ns()``, the clock of the run's events). ``$FAKE_ENGINE_READY_AFTER_S``
+delays ``/health`` (loading weights, capturing graphs); ``$FAKE_ENGINE_TOKEN_DELAY_S`` is the
+per-token delay.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def _flag(argv: list[str], name: str, default: str | None = None) -> str | None:
+    for i, tok in enumerate(argv):
+        if tok == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if tok.startswith(name + "="):
+            return tok.split("=", 1)[1]
+    return default
+
+
+def main(engine: str, argv: list[str]) -> int:
+    sys.path.insert(0, str(HERE.parent))
+    from serving.openai_double import DoubleConfig, DoubleServer
+
+    if argv[:1] != ["serve"]:
+        print(f"fake {engine}: only `serve` is faked", file=sys.stderr)
+        return 2
+    args = argv[1:]
+    if engine == "vllm":
+        model = args[0]
+    else:
+        model = _flag(args, "--model-path") or "?"
+    name = _flag(args, "--served-model-name", model) or model
+    port = int(_flag(args, "--port") or 8000)
+    ready_after = float(os.environ.get("FAKE_ENGINE_READY_AFTER_S", "0"))
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+    server = DoubleServer(("127.0.0.1", port), DoubleConfig(
+        model=name, token_delay_s=float(os.environ.get("FAKE_ENGINE_TOKEN_DELAY_S", "0")),
+        ready_after_s=ready_after, version=f"{engine}-fake-1.0", owned_by=engine))
+    record = {"engine": engine, "argv": argv, "pid": os.getpid(), "worker_pid": worker.pid,
+              "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+              "ready_ns": time.monotonic_ns() + int(ready_after * 1e9)}
+    log = os.environ.get("FAKE_ENGINE_LOG")
+    if log:
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        worker.wait()
+    finally:
+        server.shutdown()
+    return 0
+
+
+def install_fake_engine(folder: Path, engine: str) -> Path:
+    """Write an executable ``folder/<engine>`` that runs :func:`main` (put ``folder`` on PATH)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / engine
+    path.write_text(f"#!{sys.executable}\n"
+                    "import sys\n"
+                    f"sys.path.insert(0, {str(HERE.parent)!r})\n"
+                    "from serving.fake_engine import main\n"
+                    f"sys.exit(main({engine!r}, sys.argv[1:]))\n", encoding="utf-8")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path
