@@ -40,9 +40,9 @@ MAX_TEXT_CHARS = 200
 PROSE_FIELDS = frozenset({"description"})
 """Fields of prose (a sweep's description), allowed up to ``MAX_PROSE_CHARS``."""
 MAX_PROSE_CHARS = 4000
-JSON_FIELDS = frozenset({"source_metadata"})
-"""Fields holding a JSON object (a publisher's metadata kept verbatim): every key and string
-value inside passes the same gate, the whole at most ``MAX_JSON_CHARS``."""
+JSON_FIELDS = frozenset({"source_metadata", "engine_args"})
+"""Fields holding JSON (a publisher's metadata kept verbatim, a served engine's argument list):
+every key and string value inside passes the same gate, the whole at most ``MAX_JSON_CHARS``."""
 MAX_JSON_CHARS = 65536
 
 
@@ -120,6 +120,26 @@ _PATH_TOKEN_RE = re.compile(r"^(?:~|/|\\|[A-Za-z]:[\\/]|\.\.?[\\/])")
 _PATH_DIR_RE = re.compile(r"(?:^|/)(?:home|Users|root|mnt|media|scratch|tmp|var|etc|opt|srv|"
                           r"gpfs|lustre|nfs|net|private)/", re.I)
 _URL_RE = re.compile(r"[a-z][a-z0-9+.-]*://", re.I)
+_SECRET_RE = re.compile(
+    r"(?<![A-Za-z0-9])(?:hf_[A-Za-z0-9]{16,}|gh[pousr]_[A-Za-z0-9]{16,}|github_pat_[A-Za-z0-9_]{16,}"
+    r"|(?:AKIA|ASIA)[0-9A-Z]{16}|sk-(?:proj-|ant-)?[A-Za-z0-9_-]{16,}|xox[abprs]-[A-Za-z0-9-]{10,}"
+    r"|glpat-[A-Za-z0-9_-]{16,})")
+"""Access tokens by their published prefixes: Hugging Face, GitHub, AWS, OpenAI/Anthropic-style
+``sk-``, Slack, GitLab."""
+_SEGMENT_SPLIT_RE = re.compile(r"[\s\-._/:,;=@]+")
+MIN_SECRET_SEGMENT = 24
+"""A segment this long mixing upper case, lower case and digits reads as a random key (words and
+hex hashes do not mix all three)."""
+
+
+def _looks_secret(value: str) -> bool:
+    if _SECRET_RE.search(value):
+        return True
+    for seg in _SEGMENT_SPLIT_RE.split(value):
+        if (len(seg) >= MIN_SECRET_SEGMENT and any(c.isupper() for c in seg)
+                and any(c.islower() for c in seg) and any(c.isdigit() for c in seg)):
+            return True
+    return False
 
 _GRAMMARS: dict[str, tuple[re.Pattern[str], str]] = {
     "gpu_name": (re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._()+-]{0,63}$"),
@@ -162,7 +182,9 @@ def _local_identities() -> tuple[str, ...]:
 def text_problem(field: str, value: str) -> str | None:
     """Why ``value`` may not be published in ``field`` (``None`` when it may).
 
-    Refused everywhere: control characters (newline, ESC, ...), a path, a URL, an IPv4/IPv6
+    Refused everywhere: control characters (newline, ESC, ...), a path, a URL, an access token
+    or secret key (``hf_…``, ``ghp_…``, ``github_pat_…``, ``AKIA…``, ``sk-…``, or a long random-looking
+    segment mixing upper case, lower case and digits), an IPv4/IPv6
     address, ``user@host`` (and e-mail), a fully qualified host name, this machine's own host or
     user name, and text longer than ``MAX_TEXT_CHARS``. Fields with a grammar (``gpu_name``,
     ``driver_version``, ``cuda_version``, ``grid_region``, ``model_name``, versions, ...) must
@@ -214,6 +236,8 @@ def _text_problem(field: str, value: str, identities: tuple[str, ...]) -> str | 
         return f"is longer than {limit} characters"
     if _URL_RE.search(value):
         return "looks like a URL"
+    if _looks_secret(value):
+        return "looks like an access token or secret key"
     if any(_PATH_TOKEN_RE.match(tok) or "\\" in tok or _PATH_DIR_RE.search(tok)
            for tok in value.split()):
         return "looks like a file path"

@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 
-from .. import privacy
+from .. import bounded, privacy
 from ..errors import InputError
 
 log = logging.getLogger("llm_powertrace_ds.importers")
@@ -211,6 +211,20 @@ def _check_yaml_size(node: yaml.Node | None, path: Path) -> None:
             stack.extend(cur.value)
 
 
+def _check_yaml_depth(node: yaml.Node | None, path: Path) -> None:
+    """Refuse block-style YAML nested deeper than ``bounded.MAX_DEPTH`` (no brackets to count)."""
+    stack = [(node, 1)] if node is not None else []
+    while stack:
+        cur, depth = stack.pop()
+        if depth > bounded.MAX_DEPTH:
+            raise InputError(f"nested deeper than {bounded.MAX_DEPTH} levels; refused", file=path,
+                             line=cur.start_mark.line + 1)
+        if isinstance(cur, yaml.MappingNode):
+            stack.extend((v, depth + 1) for _, v in cur.value)
+        elif isinstance(cur, yaml.SequenceNode):
+            stack.extend((v, depth + 1) for v in cur.value)
+
+
 def read_structured(path: str | Path) -> Any:
     """Parse a JSON or YAML file (JSON by suffix ``.json``, else YAML, which reads JSON too).
 
@@ -218,16 +232,12 @@ def read_structured(path: str | Path) -> Any:
         InputError: the file cannot be read or parsed (naming the file and the line).
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"not UTF-8 text ({exc.reason})", file=path, line=1) from None
-    except OSError as exc:
-        raise InputError(f"cannot read the file ({exc.strerror or exc})", file=path) from None
+    text = bounded.read_text(path, max_bytes=4 * MAX_META_CHARS)  # regular file, size, UTF-8
     kind = "JSON" if path.suffix.lower() == ".json" else "YAML"
     if len(text) > MAX_META_CHARS:
         raise InputError(f"the file is {len(text)} characters; a metadata file is at most "
                          f"{MAX_META_CHARS}", file=path, line=1)
+    bounded.check_depth(text, file=path)
     try:
         if kind == "JSON":
             return json.loads(text)
@@ -235,9 +245,14 @@ def read_structured(path: str | Path) -> Any:
     except (ValueError, yaml.YAMLError) as exc:
         raise InputError(f"not valid {kind}: {_one_line(exc)}", file=path,
                          line=_parse_error_line(exc) or 1) from None
+    except (RecursionError, MemoryError):
+        raise InputError(f"not valid {kind}: nested too deeply; refused", file=path) from None
     _check_yaml_size(node, path)
+    _check_yaml_depth(node, path)
     try:
         return yaml.safe_load(text)
+    except (RecursionError, MemoryError):
+        raise InputError(f"not valid {kind}: nested too deeply; refused", file=path) from None
     except (ValueError, yaml.YAMLError) as exc:
         raise InputError(f"not valid {kind}: {_one_line(exc)}", file=path,
                          line=_parse_error_line(exc) or 1) from None

@@ -39,7 +39,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .. import privacy, schema, specs
+from .. import bounded, privacy, schema, specs
 from ..errors import InputError
 from ..run import Run, coerce_meta
 from .common import check_run_id, family_from_name
@@ -51,6 +51,11 @@ _FILE_RE = re.compile(r"^bs(\d+)\+tp(\d+)\+pp(\d+)\.json$")
 REQUIRED = ("Model", "GPU", "TP", "PP", "Energy/req (J)", "Token tput (tok/s)",
             "Avg Output Tokens")
 SUMMARY_NOTE = "summary_only: a published summary without a power trace"
+MAX_PARAMS_B = 1e5
+"""Largest model size accepted from models.json, in billions (100 T parameters)."""
+MAX_VALUE = 1e12
+"""Largest value of a summary number (J per request, tokens/s, tokens, batch size, seconds):
+anything larger is a unit mistake or a hostile file, refused before it becomes inf."""
 OPTIONAL_NUMBERS: dict[str, str] = {
     "Avg TPOT (s)": "tpot_mean_s",
     "Avg BS (reqs)": "batch_size_mean",
@@ -80,16 +85,13 @@ def _positive(data: dict[str, Any], key: str, path: Path) -> float:
         x = float("nan")
     if isinstance(value, bool) or not math.isfinite(x) or x <= 0:
         raise InputError(f"value {value!r} is not a positive number", file=path, field=key)
+    if x > MAX_VALUE:
+        raise InputError(f"value {value!r} is beyond {MAX_VALUE:g}", file=path, field=key)
     return x
 
 
 def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(f"cannot read the file ({exc.strerror or exc})", file=path) from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not JSON ({exc.msg} at line {exc.lineno})", file=path) from None
+    return bounded.read_json(path, max_bytes=1 << 20)  # regular file, size, UTF-8, depth
 
 
 def _optional(data: dict[str, Any], key: str, path: Path) -> float | None:
@@ -120,7 +122,11 @@ def load_models(task_dir: Path) -> dict[str, float]:
     for model, info in data.items():
         if not isinstance(info, dict) or "params" not in info:
             raise InputError(f"model {model!r} has no params", file=path, field="params")
-        out[model] = _positive(info, "params", path) * 1e9
+        billions = _positive(info, "params", path)
+        if billions > MAX_PARAMS_B:
+            raise InputError(f"model {model!r}: params {info['params']!r} billion is beyond "
+                             f"{MAX_PARAMS_B:g} billion", file=path, field="params")
+        out[model] = billions * 1e9
     return out
 
 

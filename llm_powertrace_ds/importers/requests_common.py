@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from .. import privacy
 from ..errors import InputError
 
 Clock = Literal["monotonic", "unix"]
@@ -70,14 +71,28 @@ def as_float(value: Any, *, file: Path, field_name: str, index: int) -> float | 
     return float(value)
 
 
+MAX_TOKENS = 2**31 - 1
+"""Largest token count a request column (int32) holds; more is refused, never wrapped."""
+
+
+def check_count(value: float, *, shown: str, file: Path, field_name: str, where: str,
+                line: int | None = None) -> int:
+    """A token count: a whole number in [0, :data:`MAX_TOKENS`], checked before conversion."""
+    if not math.isfinite(value) or not value.is_integer() or value < 0:
+        raise InputError(f"{where}value {shown} is not a token count", file=file, line=line,
+                         field=field_name)
+    if value > MAX_TOKENS:
+        raise InputError(f"{where}value {shown} is not a token count (at most {MAX_TOKENS})",
+                         file=file, line=line, field=field_name)
+    return int(value)
+
+
 def as_int(value: Any, *, file: Path, field_name: str, index: int) -> int | None:
     number = as_float(value, file=file, field_name=field_name, index=index)
     if number is None:
         return None
-    if not number.is_integer() or number < 0:
-        raise InputError(f"request {index}: value {value!r} is not a token count",
-                         file=file, field=field_name)
-    return int(number)
+    return check_count(number, shown=repr(value)[:40], file=file, field_name=field_name,
+                       where=f"request {index}: ")
 
 
 def column(data: dict[str, Any], key: str, n: int | None, *, file: Path,
@@ -139,6 +154,12 @@ def to_run_clock(log: RequestLog, *, run_id: str, platform: str, t0_ns: int,
     rows = []
     seen: set[str] = set()
     for req in log.requests:
+        privacy.check_text("request_id", req.request_id, file=log.file)
+        for name, value in (("arrival_s", req.arrival_s), ("first_token_s", req.first_token_s),
+                            ("finish_s", req.finish_s)):
+            if value is not None and not math.isfinite(value):
+                raise InputError(f"request {req.request_id!r}: value {value!r} is not a finite "
+                                 "time", file=log.file, field=name)
         times = {"arrival": _to_ms(req.arrival_s, offset_ns),
                  "first_token": _to_ms(req.first_token_s, offset_ns),
                  "finish": _to_ms(req.finish_s, offset_ns)}

@@ -14,10 +14,11 @@ failed request has no first token). ``status`` is ``ok`` (default), ``error`` or
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 
 from ..errors import InputError
-from .requests_common import Request, RequestLog
+from .requests_common import Request, RequestLog, check_count
 
 FORMAT = "csv"
 REQUIRED = ("arrival_s", "first_token_s", "finish_s", "prompt_tokens", "output_tokens")
@@ -30,20 +31,22 @@ def _float(row: dict[str, str], key: str, *, file: Path, line: int) -> float | N
     if not text:
         return None
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
-        raise InputError(f"value {text!r} is not a number", file=file, line=line,
+        raise InputError(f"value {text[:40]!r} is not a number", file=file, line=line,
                          field=key) from None
+    if not math.isfinite(value):
+        raise InputError(f"value {text[:40]!r} is not a finite number", file=file, line=line,
+                         field=key)
+    return value
 
 
 def _count(row: dict[str, str], key: str, *, file: Path, line: int) -> int | None:
     value = _float(row, key, file=file, line=line)
     if value is None:
         return None
-    if not value.is_integer() or value < 0:
-        raise InputError(f"value {row[key].strip()!r} is not a token count", file=file,
-                         line=line, field=key)
-    return int(value)
+    return check_count(value, shown=repr(row[key].strip()[:40]), file=file, field_name=key,
+                       where="", line=line)
 
 
 def read_csv_requests(path: str | Path) -> RequestLog:

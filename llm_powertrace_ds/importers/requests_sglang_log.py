@@ -36,11 +36,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from .requests_common import Request, RequestLog
+from .requests_common import MAX_TOKENS, Request, RequestLog
 
 END_LINE = re.compile(r'^rid=(?P<rid>\S+) time=(?P<time>\S+) time_delta=(?P<delta>\S+) '
                       r'message="request end" output="(?P<output>.*)"\s*$')
 END_MARK = 'message="request end"'
+MAX_OUTPUT_CHARS = 1 << 20
+"""Longest printed ``RequestFuncOutput(...)`` parsed (its generated text included)."""
 WARMUP_BEGIN = "Starting warmup"
 WARMUP_END = "Warmup completed"
 NEEDED = ("success", "latency", "ttft", "prompt_len", "output_len", "error", "start_time")
@@ -52,11 +54,21 @@ def is_print_requests_log(text: str) -> bool:
 
 
 def _output_fields(text: str, *, file: Path, line: int) -> dict[str, Any]:
-    """The keywords of a printed ``RequestFuncOutput(...)``, literal values only."""
+    """The keywords of a printed ``RequestFuncOutput(...)``, literal values only.
+
+    The text is parsed only when it is at most :data:`MAX_OUTPUT_CHARS` long; a parser that
+    runs out of stack or memory on a malformed line is a one-line error naming the line.
+    """
+    if len(text) > MAX_OUTPUT_CHARS:
+        raise InputError(f"the printed output is {len(text)} characters; at most "
+                         f"{MAX_OUTPUT_CHARS} are read", file=file, line=line, field="output")
     try:
         node = ast.parse(text, mode="eval").body
     except SyntaxError as exc:
         raise InputError(f"the printed output is not a RequestFuncOutput: {exc.msg}",
+                         file=file, line=line, field="output") from None
+    except (MemoryError, RecursionError):
+        raise InputError("the printed output is nested too deeply to be a RequestFuncOutput",
                          file=file, line=line, field="output") from None
     if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
             and node.func.id == "RequestFuncOutput"):
@@ -67,7 +79,7 @@ def _output_fields(text: str, *, file: Path, line: int) -> dict[str, Any]:
         if kw.arg in NEEDED:
             try:
                 fields[kw.arg] = ast.literal_eval(kw.value)
-            except ValueError:
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
                 raise InputError(f"{kw.arg} is not a literal value", file=file, line=line,
                                  field=kw.arg) from None
     missing = [k for k in ("success", "latency", "ttft") if k not in fields]
@@ -96,6 +108,9 @@ def _count(value: Any, name: str, *, file: Path, line: int) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InputError(f"{name}={value!r} is not a token count", file=file, line=line,
                          field=name)
+    if value > MAX_TOKENS:
+        raise InputError(f"{name}={str(value)[:40]} is not a token count (at most {MAX_TOKENS})",
+                         file=file, line=line, field=name)
     return value
 
 

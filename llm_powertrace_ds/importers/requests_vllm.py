@@ -20,21 +20,20 @@ is refused (naming the field).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from .. import bounded
 from ..errors import InputError
 from .requests_common import Request, RequestLog, as_float, as_int, column
 
 FORMAT = "vllm"
+MAX_LOG_BYTES = 512 << 20
+"""Largest benchmark result file read (512 MiB: per-request arrays of ~10^6 requests)."""
 
 
 def read_json_object(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise InputError(f"Failed to read: {type(exc).__name__}: {exc}", file=path) from None
+    data = bounded.read_json(path, max_bytes=MAX_LOG_BYTES)
     if not isinstance(data, dict):
         raise InputError(f"expected one JSON object, got {type(data).__name__}", file=path)
     return data

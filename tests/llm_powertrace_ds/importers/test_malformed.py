@@ -262,7 +262,7 @@ def test_load_meta_file(tmp_path):
     (tmp_path / "empty.yaml").write_text("", encoding="utf-8")
     with pytest.raises(InputError, match="got nothing"):
         load_meta_file(tmp_path / "empty.yaml")
-    with pytest.raises(InputError, match="cannot read"):
+    with pytest.raises(InputError, match="no such file"):
         load_meta_file(tmp_path / "missing.yaml")
 
 

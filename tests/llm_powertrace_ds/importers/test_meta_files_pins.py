@@ -232,12 +232,12 @@ def test_not_utf8(tmp_path):
     path = write(tmp_path, "m.yaml", b"a: 1\nb: \xff\n")
     with pytest.raises(InputError) as info:
         read_structured(path)
-    assert where(info) == ("not UTF-8 text (invalid start byte)", str(path), 1, None)
+    assert where(info) == ("not UTF-8 text (byte 8)", str(path), 2, None)  # the bad byte's line
 
 
 @pytest.mark.parametrize("kind,reason", [
-    ("missing", "cannot read the file (No such file or directory)"),
-    ("folder", "cannot read the file (Is a directory)"),
+    ("missing", "no such file"),
+    ("folder", "is a folder, not a regular file; refused"),
 ])
 def test_unreadable_metadata_file(tmp_path, kind, reason):
     path = tmp_path / "m.yaml" if kind == "missing" else tmp_path

@@ -265,18 +265,18 @@ def test_bad_summary_value(tmp_path, over, field, reason):
         reason, str(task / LLAMA_FILE), None, field)
 
 
-@pytest.mark.parametrize("content,reason", [
-    ("{", "not JSON (Expecting property name enclosed in double quotes at line 1)"),
-    ("\n\n", "not JSON (Expecting value at line 3)"),
-    ("[1, 2]", "expected a JSON object"),
-    ("null", "expected a JSON object"),
-    ('"text"', "expected a JSON object"),
+@pytest.mark.parametrize("content,reason,line", [
+    ("{", "not JSON (Expecting property name enclosed in double quotes)", 1),
+    ("\n\n", "not JSON (Expecting value)", 3),
+    ("[1, 2]", "expected a JSON object", None),
+    ("null", "expected a JSON object", None),
+    ('"text"', "expected a JSON object", None),
 ])
-def test_run_file_that_is_not_an_object(tmp_path, content, reason):
+def test_run_file_that_is_not_an_object(tmp_path, content, reason, line):
     task = task_folder(tmp_path, {LLAMA_FILE: content})
     err = one_error(task)
     assert (err.reason, err.file, err.line, err.field) == (
-        reason, str(task / LLAMA_FILE), None, None)
+        reason, str(task / LLAMA_FILE), line, None)
 
 
 def test_run_file_that_cannot_be_read(tmp_path):
@@ -285,7 +285,7 @@ def test_run_file_that_cannot_be_read(tmp_path):
     folder.mkdir(parents=True)  # a folder with a run file's name
     err = one_error(task)
     assert (err.reason, err.file, err.line, err.field) == (
-        "cannot read the file (Is a directory)", str(folder), None, None)
+        "is a folder, not a regular file; refused", str(folder), None, None)
 
 
 @pytest.mark.parametrize("name", ["x.json", "bs64+tp1.json", "bs64+tp1+pp1.JSON.json",
@@ -380,7 +380,7 @@ def test_models_json_that_is_not_json(tmp_path):
     (task / "models.json").write_text("{\n  \"m\": ", encoding="utf-8")
     err = one_error(task)
     assert (err.reason, err.file, err.line, err.field) == (
-        "not JSON (Expecting value at line 2)", str(task / "models.json"), None, None)
+        "not JSON (Expecting value)", str(task / "models.json"), 2, None)
 
 
 # ---------------------------------------------------------------------------------------------
