@@ -149,7 +149,7 @@ def config_columns(cmd: list[str], engine: str) -> dict[str, Any]:
     null (the engine's default, unknown here).
     """
     args = _parse_flags(cmd)
-    out: dict[str, Any] = {"engine_args": json.dumps(cmd[1:])}
+    out: dict[str, Any] = {"engine_args": json.dumps(recorded_args(cmd, engine))}
     if engine == "vllm":
         out["batch_size"] = _int(args.get("--max-num-seqs"))
         out["tp_size"] = _int(args.get("--tensor-parallel-size", args.get("-tp")))
@@ -171,6 +171,31 @@ def config_columns(cmd: list[str], engine: str) -> dict[str, Any]:
         out["engine_chunked_prefill"] = chunk is None or chunk > 0
     if out["engine_quantization"] is None:
         out["engine_quantization"] = "none"
+    return out
+
+
+UNRECORDED_FLAGS = ("--host", "--port", "--model-path", "--served-model-name")
+"""Arguments left out of ``engine_args``: the address (a machine's) and the model (recorded in
+``model_label``; a local checkpoint's path is never published)."""
+
+
+def recorded_args(cmd: list[str], engine: str) -> list[str]:
+    """``cmd`` without the executable, the model and :data:`UNRECORDED_FLAGS` (with values)."""
+    rest = cmd[1:]
+    if engine == "vllm" and rest[:1] == ["serve"]:
+        rest = ["serve", *rest[2:]]  # the model is vllm's positional argument
+    out: list[str] = []
+    skip = False
+    for tok in rest:
+        if skip:
+            skip = False
+            continue
+        if tok in UNRECORDED_FLAGS:
+            skip = True
+            continue
+        if tok.split("=", 1)[0] in UNRECORDED_FLAGS:
+            continue
+        out.append(tok)
     return out
 
 

@@ -60,6 +60,12 @@ def main(engine: str, argv: list[str]) -> int:
     if log:
         with open(log, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
+    def on_healthy() -> None:  # the first /health answered 200
+        if log:
+            with open(log + ".health", "w", encoding="utf-8") as f:
+                f.write(repr(time.time()))
+
+    server.on_healthy = on_healthy
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         worker.wait()

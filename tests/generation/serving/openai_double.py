@@ -27,7 +27,7 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -62,6 +62,7 @@ class DoubleServer(ThreadingHTTPServer):
         self.bodies: list[dict[str, Any]] = []
         self.max_active = 0
         self.active = 0
+        self.on_healthy: Callable[[], None] | None = None
 
     @property
     def url(self) -> str:
@@ -100,6 +101,9 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?")[0].rstrip("/")
         if path == "/health":
             ready = time.monotonic() - self.server.started >= cfg.ready_after_s
+            if ready and self.server.on_healthy is not None:
+                hook, self.server.on_healthy = self.server.on_healthy, None
+                hook()
             self._json(200 if ready else 503, {"ready": ready})
         elif path == "/version":
             self._json(200, {"version": cfg.version})

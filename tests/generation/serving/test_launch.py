@@ -1,0 +1,170 @@
+"""Launched engines (``vllm``, ``sglang``) with a fake engine executable on PATH (issue 38)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from generation.serving.launch import EngineConfig, config_columns, engine_command
+from llm_powertrace_ds.errors import MissingExtra
+from llm_powertrace_ds.shards import read_run
+
+from .fake_engine import install_fake_engine
+
+ROOT = Path(__file__).resolve().parents[3]
+
+SWEEP = """\
+name: engine-{engine}
+workload: inference
+sampler: {{source: cpu_proxy, period_ms: 50}}
+idle_before_s: 0.2
+idle_after_s: 0.2
+base:
+  serving_engine: {engine}
+  model: meta-llama/Llama-3.1-8B
+  arrival_pattern: closed
+  concurrency: 2
+  num_requests: {n}
+  prompt_len: 8
+  output_len: 4
+  batch_size: 16
+  weight_quant: fp8
+  kv_cache_quant: fp8
+  engine_block_size: 32
+  engine_cuda_graphs: false
+  engine_start_timeout_s: 120
+{extra}
+"""
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting to be reaped does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def wait_for(condition, timeout_s: float = 120.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def fake_engines(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    for engine in ("vllm", "sglang"):
+        install_fake_engine(bin_dir, engine)
+    log = tmp_path / "engine-starts.jsonl"
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_ENGINE_LOG", str(log))
+    monkeypatch.setenv("FAKE_ENGINE_READY_AFTER_S", "1.0")
+
+    def starts() -> list[dict]:
+        if not log.exists():
+            return []
+        records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+        health = Path(str(log) + ".health")
+        if records and health.exists():
+            records[-1]["health_ok_wall_s"] = float(health.read_text())
+        return records
+
+    return starts
+
+
+def write(tmp_path: Path, engine: str, n: int = 6, extra: str = "") -> Path:
+    path = tmp_path / f"{engine}.yaml"
+    path.write_text(SWEEP.format(engine=engine, n=n, extra=extra), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_launch_health_before_prepare_end_config_capture_and_clean_stop(
+        tmp_path, fake_engines, engine):
+    from generation.runner import generate
+
+    report = generate(write(tmp_path, engine), tmp_path / "ds", progress=False)
+    assert [o.status for o in report.outcomes] == ["published"], report.outcomes[0].error
+    (start,) = fake_engines()
+    run = read_run(tmp_path / "ds", report.outcomes[0].run_id)
+    m = run.meta
+    # start-up ordering: /health was up (weights "loaded") before the measured window began
+    prepare_end_ms = next(e.t_ms for e in run.events if e.kind == "prepare_end")
+    t0_wall_ms = m["start_time"].timestamp() * 1000
+    assert start["health_ok_wall_s"] * 1000 <= t0_wall_ms + prepare_end_ms + 1
+    # config capture: read back from the arguments the engine got
+    from generation.serving.launch import recorded_args
+
+    assert json.loads(m["engine_args"]) == recorded_args([engine, *start["argv"]], engine)
+    recorded = json.loads(m["engine_args"])
+    assert "--host" not in recorded and "--port" not in recorded  # never the address
+    assert "meta-llama/Llama-3.1-8B" not in recorded and m["model_label"] == \
+        "meta-llama/Llama-3.1-8B"
+    assert m["serving_engine"] == engine and m["model_family"] == "llama"
+    assert m["served_by"].startswith(f"owned_by={engine};")
+    assert m["engine_version"] == f"{engine}-fake-1.0"
+    assert (m["batch_size"], m["tp_size"], m["engine_block_size"]) == (16, 1, 32)
+    assert m["engine_quantization"] == "fp8" and m["weight_quant"] == "fp8"
+    assert m["engine_kv_cache_dtype"] == ("fp8" if engine == "vllm" else "fp8_e4m3")
+    assert m["engine_cuda_graphs"] is False and m["engine_prefix_caching"] is False
+    assert m["engine_chunked_prefill"] is True
+    assert m["requests_completed"] == 6 and m["weight_quant_backend"] == engine
+    # clean stop: the engine and its worker are gone once the run is published
+    assert not alive(start["pid"]) and not alive(start["worker_pid"])
+
+
+def test_extra_args_that_override_a_knob_are_what_the_row_records():
+    cfg = EngineConfig("vllm", "m", "m", max_num_seqs=16,
+                       extra_args=("--max-num-seqs", "8", "--enable-prefix-caching"))
+    cols = config_columns(engine_command(cfg, "127.0.0.1", 1), "vllm")
+    assert cols["batch_size"] == 8 and cols["engine_prefix_caching"] is True
+    sg = EngineConfig("sglang", "m", "m", chunked_prefill=False, prefix_caching=True)
+    cols = config_columns(engine_command(sg, "127.0.0.1", 1), "sglang")
+    assert cols["engine_chunked_prefill"] is False and cols["engine_prefix_caching"] is True
+    assert cols["engine_block_size"] is None  # not asked for, not reported: unknown
+
+
+def test_no_orphan_server_after_sigkill_of_the_runner(tmp_path, fake_engines, monkeypatch):
+    monkeypatch.setenv("FAKE_ENGINE_TOKEN_DELAY_S", "0.5")
+    sweep = write(tmp_path, "vllm", n=1000)
+    code = ("import sys; from generation.runner import generate; "
+            "generate(sys.argv[1], sys.argv[2], progress=False)")
+    runner = subprocess.Popen([sys.executable, "-c", code, str(sweep), str(tmp_path / "ds")],
+                              cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: bool(fake_engines()), what="the engine to start")
+        (start,) = fake_engines()
+        wait_for(lambda: bool(list((tmp_path / "ds" / ".staging").glob("inf-*/spool"))),
+                 what="the sampler to start (the run is serving)")
+        assert alive(start["pid"]) and alive(start["worker_pid"])
+        runner.send_signal(signal.SIGKILL)
+        runner.wait(30)
+        wait_for(lambda: not alive(start["pid"]) and not alive(start["worker_pid"]),
+                 timeout_s=90, what="the engine and its worker to exit")
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+
+
+def test_dry_run_without_the_engine_names_the_missing_extra(tmp_path, monkeypatch):
+    from generation.runner import generate
+
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    for engine in ("vllm", "sglang"):
+        with pytest.raises(MissingExtra) as info:
+            generate(write(tmp_path, engine), tmp_path / "ds", dry_run=True)
+        assert f"pip install 'llm-powertrace[{engine}]'" in str(info.value)
+        assert "\n" not in str(info.value)
