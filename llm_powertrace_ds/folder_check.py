@@ -76,6 +76,7 @@ def validate_folder(root: str | Path) -> FolderReport:
     folder = audit_folder(root)
     report = FolderReport(problems=folder.messages(), proxy_runs=list(folder.proxy_runs),
                           unpublished=unpublished_runs(root))
+    report.problems.extend(_published_value_problems(root))
     orphans = set(folder.orphan_rows)
     for run in iter_runs(root):  # one walk of data/, one trace file in memory at a time
         if run.run_id in orphans:
@@ -86,3 +87,29 @@ def validate_folder(root: str | Path) -> FolderReport:
                                     [f for f in flags if f in schema.ERROR_FLAGS],
                                     list(rep.messages)))
     return report
+
+
+def _published_value_problems(root: Path) -> list[str]:
+    """The number gate and the text gate on what the runs and requests tables already hold.
+
+    A folder written by an older version, by hand or by someone else is checked as the writer
+    would have checked it: every scalar finite and in range, every request id publishable.
+    """
+    from . import numbers, privacy
+    from .shards import iter_rows
+
+    out: list[str] = []
+    for config in (*schema.RUNS_CONFIGS, schema.REQUESTS_CONFIG):
+        try:
+            rows = list(iter_rows(root, config))
+        except FileNotFoundError:
+            continue
+        out.extend(numbers.row_problems(config, rows))
+        if config == schema.REQUESTS_CONFIG:
+            for row in rows:
+                rid = row.get("request_id")
+                why = privacy.text_problem("request_id", rid) if isinstance(rid, str) else None
+                if why is not None:
+                    out.append(f"run {row.get('run_id')!s}: inference_requests field "
+                               f"'request_id' value {privacy.strip_control(rid)[:40]!r} {why}")
+    return out

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from .. import schema
+from .. import numbers, schema
 from ..run import DeviceSeries, Run
 
 if TYPE_CHECKING:  # imported on first encode: `datasets` takes ~0.6 s to import
@@ -250,6 +250,7 @@ def trace_table(run: Run) -> pa.Table:
     """The trace-config rows of a run: one row per device."""
     config = run.workload
     meta = _scalar_meta(run, config)
+    numbers.check_row(config, meta, where=f"run {run.run_id}")
     n = len(run.devices)
     rows: dict[str, list] = {k: [v] * n for k, v in meta.items()}
     for key in ("node_index", "gpu_index", "gpu_name", "gpu_uuid_hash", "power_limit_w",
@@ -277,6 +278,7 @@ def runs_table(run: Run, metrics: dict[str, Any]) -> pa.Table:
     meta["default_power_limit_w"] = defaults.pop() if len(defaults) == 1 else None
     valid = {c.name for c in schema.COLUMNS[config]}
     meta.update({k: v for k, v in metrics.items() if k in valid})
+    numbers.check_row(config, meta, where=f"run {run.run_id}")
     return _table(config, {k: [v] for k, v in meta.items()})
 
 
@@ -287,6 +289,7 @@ def requests_table(run: Run) -> pa.Table:
     rows: dict[str, list] = {k: [] for k in names}
     for r in reqs:
         r = {**r, "run_id": run.run_id, "platform": run.platform}
+        numbers.check_row(schema.REQUESTS_CONFIG, r, where=f"run {run.run_id}")
         for k in names:
             rows[k].append(r.get(k))
     return _table(schema.REQUESTS_CONFIG, rows)
