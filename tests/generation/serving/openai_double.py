@@ -6,7 +6,7 @@ Standard library only (``http.server``). It serves ``/v1/completions`` and
 ``ignore_eos``), one chunk per token, ``token_delay_s`` apart, after a prefill of
 ``prefill_delay_s``; at most ``max_concurrency`` requests are served at once (the others wait
 for a slot), so its saturation throughput is known:
-``max_concurrency / (prefill_delay_s + max_tokens * token_delay_s)`` requests per second.
+``max_concurrency / (prefill_delay_s + (max_tokens - 1) * token_delay_s)`` requests per second.
 
 Faults are planned per request, by the order in which completions arrive (0-based):
 ``faults={3: "error"}`` answers HTTP 500; ``"drop:2"`` cuts the connection after two tokens;
@@ -145,6 +145,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self.server.max_active = max(self.server.max_active, self.server.active)
             try:
                 self._generate(body, index, fault, chat, prompt_tokens, n)
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True  # the client went away (cancelled, timed out)
             finally:
                 with self.server.lock:
                     self.server.active -= 1
