@@ -4,15 +4,16 @@
 ::
 
     python upload.py DIR --repo-id ORG/NAME [--private] [--revision BRANCH] [--tag vX.Y]
-                     [--create-pr] [--dry-run] [--file-format arrow|parquet] [--allow-proxy]
+                     [--create-pr] [--dry-run] [--file-format parquet|arrow] [--allow-proxy]
     python upload.py DIR --space ORG/NAME [--repo-id ORG/NAME] [--dry-run] [--allow-proxy]
 
 Before any network call: every run passes validation, ``cpu_proxy`` runs are refused unless
 ``--allow-proxy``, the folder's card is regenerated, every shard has its config's exact schema
 and every (config, split) holds rows (Arrow-level, nothing copied). The upload itself is a packed
-temporary copy (``pack``), in Arrow or,
-with ``--file-format parquet``, in Parquet (content-defined chunking and page index on where
-pyarrow supports them) with the card's globs following the format; every (config, split) of that
+temporary copy (``pack``), in Parquet by default — what the Hub's viewer, DuckDB, Spark and
+Polars read where it lies (one row group per run in the trace configs, content-defined chunking
+and page index where pyarrow supports them) — or, with ``--file-format arrow``, in Arrow IPC,
+with the card's globs following the format; every (config, split) of that
 copy must load with ``datasets.load_dataset`` (streaming: no cached second copy) and,
 for Parquet, equal the Arrow shards table for table. ``.staging/`` and lock files are never
 uploaded. Temporary disk stays near one packed copy of the dataset (a Parquet copy replaces the
@@ -122,10 +123,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "(atomic publication: merge it when it looks right; default: off)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the plan (files, sizes, commits, card diff); no network call")
-    parser.add_argument("--file-format", choices=("arrow", "parquet"), default="arrow",
-                        help="format of the uploaded shards (default: arrow)")
+    parser.add_argument("--file-format", choices=("parquet", "arrow"), default="parquet",
+                        help="format of the uploaded shards (default: parquet, which the Hub's "
+                        "viewer, DuckDB, Spark and Polars read as is; arrow: Arrow IPC streams)")
     parser.add_argument("--allow-proxy", action="store_true",
                         help="publish cpu_proxy runs too (not GPU measurements; default: refuse)")
+    parser.add_argument("--allow-unlicensed-sources", action="store_true",
+                        help="publish runs of a source whose licence does not allow "
+                        "redistribution (sources.json; you must hold the rights; default: "
+                        "refuse)")
     parser.add_argument("--format", choices=("table", "json"), default="table",
                         help="how the plan (and the result) is printed (default: table)")
     parser.add_argument("--debug", action="store_true", help="show tracebacks (default: off)")
@@ -178,10 +184,19 @@ def validate_folder(root: Path) -> FolderCheck:
                        unpublished=len(report.unpublished))
 
 
-def publishable_folder(root: Path, *, allow_proxy: bool) -> FolderCheck:
+def publishable_folder(root: Path, *, allow_proxy: bool,
+                       allow_unlicensed: bool = False) -> FolderCheck:
     """The checks before anything is prepared: a dataset folder, valid runs, the proxy gate."""
     if not (root / "data").is_dir():
         raise UploadError(f"'{root}' is not a dataset folder (it has no data/ folder)")
+    from llm_powertrace_ds.sources.provenance import unredistributable
+
+    blocked = unredistributable(root)
+    if blocked and not allow_unlicensed:
+        names = ", ".join(f"{e.get('name')} ({e.get('licence')})" for e in blocked)
+        raise UploadError(
+            f"'{root}' holds runs of source(s) without a redistribution licence: {names} "
+            "(sources.json); pass --allow-unlicensed-sources only if you hold the rights")
     check = validate_folder(root)
     if check.runs == 0:
         raise UploadError(f"'{root}' holds no published run")
@@ -347,7 +362,8 @@ def _prepare(args: argparse.Namespace, work: Path) -> tuple[Plan, Path]:
     from llm_powertrace_ds import shards
 
     root = args.dir
-    check = publishable_folder(root, allow_proxy=args.allow_proxy)
+    check = publishable_folder(root, allow_proxy=args.allow_proxy,
+                               allow_unlicensed=args.allow_unlicensed_sources)
     readme = root / "README.md"
     old_card = readme.read_text(encoding="utf-8") if readme.exists() else ""
     packed = work / "arrow"
@@ -646,7 +662,8 @@ def _prepare_space(args: argparse.Namespace, work: Path) -> tuple[SpacePlan, Pat
     from llm_powertrace_ds.explore import build_site
 
     root = args.dir
-    publishable_folder(root, allow_proxy=args.allow_proxy)
+    publishable_folder(root, allow_proxy=args.allow_proxy,
+                               allow_unlicensed=args.allow_unlicensed_sources)
     name = args.repo_id or root.resolve().name
     site = work / "space"
     report = build_site(root, site, name=name)

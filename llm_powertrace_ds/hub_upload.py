@@ -109,8 +109,13 @@ def write_parquet_copy(src: Path, dst: Path, *, remove_source: bool = False,
                        on_file: Callable[[], None] | None = None) -> int:
     """Write every Arrow shard of ``src`` as Parquet under the same path in ``dst``.
 
-    Each Parquet file is read back and compared with its Arrow shard (same schema, including the
-    ``huggingface`` metadata, and same rows).
+    Row groups follow the lookups readers make: in a trace config's shard each run is its own
+    row group (its ``run_id`` statistics have ``min == max``, so DuckDB, Spark, Polars and
+    ``shards.ShardIndex`` skip every other run's pages by the footer alone), split further only
+    past ``PARQUET_ROW_GROUP_BYTES``; a runs or requests table is cut by
+    ``PARQUET_ROW_GROUP_BYTES`` only (few, large row groups). Each Parquet file is read back and
+    compared with its Arrow shard (same schema, including the ``huggingface`` metadata, and
+    same rows).
 
     Args:
         src: the packed Arrow folder.
@@ -127,19 +132,23 @@ def write_parquet_copy(src: Path, dst: Path, *, remove_source: bool = False,
     """
     import pyarrow.parquet as pq
 
+    from . import schema
+    from .atomic import atomic_path
     from .shards import read_table
 
     opts = parquet_writer_options()
     n = 0
     for path in sorted((src / "data").rglob("*.arrow")):
-        if any(part.startswith(".") for part in path.relative_to(src).parts):
+        rel = path.relative_to(src)
+        if any(part.startswith(".") for part in rel.parts):
             continue
         table = read_table(path)
-        out = dst / path.relative_to(src).with_suffix(".parquet")
+        out = dst / rel.with_suffix(".parquet")
         out.parent.mkdir(parents=True, exist_ok=True)
-        row_bytes = table.nbytes / max(1, table.num_rows)
-        rows_per_group = max(1, int(PARQUET_ROW_GROUP_BYTES // max(1.0, row_bytes)))
-        pq.write_table(table, out, row_group_size=rows_per_group, **opts)
+        per_run = len(rel.parts) > 1 and rel.parts[1] in schema.TRACE_CONFIGS
+        with atomic_path(out) as tmp, pq.ParquetWriter(str(tmp), table.schema, **opts) as writer:
+            for group in _row_groups(table, per_run=per_run):
+                writer.write_table(group, row_group_size=max(1, group.num_rows))
         back = pq.read_table(out)
         if back.schema.metadata != table.schema.metadata or not back.equals(table):
             raise UploadError(f"'{out}' does not round-trip to '{path}'")
@@ -149,3 +158,21 @@ def write_parquet_copy(src: Path, dst: Path, *, remove_source: bool = False,
         if remove_source:
             path.unlink()
     return n
+
+
+def _row_groups(table: Any, *, per_run: bool) -> list[Any]:
+    """Slices of ``table`` written as one row group each (see :func:`write_parquet_copy`)."""
+    row_bytes = table.nbytes / max(1, table.num_rows)
+    rows_per_group = max(1, int(PARQUET_ROW_GROUP_BYTES // max(1.0, row_bytes)))
+    if not per_run or table.num_rows == 0:
+        return [table.slice(i, rows_per_group) for i in range(0, max(1, table.num_rows),
+                                                               rows_per_group)]
+    ids = table.column("run_id").to_pylist()
+    out = []
+    start = 0
+    for end in range(1, len(ids) + 1):
+        if end < len(ids) and ids[end] == ids[start] and end - start < rows_per_group:
+            continue
+        out.append(table.slice(start, end - start))
+        start = end
+    return out

@@ -50,6 +50,7 @@ class _FolderSource:
         self.root = root
         self.name = name
         self._folders = layout.shard_folders(root)
+        self._indexes: dict[Path, shards.ShardIndex] = {}  # packed shard -> its run index
 
     def splits(self, config: str) -> list[str]:
         return sorted(self._folders.get(config, {}))
@@ -62,7 +63,14 @@ class _FolderSource:
                 continue  # a trace folder of another model family
             for path in _shard_files(folder):
                 # per-run files are named <run_id>.arrow; packed shards hold several runs
-                if run_ids is not None and "-of-" not in path.stem and path.stem not in run_ids:
+                packed = shards.PACKED_RE.search(path.name) is not None
+                if run_ids is not None and not packed and path.stem not in run_ids:
+                    continue
+                if run_ids is not None and packed:
+                    # only the batches (row groups) holding the selected runs are decoded
+                    if path not in self._indexes:
+                        self._indexes[path] = shards.ShardIndex([path])
+                    yield from self._indexes[path].batches(run_ids, columns)
                     continue
                 try:
                     for batch in shards.iter_file_batches(path):

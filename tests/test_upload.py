@@ -195,7 +195,7 @@ def test_dry_run_json_plan(env, make_run, no_network, no_figures, capsys):
     root = make_folder(env / "ds", make_run)
     assert main([str(root), "--repo-id", "org/name", "--dry-run", "--format", "json"]) == 0
     plan = json.loads(capsys.readouterr().out)
-    assert plan["repo_type"] == "dataset" and plan["file_format"] == "arrow"
+    assert plan["repo_type"] == "dataset" and plan["file_format"] == "parquet"  # the default
     paths = [f["path"] for f in plan["files"]]
     assert "README.md" in paths and all(not p.startswith(".") for p in paths)
     assert plan["total_bytes"] == sum(f["bytes"] for f in plan["files"]) > 0
@@ -493,7 +493,7 @@ def test_space_upload_through_the_test_double(env, make_run, no_figures, capsys)
     front = yaml.safe_load(files["README.md"].decode().split("---\n")[1])
     assert front["sdk"] == "static" and front["app_file"] == "index.html"
     assert front["datasets"] == ["org/ds"]
-    assert b"org/ds" in files["data/catalog.js"]  # the site names the dataset repo
+    assert b"org/ds" in files["data/site.js"]  # the site names the dataset repo
     assert str(env).encode() not in files["data/catalog.js"]
     assert "uploaded the explorer" in capsys.readouterr().out
 

@@ -32,6 +32,16 @@ def run_folder(run_id: str) -> str:
     return f"{slug}-{hashlib.sha256(run_id.encode()).hexdigest()[:8]}"
 
 
+def run_dir(folder: str) -> str:
+    """Where a run's files live under the site's ``data/runs/``: ``<2 hex>/<folder>``.
+
+    The first two hex digits of the folder's hash spread runs over 256 sub-folders, so that no
+    folder of the site holds 10,000 entries (the Hub's advice) below about 2.5 million runs.
+    ``assets/explorer.js`` derives the same path from the folder name.
+    """
+    return f"{folder[-8:-6]}/{folder}"
+
+
 def _docs() -> dict[str, dict[str, str]]:
     docs: dict[str, dict[str, str]] = {}
     for config in schema.RUNS_CONFIGS:
@@ -45,7 +55,8 @@ def catalog(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
     Returns:
         ``{"columns": [{name, group, description, unit, filter}], "rows": [...]}``; each row has
-        ``folder`` (its run page) and ``cpu_proxy`` (bool) beside the columns.
+        ``folder`` (its run page) and ``cpu_proxy`` (bool) beside the columns. The site writes
+        the rows column-wise (:func:`packed_rows`).
     """
     docs = _docs()
     groups = ([(n, "identity") for n in IDENTITY] + [(n, "axis") for n in axis_names()]
@@ -72,3 +83,14 @@ def catalog(rows: list[dict[str, Any]]) -> dict[str, Any]:
                         "filter": group != "metric" and name != "run_id"
                         and 0 < len(distinct) <= FILTER_MAX_VALUES})
     return {"columns": columns, "rows": out_rows}
+
+
+def packed_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Catalog rows as ``{"names": [...], "values": [[row values in names' order], ...]}``.
+
+    The key of every cell is written once for all rows instead of once per row, which halves
+    ``data/catalog.js`` at 10,000 runs and what the browser parses; ``explorer.js`` rebuilds the
+    row objects.
+    """
+    names = list(rows[0]) if rows else []
+    return {"names": names, "values": [[r.get(n) for n in names] for r in rows]}

@@ -5,10 +5,15 @@ Layout of ``SITE/``::
     index.html  run.html  compare.html  sweep.html     the pages (one run page: ?run=<folder>)
     assets/bokeh.min.js  assets/bokeh-api.min.js       BokehJS, from the ``bokeh`` package
     assets/explorer.js  assets/style.css               the pages' glue code
-    data/catalog.js                                    catalog rows, formulas, flag meanings
-    data/runs/<folder>/meta.js                         one run's description, events, metrics
-    data/runs/<folder>/L<level>-<chunk>.js             its pyramid chunks, loaded on demand
+    data/site.js                                       columns, formulas, flag meanings, counts
+    data/catalog.js                                    catalog rows (the catalog and sweep pages)
+    data/runs/<xx>/<folder>/meta.js                    one run's description, events, metrics
+    data/runs/<xx>/<folder>/L<level>-<chunk>.js        its pyramid chunks, loaded on demand
     site.json                                          what was written, and its size
+
+``<xx>`` is two hex digits of the folder's hash (``catalog.run_dir``): 256 sub-folders, so no
+folder holds 10,000 entries. The run and compare pages load ``site.js`` and their runs' files,
+never the catalog rows, so a run page opens as fast in a 10,000-run site as in a one-run site.
 
 Data files are JavaScript (``LPT.got(key, payload)``) loaded through ``<script>`` tags, because
 browsers refuse ``fetch`` on ``file://``; so the same folder works opened from disk and as a
@@ -37,26 +42,27 @@ from .. import layout, schema, shards
 from ..errors import InputError, MissingExtra
 from ..metrics import metric_formulas
 from ..run import Run
-from .catalog import catalog, run_folder
+from .catalog import catalog, packed_rows, run_dir, run_folder
 from .rundata import RunData, encode_chunk
 
 MANIFEST = "site.json"
 PAGES = ("index.html", "run.html", "compare.html", "sweep.html")
 _BOKEH_TAGS = ('<script src="assets/bokeh.min.js" defer></script>\n'
                '<script src="assets/bokeh-api.min.js" defer></script>')
+_CATALOG_TAG = '<script src="data/catalog.js"></script>'
 _PAGE_PARTS: dict[str, dict[str, str]] = {
     # page -> the template's fields. The plotting pages load BokehJS deferred in the head, so
     # the page starts loading its data while BokehJS is parsed; the catalog loads it after it
     # is drawn, so that the browser's code cache has BokehJS compiled when a run page opens
     # (measured by bench/explorer.py).
-    "index.html": {"title": "Runs", "page": "index", "head_scripts": "",
+    "index.html": {"title": "Runs", "page": "index", "head_scripts": _CATALOG_TAG,
                    "tail_scripts": _BOKEH_TAGS},
     "run.html": {"title": "Run", "page": "run", "head_scripts": _BOKEH_TAGS,
                  "tail_scripts": ""},
     "compare.html": {"title": "Compare runs", "page": "compare", "head_scripts": _BOKEH_TAGS,
                      "tail_scripts": ""},
-    "sweep.html": {"title": "Sweep", "page": "sweep", "head_scripts": _BOKEH_TAGS,
-                   "tail_scripts": ""},
+    "sweep.html": {"title": "Sweep", "page": "sweep",
+                   "head_scripts": _CATALOG_TAG + "\n" + _BOKEH_TAGS, "tail_scripts": ""},
 }
 """The four pages share one template (``assets/page.html``, :class:`string.Template` fields)."""
 ASSETS = ("explorer.js", "style.css")
@@ -180,34 +186,37 @@ def _write_site(root: Path, tmp: Path, name: str) -> tuple[int, int]:
     (data / "runs").mkdir(parents=True)
     written: set[str] = set()
     requests = requests_by_run(root)
+    reader: shards.RunReader | None = None
     for run in iter_runs(root):
         run_id = run.run_id
         if run_id not in by_id:
             continue  # a trace without its runs row is not a published run
         if run_id in written:  # rows of one run split across shards: read it whole
-            run = shards.read_run(root, run_id)
+            reader = reader or shards.RunReader(root)
+            run = reader.read(run_id)
         written.add(run_id)
         if run.workload == "inference" and not run.requests:
             run.requests = requests.get(run_id)
         folder = run_folder(run_id)
         rd = RunData(run, folder, by_id[run_id])
-        run_dir = data / "runs" / folder
-        if run_dir.exists():
-            shutil.rmtree(run_dir)
-        run_dir.mkdir()
-        (run_dir / "meta.js").write_text(_js(f"{folder}/meta", rd.meta(set(formulas))),
-                                         encoding="utf-8")
+        where = data / "runs" / run_dir(folder)
+        if where.exists():
+            shutil.rmtree(where)
+        where.mkdir(parents=True)
+        (where / "meta.js").write_text(_js(f"{folder}/meta", rd.meta(set(formulas))),
+                                       encoding="utf-8")
         for chunk, payload in rd.chunks():
-            (run_dir / f"{chunk}.js").write_text(_js(f"{folder}/{chunk}", encode_chunk(payload)),
-                                                 encoding="utf-8")
+            (where / f"{chunk}.js").write_text(_js(f"{folder}/{chunk}", encode_chunk(payload)),
+                                               encoding="utf-8")
     missing = sorted(set(by_id) - written)
     if missing:
         raise InputError(f"run(s) {', '.join(missing[:5])} of {root} have a runs row but no "
                          "trace rows", field="run_id")
-    payload = {"dataset": name, "columns": cat["columns"], "rows": cat["rows"],
-               "formulas": formulas, "flags": schema.FLAG_DESCRIPTIONS,
-               "schema_version": schema.SCHEMA_VERSION}
-    (data / "catalog.js").write_text(_js("catalog", payload), encoding="utf-8")
+    about = {"dataset": name, "columns": cat["columns"], "runs": len(cat["rows"]),
+             "formulas": formulas, "flags": schema.FLAG_DESCRIPTIONS,
+             "schema_version": schema.SCHEMA_VERSION}
+    (data / "site.js").write_text(_js("site", about), encoding="utf-8")
+    (data / "catalog.js").write_text(_js("catalog", packed_rows(cat["rows"])), encoding="utf-8")
     assets = tmp / "assets"
     assets.mkdir()
     for name, path in bokeh_js().items():

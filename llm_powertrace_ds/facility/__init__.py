@@ -55,6 +55,7 @@ from .compose import (
     FacilityResult,
     Job,
     Sync,
+    assign_jobs,
     compose,
 )
 from .models import (
@@ -80,8 +81,11 @@ from .site import (
 from .sources import (
     GRID_MS,
     WINDOWS,
+    Selection,
     Source,
     default_config,
+    load_sources,
+    select_rows,
     select_sources,
     source_from_run,
 )
@@ -112,6 +116,7 @@ __all__ = [
     "NodeOverhead", "Pue", "Source", "Sync", "WINDOWS", "auto_overhead", "compose",
     "default_config", "load_duration_curve",
     "load_pue_curve", "parse_overhead", "profiles", "resample", "run_facility", "select_sources",
+    "Selection", "assign_jobs", "load_sources", "select_rows",
     "site_metrics", "source_from_run", "to_json", "write_profile",
 ]
 
@@ -129,6 +134,15 @@ def run_facility(root: str | Path, cfg: FacilityConfig, *, config: str | None = 
         >>> res = run_facility("llm-powertrace", cfg)  # doctest: +SKIP
         >>> to_json(res)["metrics"]["demand_peak_15min_kw"]  # doctest: +SKIP
     """
-    sources = select_sources(root, config=config, where=where, mix=mix,
-                             need_synchrony=cfg.sync == "measured", window=cfg.window)
-    return compose(sources, cfg)
+    selection = select_rows(root, config=config, where=where, mix=mix)
+    devices = [int(r.get("num_gpus") or 1) for r in selection.rows]
+    with_jobs = sorted({i for i, _ in assign_jobs(selection.shares, devices, cfg)})
+    sources = load_sources(root, selection, with_jobs, need_synchrony=cfg.sync == "measured",
+                           window=cfg.window)
+    if [s.num_devices for s in sources] != [devices[i] for i in with_jobs]:
+        # a runs row's num_gpus differs from its trace's devices: assign from the traces
+        sources = load_sources(root, selection, need_synchrony=cfg.sync == "measured",
+                               window=cfg.window)
+    if len(sources) == len(selection.rows):
+        return compose(sources, cfg)
+    return compose(sources, cfg, selected=selection.describe())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -117,9 +118,21 @@ class FacilityResult:
 
 def _assign_jobs(sources: list[Source], cfg: FacilityConfig) -> list[tuple[int, int]]:
     """(source index, nodes) per job: the run whose node count lags its share most goes next."""
-    target = np.array([s.share for s in sources]) * cfg.nodes
-    need = [max(1, math.ceil(s.num_devices / cfg.gpus_per_node)) for s in sources]
-    have = np.zeros(len(sources))
+    return assign_jobs([s.share for s in sources], [s.num_devices for s in sources], cfg)
+
+
+def assign_jobs(shares: Sequence[float], devices: Sequence[int], cfg: FacilityConfig
+                ) -> list[tuple[int, int]]:
+    """(run index, nodes) per job from the runs' shares and device counts alone.
+
+    Greedy: the run whose node count lags ``share x nodes`` most (the first on a tie) gets the
+    next job, of ``ceil(devices / gpus_per_node)`` nodes (fewer when the site is nearly full).
+    A run that gets no job never matters to the result, so dropping it from the list changes
+    no other run's jobs: ``run_facility`` reads only the runs that get one.
+    """
+    target = np.array(shares, dtype=np.float64) * cfg.nodes
+    need = [max(1, math.ceil(d / cfg.gpus_per_node)) for d in devices]
+    have = np.zeros(len(shares))
     jobs = []
     left = cfg.nodes
     while left > 0:
@@ -147,12 +160,16 @@ def _timeline(src: Source, horizon: int, offset: int, plain: bool) -> np.ndarray
     return k
 
 
-def compose(sources: list[Source], cfg: FacilityConfig) -> FacilityResult:
+def compose(sources: list[Source], cfg: FacilityConfig, *, selected: str | None = None
+            ) -> FacilityResult:
     """Compose the site's GPU, IT and facility power from the source runs.
 
     Args:
-        sources: from :func:`select_sources` or :func:`source_from_run` (shares sum to 1).
+        sources: from :func:`select_sources` or :func:`source_from_run` (shares sum to 1), or
+            the runs of a selection that get a job (their shares of the whole selection).
         cfg: the site.
+        selected: the selection the sources come from, stated once in ``limits``
+            (``Selection.describe``), when only the runs with a job were read.
 
     Returns:
         A :class:`FacilityResult`; ``limits`` lists every extrapolation made.
@@ -222,7 +239,7 @@ def compose(sources: list[Source], cfg: FacilityConfig) -> FacilityResult:
     design = None if limit is None else cfg.nodes * float(ov.node_w(gpn * limit))
     facility_w = cfg.pue.apply(it_w, design)
 
-    limits, notes = _limits(sources, cfg, jobs, tiled, horizon, step_s)
+    limits, notes = _limits(sources, cfg, jobs, tiled, horizon, step_s, selected)
     if auto_note:
         limits.append(f"node overhead chosen {auto_note}")
     return FacilityResult(cfg, sources, jobs, step_s, site_gpu, it_w, facility_w, rack_peak,
@@ -230,10 +247,12 @@ def compose(sources: list[Source], cfg: FacilityConfig) -> FacilityResult:
 
 
 def _limits(sources: list[Source], cfg: FacilityConfig, jobs: list[Job], tiled: set[int],
-            horizon: int, step_s: float) -> tuple[list[str], list[str]]:
+            horizon: int, step_s: float, selected: str | None = None
+            ) -> tuple[list[str], list[str]]:
     ids = [s.run_id for s in sources]
-    limits = [f"composed, not measured: {cfg.gpus} GPUs from {len(sources)} source run(s): "
-              f"{', '.join(ids)}"]
+    of = "" if selected is None else f" (those of the {selected} that get a job)"
+    limits = [f"composed, not measured: {cfg.gpus} GPUs from {len(sources)} source run(s)"
+              f"{of}: {', '.join(ids)}"]
 
     def which(selected: list[Source]) -> str:
         """The runs a line is about, named once: every source, or their ids."""

@@ -154,24 +154,43 @@ def default_config(root: str | Path) -> str:
     return schema.RUNS_CONFIGS[0]
 
 
-def select_sources(root: str | Path, *, config: str | None = None,
-                   where: Sequence[str] = (), mix: Mapping[str, float] | None = None,
-                   need_synchrony: bool = False, window: Window = "work") -> list[Source]:
-    """Source runs of a dataset folder, through the library's readers.
+@dataclass(frozen=True)
+class Selection:
+    """The runs ``--where`` and ``--mix`` chose, before any trace is read.
+
+    Attributes:
+        config: the runs table they come from.
+        rows: their runs rows, in the order the site assigns nodes.
+        shares: each run's share of the site's nodes (they sum to 1).
+        where: the filters that chose them (for the one line that states the selection).
+    """
+
+    config: str
+    rows: list[dict[str, Any]]
+    shares: list[float]
+    where: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """One line: how many runs of which table, chosen how."""
+        how = f"matching {' '.join(self.where)}" if self.where else "(every run)"
+        return f"{len(self.rows)} run(s) of {self.config} {how}"
+
+
+def select_rows(root: str | Path, *, config: str | None = None, where: Sequence[str] = (),
+                mix: Mapping[str, float] | None = None) -> Selection:
+    """Choose the source runs from the runs table only (no trace is read).
 
     Args:
         root: dataset folder.
         config: ``finetune_runs`` or ``inference_runs``; ``None``: the one the folder holds
             (:func:`default_config`).
-        window: ``work`` (default) or ``whole``, see :func:`source_from_run`.
         where: ``AXIS=VALUE`` filters on the runs table (all must hold).
         mix: ``{run_id: share}``; ``None``: every selected run, equal shares.
-        need_synchrony: compute ``synchrony_index`` for runs whose row lacks it.
 
     Raises:
         InputError: unknown config or axis, a bad filter or share, no run selected.
     """
-    from ..shards import iter_rows, read_run
+    from ..shards import iter_rows
 
     if config is None:
         config = default_config(root)
@@ -203,13 +222,67 @@ def select_sources(root: str | Path, *, config: str | None = None,
         raise InputError(f"no run of {config} in {root} matches "
                          f"{' '.join(where) if where else 'the selection'}", field="--where")
     total = sum(s for _, s in chosen)
+    return Selection(config, [r for r, _ in chosen], [s / total for _, s in chosen],
+                     tuple(where))
+
+
+def load_sources(root: str | Path, selection: Selection, indices: Sequence[int] | None = None,
+                 *, need_synchrony: bool = False, window: Window = "work") -> list[Source]:
+    """Read the traces of the selected runs (only ``indices`` of them) as :class:`Source` s.
+
+    One :class:`~llm_powertrace_ds.shards.RunReader` for all of them: per-run files are read
+    one each, a packed shard once for all the runs it holds. Each source keeps its share of
+    the whole selection.
+
+    Args:
+        root: dataset folder.
+        selection: from :func:`select_rows`.
+        indices: which of ``selection.rows`` to read (``None``: all), in this order.
+        need_synchrony: compute ``synchrony_index`` for runs whose row lacks it.
+        window: ``work`` (default) or ``whole``, see :func:`source_from_run`.
+
+    Raises:
+        RunNotFound: a selected run has a runs row but no trace rows.
+    """
+    from ..errors import RunNotFound
+    from ..shards import RunReader
+
+    picked = list(range(len(selection.rows))) if indices is None else list(indices)
+    ids = [selection.rows[i]["run_id"] for i in picked]
+    runs = {run.run_id: run for run in RunReader(root).read_many(ids)}
     out = []
-    for row, share in chosen:
-        run = read_run(root, row["run_id"])
+    for i in picked:
+        row, share = selection.rows[i], selection.shares[i]
+        run = runs.get(row["run_id"])
+        if run is None:
+            raise RunNotFound(f"run {row['run_id']!r} is not in {root}")
         rho = row.get("synchrony_index")
         if "synchrony_index" not in row and need_synchrony and len(run.devices) >= 2:
             rho = metrics_mod.compute_run_metrics(run)["synchrony_index"]
-        src = source_from_run(run, share=share / total, synchrony_index=rho, window=window)
+        src = source_from_run(run, share=share, synchrony_index=rho, window=window)
         src.gap_s = row.get("gap_s")
         out.append(src)
     return out
+
+
+def select_sources(root: str | Path, *, config: str | None = None,
+                   where: Sequence[str] = (), mix: Mapping[str, float] | None = None,
+                   need_synchrony: bool = False, window: Window = "work") -> list[Source]:
+    """Every selected source run of a dataset folder (:func:`select_rows`, then read them all).
+
+    ``facility`` itself reads only the runs that get a job (``run_facility``).
+
+    Args:
+        root: dataset folder.
+        config: ``finetune_runs`` or ``inference_runs``; ``None``: the one the folder holds
+            (:func:`default_config`).
+        window: ``work`` (default) or ``whole``, see :func:`source_from_run`.
+        where: ``AXIS=VALUE`` filters on the runs table (all must hold).
+        mix: ``{run_id: share}``; ``None``: every selected run, equal shares.
+        need_synchrony: compute ``synchrony_index`` for runs whose row lacks it.
+
+    Raises:
+        InputError: unknown config or axis, a bad filter or share, no run selected.
+    """
+    selection = select_rows(root, config=config, where=where, mix=mix)
+    return load_sources(root, selection, need_synchrony=need_synchrony, window=window)

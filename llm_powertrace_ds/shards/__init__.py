@@ -27,7 +27,8 @@ from .encode import (
     runs_table,
     trace_table,
 )
-from .pack import PackResult, pack
+from .index import ShardIndex, batch_run_ids, read_parts
+from .pack import PACKED_BATCH_BYTES, PackResult, pack
 from .publish import (
     CARD_PENDING,
     PreparedRun,
@@ -44,6 +45,7 @@ from .publish import (
     write_configs_block,
 )
 from .read import (
+    RunReader,
     count_rows,
     file_schema,
     iter_batches,
@@ -65,11 +67,11 @@ from .write import (
 
 __all__ = [
     "CARD_PENDING", "COMPRESS_MIN_BYTES", "DEFAULT_MAX_SHARD_BYTES", "LOCK_TIMEOUT_S",
-    "PACKED_RE", "PackResult", "PreparedRun", "PublishResult", "SHARD_COMPRESSION",
-    "ShardError", "commit_run", "count_rows", "discard_staged", "existing_run_files",
+    "PACKED_BATCH_BYTES", "PACKED_RE", "PackResult", "PreparedRun", "PublishResult",
+    "RunReader", "SHARD_COMPRESSION", "ShardError", "ShardIndex", "batch_run_ids", "commit_run", "count_rows", "discard_staged", "existing_run_files",
     "file_schema", "folder_lock", "ipc_options", "iter_batches", "iter_file_batches",
     "iter_rows", "iter_runs", "list_runs", "log", "pack", "prepare_run", "publish_run",
-    "read_run", "read_table", "repair_folder", "requests_table", "run_from_rows",
+    "read_parts", "read_run", "read_table", "repair_folder", "requests_table", "run_from_rows",
     "runs_from_table", "runs_table", "set_status", "split_front_matter", "stage_run",
     "trace_table", "write_batches_atomic", "write_configs_block", "write_table_atomic",
     "write_tables_all_or_nothing", "write_text_atomic",

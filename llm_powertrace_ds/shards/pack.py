@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from .. import audit, layout
+from .. import audit, layout, schema
 from ..errors import ShardError
 from .encode import DEFAULT_MAX_SHARD_BYTES
 from .publish import write_configs_block
@@ -21,6 +21,13 @@ from .write import write_batches_atomic
 # ---------------------------------------------------------------------------------------------
 # Packing
 # ---------------------------------------------------------------------------------------------
+
+PACKED_BATCH_BYTES = 32 * 1024 * 1024
+"""In-memory bound of one record batch of a packed runs or requests shard. Their per-run files
+hold a row or a few hundred rows each; packed, they are merged into batches up to this size, so
+a reader pays one batch's framing (and one decompression per column) for thousands of runs, not
+one per run (issue 40). Trace shards keep one batch per run's file: a run's rows are what a
+reader selects (``ShardIndex``)."""
 
 @dataclass
 class PackResult:
@@ -82,9 +89,16 @@ def _pack_into(src: Path, dst: Path, *, max_shard_bytes: int, refresh_card: bool
         groups = _group_by_size(files, max_shard_bytes)
         total = len(groups)
         in_rows = out_rows = 0
+        merge = parts[1] not in schema.TRACE_CONFIGS  # runs and requests tables
         for i, group in enumerate(groups):
             out = dst / rel / f"{platform}-{i:05d}-of-{total:05d}{layout.SHARD_SUFFIX}"
-            in_rows += write_batches_atomic(out, file_schema(group[0]), _stream_files(group))
+            batches = _stream_files(group)
+            if merge:
+                batches = _merged(batches, PACKED_BATCH_BYTES)
+            schema_ = file_schema(group[0])
+            # the data's bytes: each per-run file repeats the schema, the shard holds it once
+            nbytes = sum(f.stat().st_size for f in group) - len(group) * schema_.serialize().size
+            in_rows += write_batches_atomic(out, schema_, batches, nbytes=nbytes)
             out_rows += count_rows(out)
         if out_rows != in_rows:
             raise ShardError(f"pack lost rows in '{rel}': {in_rows} in, {out_rows} out")
@@ -111,6 +125,26 @@ def _group_by_size(files: list[Path], max_shard_bytes: int) -> list[list[Path]]:
         groups[-1].append(f)
         size += nbytes
     return groups
+
+
+def _merged(batches: Iterator[pa.RecordBatch], max_bytes: int) -> Iterator[pa.RecordBatch]:
+    """Consecutive batches merged into batches of about ``max_bytes`` (order kept)."""
+    pending: list[pa.RecordBatch] = []
+    size = 0
+    for batch in batches:
+        pending.append(batch)
+        size += batch.get_total_buffer_size()
+        if size >= max_bytes:
+            yield _one_batch(pending)
+            pending, size = [], 0
+    if pending:
+        yield _one_batch(pending)
+
+
+def _one_batch(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    if len(batches) == 1:
+        return batches[0]
+    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
 
 
 def _stream_files(files: list[Path]) -> Iterator[pa.RecordBatch]:

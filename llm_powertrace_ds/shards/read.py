@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ from .. import layout, schema
 from ..errors import RunNotFound, ShardError
 from ..run import SIGNAL_KEYS, DeviceSeries, Run, events_from_dicts
 from .encode import PACKED_RE
+from .index import ShardIndex
 
 # ---------------------------------------------------------------------------------------------
 # Reading
@@ -83,24 +84,110 @@ def list_runs(root: str | Path) -> list[dict[str, Any]]:
 def read_run(root: str | Path, run_id: str) -> Run:
     """Load one published run back into a ``Run``.
 
-    A per-run file is found by its path (``<run_id>.arrow`` in one family folder), so this
-    reads one file; packed shards are scanned by their ``run_id`` column only.
+    A per-run file is found by its name (``<run_id>.arrow``), so this reads one file; in packed
+    shards only the record batches holding the run are decoded (:class:`RunReader`). To read
+    many runs, build one :class:`RunReader` and ask it for each.
 
     Raises:
         RunNotFound: no trace file of that run id.
     """
-    root = Path(root)
-    name = f"{run_id}{layout.SHARD_SUFFIX}"
-    for workload in schema.TRACE_CONFIGS:
-        wdir = layout.data_root(root) / workload
-        if not wdir.is_dir():
-            continue
-        direct = sorted(wdir.glob(f"*/*/{name}"))
-        packed = sorted(p for p in wdir.glob("*/*/*") if PACKED_RE.search(p.name))
-        for path in direct + packed:
-            for found in runs_from_table(read_table(path), root=root, only=run_id):
-                return found
-    raise RunNotFound(f"run {run_id!r} is not in {root}")
+    return RunReader(root).read(run_id)
+
+
+class RunReader:
+    """Reads runs of one dataset folder by id: one walk of ``data/``, one index of its shards.
+
+    Per-run files are found by their names; packed shards (``pack``) through a
+    :class:`~llm_powertrace_ds.shards.index.ShardIndex` built on first need, so reading k runs
+    of a packed folder decodes the k runs' record batches, not k shards. An inference run's
+    request log comes from its per-run file or, packed, from the indexed requests shards.
+
+    Example:
+        >>> reader = RunReader("llm-powertrace")  # doctest: +SKIP
+        >>> runs = {run.run_id: run for run in reader.read_many(["ft-a", "ft-b"])}  # doctest: +SKIP
+    """
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self._direct: dict[str, list[Path]] = {}
+        self._packed: list[Path] = []
+        folders = layout.shard_folders(self.root)
+        for workload in schema.TRACE_CONFIGS:
+            for path in layout.shard_files(self.root, workload, folders_by_config=folders):
+                if PACKED_RE.search(path.name):
+                    self._packed.append(path)
+                else:
+                    self._direct.setdefault(path.stem, []).append(path)
+        self._requests_packed = [p for p in layout.shard_files(
+            self.root, schema.REQUESTS_CONFIG, folders_by_config=folders)
+            if PACKED_RE.search(p.name)]
+        self._index: ShardIndex | None = None
+        self._requests_index: ShardIndex | None = None
+
+    def _trace_index(self) -> ShardIndex:
+        if self._index is None:
+            self._index = ShardIndex(self._packed)
+        return self._index
+
+    def read(self, run_id: str) -> Run:
+        """One run.
+
+        Raises:
+            RunNotFound: no trace rows of that run id.
+        """
+        for run in self.read_many([run_id]):
+            return run
+        raise RunNotFound(f"run {run_id!r} is not in {self.root}")
+
+    def read_many(self, run_ids: Iterable[str]) -> Iterator[Run]:
+        """The runs of ``run_ids`` the folder holds, in storage order (unknown ids skipped).
+
+        Per-run files first (one each), then the packed shards, each read once for all the
+        runs it holds.
+        """
+        wanted = list(dict.fromkeys(run_ids))
+        rest = []
+        for run_id in wanted:
+            found = None
+            for path in self._direct.get(run_id, []):
+                found = next(runs_from_table(read_table(path), only=run_id), None)
+                if found is not None:
+                    break
+            if found is None:
+                rest.append(run_id)
+            else:
+                self._attach(found)
+                yield found
+        if rest and self._packed:
+            done: set[str] = set()
+            for run_id, table in self._trace_index().tables(rest):
+                if run_id in done:  # rows of one run in two shards: rebuild it whole
+                    continue
+                parts = self._trace_index().locate(run_id)
+                if len(parts) > 1:
+                    table = pa.Table.from_batches(
+                        [b for b in self._trace_index().batches([run_id])])
+                done.add(run_id)
+                run = next(runs_from_table(table, only=run_id))
+                self._attach(run)
+                yield run
+
+    def _attach(self, run: Run) -> None:
+        if run.workload != "inference":
+            return
+        path = layout.requests_path(self.root, run.platform, run.run_id)
+        if path.exists():
+            table: pa.Table | None = read_table(path)
+        elif self._requests_packed:
+            if self._requests_index is None:
+                self._requests_index = ShardIndex(self._requests_packed)
+            batches = list(self._requests_index.batches([run.run_id]))
+            table = pa.Table.from_batches(batches) if batches else None
+        else:
+            table = None
+        if table is not None:
+            run.requests = [{k: v for k, v in r.items() if k not in ("run_id", "platform")}
+                            for r in table.to_pylist()]
 
 
 def iter_runs(root: str | Path) -> Iterator[Run]:

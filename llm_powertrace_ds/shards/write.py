@@ -132,7 +132,8 @@ def folder_lock(root: str | Path) -> Iterator[None]:
         lock.release()
 
 
-def write_batches_atomic(path: Path, schema_: pa.Schema, batches: Iterable[pa.RecordBatch]) -> int:
+def write_batches_atomic(path: Path, schema_: pa.Schema, batches: Iterable[pa.RecordBatch], *,
+                         nbytes: int | None = None) -> int:
     """Stream record batches into one Arrow IPC stream file (temporary name, then rename).
 
     Memory is bounded by one batch (the inputs are memory-mapped), not by the shard.
@@ -141,6 +142,8 @@ def write_batches_atomic(path: Path, schema_: pa.Schema, batches: Iterable[pa.Re
         path: the shard to write.
         schema_: its schema (a config's ``Features.arrow_schema``); every batch must have it.
         batches: the record batches.
+        nbytes: about how many bytes the file will hold, for the compression rule of
+            ``ipc_options`` (small files uncompressed); ``None``: compressed.
 
     Returns:
         The rows written.
@@ -150,7 +153,7 @@ def write_batches_atomic(path: Path, schema_: pa.Schema, batches: Iterable[pa.Re
     """
     n = 0
     with atomic_path(path, fsync=True) as tmp, pa.OSFile(str(tmp), "wb") as sink, \
-            ipc.new_stream(sink, schema_, options=ipc_options()) as writer:
+            ipc.new_stream(sink, schema_, options=ipc_options(nbytes)) as writer:
         for batch in batches:
             if not batch.schema.equals(schema_):
                 raise ShardError(f"cannot pack into '{path.name}': a batch's schema differs "

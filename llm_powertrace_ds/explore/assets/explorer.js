@@ -6,12 +6,18 @@
  * samples, level k >= 1 the first/second extrema of buckets of bucket_ms[k]; the run page draws the
  * coarsest level whose visible buckets fit MAX_BUCKETS (MAX_SIGNAL_BUCKETS for the small panels of
  * utilisation, clocks, temperature and memory) and loads only the visible chunks.
+ * data/site.js (columns, formulas, flags, run count) is on every page; data/catalog.js (the rows,
+ * column-wise) only on the catalog and sweep pages. The catalog draws PAGE_ROWS rows at a time and
+ * filters and sorts an index of row numbers in memory, never the DOM (10,000 runs stay fast).
+ * A run's files are under data/runs/<first 2 hex of its folder's hash>/<folder>/ (catalog.run_dir).
  */
 "use strict";
 
 const LPT = (() => {
   const MAX_BUCKETS = 1500;  // power and total: at most 3000 points per line in view
   const MAX_SIGNAL_BUCKETS = 400;  // utilisation, clocks, temperature, memory: the small panels
+  const PAGE_ROWS = 100;  // catalog rows drawn at a time
+  const FOLDER_RE = /^[A-Za-z0-9_.-]*-[0-9a-f]{8}$/;  // catalog.run_folder: slug-hash8
   const cache = {};
   const pending = {};
   const state = { page: null, level: null, range: null, firstDrawMs: null, draws: 0, marks: {} };
@@ -38,11 +44,17 @@ const LPT = (() => {
     entry.promise = new Promise((resolve, reject) => { entry.resolve = resolve; entry.reject = reject; });
     pending[key] = entry;
     const s = document.createElement("script");
-    s.src = "data/runs/" + key + ".js";
+    s.src = "data/runs/" + runDir(key) + ".js";
     s.onload = () => s.remove();
     s.onerror = () => { delete pending[key]; s.remove(); entry.reject(new Error("cannot load " + s.src)); };
     document.head.appendChild(s);
     return entry.promise;
+  }
+
+  // catalog.run_dir: "<folder>/<file>" lives in data/runs/<hash's first 2 hex>/<folder>/<file>
+  function runDir(key) {
+    const folder = key.split("/")[0];
+    return folder.slice(-8, -6) + "/" + key;
   }
 
   function bytes(b64) {
@@ -104,8 +116,19 @@ const LPT = (() => {
     return String(v);
   };
   const params = () => new URLSearchParams(window.location.search);
-  const catalog = () => cache.catalog;
-  const byFolder = (folder) => catalog().rows.find((r) => r.folder === folder);
+  const site = () => cache.site;
+  let rowsMemo = null;
+  // The catalog's rows as objects, rebuilt once from data/catalog.js's columns-wise arrays.
+  function catalogRows() {
+    if (rowsMemo) return rowsMemo;
+    const { names, values } = cache.catalog;
+    rowsMemo = values.map((v) => {
+      const r = {};
+      for (let j = 0; j < names.length; j++) r[names[j]] = v[j];
+      return r;
+    });
+    return rowsMemo;
+  }
   const proxyBanner = (what) => $("div", { class: "proxy-banner", role: "alert" },
     "⚠ CPU PROXY — " + what + " MODELLED from CPU activity, NOT measured on a GPU. Never use it as GPU data.");
 
@@ -191,101 +214,128 @@ const LPT = (() => {
 
   // ---- catalog page -------------------------------------------------------------------------------
   function catalogPage(main) {
-    const cat = catalog();
-    const cols = cat.columns;
+    const about = site();
+    const cols = about.columns;
+    const all = catalogRows();
     const filters = {};
-    let sortCol = "run_id", sortDir = 1;
+    let sortCol = "run_id", sortDir = 1, pageNo = 0;
+    let order = [], shown = [];
     const selected = new Set();
-    const proxies = cat.rows.filter((r) => r.cpu_proxy).length;
-    if (proxies) main.append(proxyBanner(proxies + " of " + cat.rows.length + " run(s) are cpu_proxy:"));
+    const collator = new Intl.Collator(undefined, { numeric: true });
+    const searchKeys = all.map((r) => String(r.run_id).toLowerCase());
+    const proxies = all.filter((r) => r.cpu_proxy).length;
+    if (proxies) main.append(proxyBanner(proxies + " of " + all.length + " run(s) are cpu_proxy:"));
     const bar = $("div", { class: "filters" });
     const count = $("span", { id: "row-count" });
     const compareBtn = $("button", { id: "compare-button", disabled: "disabled", onclick: () => {
       window.location.href = "compare.html?runs=" + [...selected].map(encodeURIComponent).join(",");
     } }, "compare selected (2–4)");
     const search = $("input", { type: "search", id: "filter-text", placeholder: "run id contains…",
-      oninput: () => render() });
+      oninput: () => { pageNo = 0; refilter(); } });
     bar.append(search);
     for (const c of cols.filter((c) => c.filter)) {
       const values = new Set();
-      for (const r of cat.rows) {
+      for (const r of all) {
         const v = r[c.name];
         if (Array.isArray(v)) v.forEach((x) => values.add(String(x)));
         else if (v !== null && v !== undefined) values.add(String(v));
       }
       const sel = $("select", { "data-filter": c.name, title: c.description,
-        onchange: (e) => { filters[c.name] = e.target.value; render(); } },
+        onchange: (e) => { filters[c.name] = e.target.value; pageNo = 0; refilter(); } },
         $("option", { value: "", text: c.name + ": all" }));
-      [...values].sort((a, b) => a.localeCompare(b, undefined, { numeric: true }))
-        .forEach((v) => sel.append($("option", { value: v, text: v })));
+      [...values].sort(collator.compare).forEach((v) => sel.append($("option", { value: v, text: v })));
       bar.append(sel);
     }
     bar.append(count, compareBtn);
     main.append(bar);
+    const prev = $("button", { id: "page-prev", onclick: () => { pageNo -= 1; draw(); } }, "◀ previous");
+    const next = $("button", { id: "page-next", onclick: () => { pageNo += 1; draw(); } }, "next ▶");
+    const pageInfo = $("span", { id: "page-info" });
+    const pager = $("div", { class: "pager" }, prev, pageInfo, next);
     const table = $("table", { id: "catalog" });
     const head = $("tr");
     head.append($("th", { text: "" }));
     for (const c of cols) {
       head.append($("th", { "data-col": c.name, class: "sortable " + c.group,
         title: (c.description || "") + (c.unit ? " [" + c.unit + "]" : "") + " — click to sort",
-        onclick: () => { sortDir = sortCol === c.name ? -sortDir : 1; sortCol = c.name; render(); } },
+        onclick: () => { sortDir = sortCol === c.name ? -sortDir : 1; sortCol = c.name; resort(); refilter(); } },
         c.name + (c.unit ? " (" + c.unit + ")" : "")));
     }
     table.append($("thead", {}, head));
     const body = $("tbody");
     table.append(body);
-    main.append($("div", { class: "table-wrap" }, table));
+    main.append($("div", { class: "table-wrap" }, table), pager);
 
-    function keep(r) {
+    // nulls last in either direction; numbers by value, text in natural order; ties by row
+    function resort() {
+      const vals = all.map((r) => r[sortCol]);
+      order = all.map((_, i) => i);
+      order.sort((a, b) => {
+        const x = vals[a], y = vals[b];
+        if (x === y) return a - b;
+        if (x === null || x === undefined) return 1;
+        if (y === null || y === undefined) return -1;
+        const d = typeof x === "number" && typeof y === "number" ? x - y : collator.compare(String(x), String(y));
+        return d ? sortDir * d : a - b;
+      });
+    }
+    function refilter() {
       const text = search.value.trim().toLowerCase();
-      if (text && !String(r.run_id).toLowerCase().includes(text)) return false;
-      for (const [name, want] of Object.entries(filters)) {
-        if (!want) continue;
-        const v = r[name];
-        if (Array.isArray(v) ? !v.map(String).includes(want) : String(v) !== want) return false;
-      }
-      return true;
-    }
-    function cmp(a, b) {
-      const x = a[sortCol], y = b[sortCol];
-      if (x === y) return 0;
-      if (x === null || x === undefined) return 1;
-      if (y === null || y === undefined) return -1;
-      if (typeof x === "number" && typeof y === "number") return sortDir * (x - y);
-      return sortDir * String(x).localeCompare(String(y), undefined, { numeric: true });
-    }
-    function render() {
-      body.replaceChildren();
-      const rows = cat.rows.filter(keep).sort(cmp);
-      for (const r of rows) {
-        const tr = $("tr", { "data-run-id": r.run_id, class: r.cpu_proxy ? "proxy" : "" });
-        const box = $("input", { type: "checkbox", "data-select": r.folder, onchange: (e) => {
-          if (e.target.checked) selected.add(r.folder); else selected.delete(r.folder);
-          compareBtn.disabled = selected.size < 2 || selected.size > 4;
-        } });
-        box.checked = selected.has(r.folder);
-        tr.append($("td", {}, box));
-        for (const c of cols) {
-          if (c.name === "run_id") {
-            tr.append($("td", { class: "run-id" },
-              $("a", { href: "run.html?run=" + encodeURIComponent(r.folder), text: r.run_id }),
-              r.cpu_proxy ? $("span", { class: "proxy-badge", title: cat.flags.cpu_proxy }, "CPU PROXY") : null));
-          } else if (c.name === "quality_flags") {
-            tr.append($("td", {}, ...r.quality_flags.map((f) =>
-              $("span", { class: "flag", title: cat.flags[f] || "" }, f))));
-          } else {
-            tr.append($("td", { class: typeof r[c.name] === "number" ? "num" : "" }, fmt(r[c.name])));
-          }
+      const active = Object.entries(filters).filter(([, want]) => want);
+      shown = order.filter((i) => {
+        if (text && !searchKeys[i].includes(text)) return false;
+        for (const [name, want] of active) {
+          const v = all[i][name];
+          if (Array.isArray(v) ? !v.map(String).includes(want) : String(v) !== want) return false;
         }
-        body.append(tr);
+        return true;
+      });
+      draw();
+    }
+    function rowOf(r) {
+      const tr = $("tr", { "data-run-id": r.run_id, class: r.cpu_proxy ? "proxy" : "" });
+      const box = $("input", { type: "checkbox", "data-select": r.folder, onchange: (e) => {
+        if (e.target.checked) selected.add(r.folder); else selected.delete(r.folder);
+        compareBtn.disabled = selected.size < 2 || selected.size > 4;
+      } });
+      box.checked = selected.has(r.folder);
+      tr.append($("td", {}, box));
+      for (const c of cols) {
+        if (c.name === "run_id") {
+          tr.append($("td", { class: "run-id" },
+            $("a", { href: "run.html?run=" + encodeURIComponent(r.folder), text: r.run_id }),
+            r.cpu_proxy ? $("span", { class: "proxy-badge", title: about.flags.cpu_proxy }, "CPU PROXY") : null));
+        } else if (c.name === "quality_flags") {
+          tr.append($("td", {}, ...(r.quality_flags || []).map((f) =>
+            $("span", { class: "flag", title: about.flags[f] || "" }, f))));
+        } else {
+          tr.append($("td", { class: typeof r[c.name] === "number" ? "num" : "" }, fmt(r[c.name])));
+        }
       }
-      count.textContent = rows.length + " of " + cat.rows.length + " runs";
+      return tr;
+    }
+    function draw() {
+      const pages = Math.max(1, Math.ceil(shown.length / PAGE_ROWS));
+      pageNo = Math.min(Math.max(0, pageNo), pages - 1);
+      const first = pageNo * PAGE_ROWS;
+      const part = shown.slice(first, first + PAGE_ROWS);
+      const frag = document.createDocumentFragment();
+      for (const i of part) frag.append(rowOf(all[i]));
+      body.replaceChildren(frag);
+      count.textContent = shown.length + " of " + all.length + " runs";
+      pageInfo.textContent = shown.length ? " rows " + (first + 1) + "–" + (first + part.length) +
+        " (page " + (pageNo + 1) + " of " + pages + ") " : " no rows ";
+      prev.disabled = pageNo === 0;
+      next.disabled = pageNo >= pages - 1;
+      pager.hidden = pages === 1;
       for (const th of head.querySelectorAll("th[data-col]")) {
         th.classList.toggle("sorted", th.dataset.col === sortCol);
         th.dataset.dir = th.dataset.col === sortCol ? (sortDir > 0 ? "asc" : "desc") : "";
       }
+      state.draws += 1;
     }
-    render();
+    resort();
+    refilter();
     state.ready = true;
   }
 
@@ -522,11 +572,12 @@ const LPT = (() => {
 
   async function runPage(main) {
     const folder = params().get("run");
-    const row = folder && byFolder(folder);
-    if (!row) { main.append($("p", { class: "error", text: "no run " + folder + " in this dataset" })); return; }
+    const missing = () => main.append($("p", { class: "error", text: "no run " + folder + " in this dataset" }));
+    if (!folder || !FOLDER_RE.test(folder)) { missing(); return; }
     const t0 = performance.now();
     mark("start");
-    const meta = await load(folder + "/meta");
+    let meta;
+    try { meta = await load(folder + "/meta"); } catch (err) { missing(); return; }
     mark("meta");
     document.title = "LLM-PowerTrace — " + meta.run_id;
     main.append($("h1", { text: meta.run_id }));
@@ -600,7 +651,7 @@ const LPT = (() => {
   }
 
   function metricsPanel(meta) {
-    const cat = catalog();
+    const cat = site();
     const box = $("section", { class: "panel" });
     if (meta.flags.length) {
       box.append($("h2", { text: "quality flags" }));
@@ -632,7 +683,7 @@ const LPT = (() => {
 
   // ---- compare page ---------------------------------------------------------------------------------
   async function comparePage(main) {
-    const folders = (params().get("runs") || "").split(",").filter(Boolean).slice(0, 4);
+    const folders = (params().get("runs") || "").split(",").filter((f) => FOLDER_RE.test(f)).slice(0, 4);
     main.append($("h1", { text: "compare runs" }));
     if (folders.length < 2) {
       main.append($("p", { text: "Pick 2–4 runs in the catalog (tick their boxes, then “compare selected”)." }));
@@ -681,7 +732,7 @@ const LPT = (() => {
     });
     const t = $("table", { id: "compare-metrics" });
     t.append($("tr", {}, $("th", { text: "metric" }), ...metas.map((m) => $("th", { text: m.run_id }))));
-    const names = catalog().columns.filter((c) => c.group === "metric").map((c) => c.name);
+    const names = site().columns.filter((c) => c.group === "metric").map((c) => c.name);
     for (const n of names) t.append($("tr", {}, $("td", {}, $("code", { text: n })), ...metas.map((m) => $("td", { class: "num", text: fmt(m.metrics[n]) }))));
     main.append($("section", { class: "panel" }, $("h2", { text: "headline metrics" }), t));
     state.ready = true;
@@ -689,7 +740,7 @@ const LPT = (() => {
 
   // ---- sweep page --------------------------------------------------------------------------------------
   function sweepPage(main) {
-    const cat = catalog();
+    const cat = Object.assign({}, site(), { rows: catalogRows() });
     main.append($("h1", { text: "sweep: a metric against an axis" }));
     const metricNames = Object.keys(cat.formulas).filter((n) => cat.rows.some((r) => typeof r[n] === "number"))
       .concat(cat.columns.filter((c) => c.group === "metric").map((c) => c.name));
@@ -756,8 +807,8 @@ const LPT = (() => {
     const page = document.body.dataset.page;
     state.page = page;
     const main = document.getElementById("main");
-    const cat = catalog();
-    document.getElementById("dataset").textContent = "dataset: " + cat.dataset + " · " + cat.rows.length + " runs · schema " + cat.schema_version;
+    const about = site();
+    document.getElementById("dataset").textContent = "dataset: " + about.dataset + " · " + about.runs + " runs · schema " + about.schema_version;
     const pages = { index: catalogPage, run: runPage, compare: comparePage, sweep: sweepPage };
     Promise.resolve(pages[page](main)).catch((err) => {
       main.append($("p", { class: "error", text: String(err) }));

@@ -15,7 +15,7 @@ from llm_powertrace_ds.errors import InputError
 
 pytest.importorskip("bokeh")
 from llm_powertrace_ds.explore import build_site  # noqa: E402
-from llm_powertrace_ds.explore.catalog import run_folder  # noqa: E402
+from llm_powertrace_ds.explore.catalog import run_dir, run_folder  # noqa: E402
 
 
 def test_site_has_pages_bokehjs_catalog_and_per_run_chunks(demo_site):
@@ -24,15 +24,15 @@ def test_site_has_pages_bokehjs_catalog_and_per_run_chunks(demo_site):
     root, site, runs = demo_site
     for name in ("index.html", "run.html", "compare.html", "sweep.html", "assets/explorer.js",
                  "assets/style.css", "assets/bokeh.min.js", "assets/bokeh-api.min.js",
-                 "data/catalog.js", "site.json"):
+                 "data/site.js", "data/catalog.js", "site.json"):
         assert (site / name).is_file(), name
     for name in ("bokeh.min.js", "bokeh-api.min.js"):  # the installed package's own BokehJS
         text = (site / "assets" / name).read_text()
         assert "Bokeh Contributors" in text[:400] and f'"{bokeh.__version__}"' in text, name
     for run in runs:
-        folder = site / "data/runs" / run_folder(run.run_id)
+        folder = site / "data/runs" / run_dir(run_folder(run.run_id))
         assert (folder / "meta.js").is_file() and (folder / "L0-0.js").is_file()
-    long_run = site / "data/runs" / run_folder("ft-llama-lora")
+    long_run = site / "data/runs" / run_dir(run_folder("ft-llama-lora"))
     assert (long_run / "L1-0.js").is_file()  # 600 s at 0.1 s: a level above raw
     pages = "".join((site / p).read_text() for p in ("index.html", "run.html"))
     assert "http://" not in pages and "https://" not in pages  # nothing from a CDN
@@ -70,7 +70,7 @@ def test_rebuild_replaces_the_site_and_a_foreign_folder_is_refused(tmp_path):
     build_site(root, site)
     shards.publish_run(root, synthetic_run("b", seed=3), refresh_card=False)
     build_site(root, site)
-    assert (site / "data/runs" / run_folder("b") / "meta.js").is_file()
+    assert (site / "data/runs" / run_dir(run_folder("b")) / "meta.js").is_file()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".site")]  # no leftovers
     foreign = tmp_path / "mine"
     foreign.mkdir()
@@ -105,7 +105,7 @@ def test_packed_dataset_gives_the_same_site(demo_site, tmp_path):
     site2 = tmp_path / "site2"
     build_site(packed, site2, name="ds")
     for run in runs:
-        folder = run_folder(run.run_id)
+        folder = run_dir(run_folder(run.run_id))
         for path in sorted((site / "data/runs" / folder).iterdir()):
             assert (site2 / "data/runs" / folder / path.name).read_bytes() == path.read_bytes()
 

@@ -1,0 +1,177 @@
+"""The packed layout read by run: ``ShardIndex``, ``RunReader``, merged runs tables (issue 40)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
+import pytest
+
+from llm_powertrace_ds import facility as fac
+from llm_powertrace_ds import layout, shards
+from llm_powertrace_ds.errors import RunNotFound
+from llm_powertrace_ds.hub_upload import write_parquet_copy
+from llm_powertrace_ds.query import Runs
+from llm_powertrace_ds.shards import index as index_mod
+
+
+def _folder(tmp_path, make_run, n=6):
+    src = tmp_path / "src"
+    for i in range(n):
+        shards.publish_run(src, make_run(f"r{i}", seed=i), refresh_card=False)
+    shards.publish_run(src, make_run("i0", workload="inference", with_requests=True),
+                       refresh_card=False)
+    return src
+
+
+@pytest.fixture
+def packed(tmp_path, make_run):
+    src = _folder(tmp_path, make_run)
+    dst = tmp_path / "packed"
+    shards.pack(src, dst, refresh_card=False)
+    return src, dst
+
+
+def _batches(path):
+    with open(path, "rb") as fh:
+        return [b.num_rows for b in ipc.open_stream(fh)]
+
+
+def _zero_copy(path) -> bool:
+    """Whether every batch's buffers are slices of the mapped file (written uncompressed)."""
+    with pa.memory_map(str(path), "r") as source:
+        messages = ipc.MessageReader.open_stream(source)
+        schema_ = ipc.read_schema(messages.read_next_message())
+        for message in messages:
+            lo = message.body.address
+            hi = lo + message.body.size
+            batch = ipc.read_record_batch(message, schema_)
+            for col in batch.columns:
+                for buf in col.buffers():
+                    if buf is not None and buf.size and not lo <= buf.address < hi:
+                        return False
+    return True
+
+
+def _same_run(a, b):
+    assert a.meta == b.meta
+    assert [d.gpu_index for d in a.devices] == [d.gpu_index for d in b.devices]
+    for da, db in zip(a.devices, b.devices, strict=True):
+        np.testing.assert_array_equal(da.t_ms, db.t_ms)
+        assert set(da.signals) == set(db.signals)
+        for k in da.signals:
+            np.testing.assert_array_equal(da.signals[k], db.signals[k])
+    assert a.events == b.events
+    assert a.requests == b.requests
+
+
+def test_pack_merges_runs_rows_into_one_uncompressed_batch(packed):
+    _, dst = packed
+    [runs_shard] = layout.shard_files(dst, "finetune_runs")
+    assert _batches(runs_shard) == [6]  # one batch, not one per run
+    # a small table stays uncompressed (COMPRESS_MIN_BYTES): read without decompressing
+    assert _zero_copy(runs_shard)
+    [requests_shard] = layout.shard_files(dst, "inference_requests")
+    assert _batches(requests_shard) == [5]
+    assert sorted(r["run_id"] for r in shards.list_runs(dst)) == \
+        sorted(r["run_id"] for r in shards.list_runs(packed[0]))
+
+
+def test_index_maps_each_run_to_its_batches(packed):
+    _, dst = packed
+    [trace] = layout.shard_files(dst, "finetune")
+    per_batch = shards.batch_run_ids(trace)
+    assert per_batch == [[f"r{i}"] for i in range(6)]
+    idx = shards.ShardIndex([trace])
+    assert idx.run_ids() == [f"r{i}" for i in range(6)]
+    assert idx.locate("r3") == {trace: [3]}
+    assert idx.locate("nope") == {}
+
+
+def test_reading_runs_decodes_only_their_batches(packed, monkeypatch):
+    src, dst = packed
+    decoded = []
+    real = index_mod.ipc.read_record_batch
+
+    def spy(message, schema_):
+        batch = real(message, schema_)
+        decoded.append(batch.column(batch.schema.get_field_index("run_id"))[0].as_py())
+        return batch
+
+    monkeypatch.setattr(index_mod.ipc, "read_record_batch", spy)
+    reader = shards.RunReader(dst)
+    got = {run.run_id: run for run in reader.read_many(["r4", "r1"])}
+    assert sorted(decoded) == ["r1", "r4"]  # two batches of the six-run shard, nothing else
+    for run_id in ("r1", "r4"):
+        _same_run(got[run_id], shards.read_run(src, run_id))
+
+
+def test_packed_runs_equal_unpacked_ones_requests_too(packed):
+    src, dst = packed
+    reader = shards.RunReader(dst)
+    for run_id in ("r0", "r5", "i0"):
+        _same_run(reader.read(run_id), shards.read_run(src, run_id))
+    assert len(reader.read("i0").requests) == 5
+    with pytest.raises(RunNotFound, match="'nope'"):
+        reader.read("nope")
+    assert [r.run_id for r in reader.read_many(["nope", "r2"])] == ["r2"]
+
+
+def test_parquet_copy_has_one_row_group_per_run_found_from_the_footer(packed, tmp_path,
+                                                                      monkeypatch):
+    src, dst = packed
+    out = tmp_path / "parquet"
+    write_parquet_copy(dst, out)
+    [trace] = layout.shard_files(out, "finetune")
+    meta = pq.ParquetFile(trace).metadata
+    assert meta.num_row_groups == 6
+    assert [len(meta.row_group(i).column(0).statistics.min) > 0 for i in range(6)] == [True] * 6
+
+    def no_page_read(*args, **kwargs):
+        raise AssertionError("the index read a page")
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", no_page_read)
+    assert shards.batch_run_ids(trace) == [[f"r{i}"] for i in range(6)]
+    monkeypatch.undo()
+    reader = shards.RunReader(out)
+    _same_run(reader.read("r2"), shards.read_run(src, "r2"))
+    _same_run(reader.read("i0"), shards.read_run(src, "i0"))
+
+
+def test_query_traces_of_a_packed_folder_equal_unpacked(packed):
+    src, dst = packed
+    want = {(r.run_id, t.gpu_index): t.power_w
+            for r, t in Runs.load(src, "finetune").where(run_id="r3").traces()}
+    got = {(r.run_id, t.gpu_index): t.power_w
+           for r, t in Runs.load(dst, "finetune").where(run_id="r3").traces()}
+    assert want.keys() == got.keys() == {("r3", 0), ("r3", 1)}
+    for k in want:
+        np.testing.assert_array_equal(want[k], got[k])
+
+
+@pytest.mark.parametrize("layout_", ["unpacked", "packed"])
+def test_facility_reads_only_runs_that_get_a_job(tmp_path, make_run, layout_):
+    src = _folder(tmp_path, make_run, n=5)
+    root = src
+    if layout_ == "packed":
+        root = tmp_path / "packed"
+        shards.pack(src, root, refresh_card=False)
+    else:  # runs r2..r4 get no job: their traces may be gone, nothing reads them
+        for i in (2, 3, 4):
+            layout.trace_path(src, "finetune", "l40s", "llama", f"r{i}").unlink()
+    cfg = fac.FacilityConfig(gpus=16, gpus_per_node=8, duration_s=10.0)
+    res = fac.run_facility(root, cfg, config="finetune_runs")
+    assert [s.run_id for s in res.sources] == ["r0", "r1"]
+    assert [s.share for s in res.sources] == [0.2, 0.2]  # shares of the whole selection
+    first = res.limits[0]
+    assert first.startswith("composed, not measured: 16 GPUs from 2 source run(s) (those of "
+                            "the 5 run(s) of finetune_runs (every run) that get a job): r0, r1")
+    assert "r2" not in " ".join(res.limits)
+    # the jobs are those the whole selection would get
+    every = fac.select_sources(src if layout_ == "packed" else root, config="finetune_runs") \
+        if layout_ == "packed" else None
+    if every is not None:
+        full = fac.compose(every, cfg)
+        assert [(j.source, j.nodes) for j in full.jobs] == [(j.source, j.nodes) for j in res.jobs]
+        np.testing.assert_array_equal(full.facility_w, res.facility_w)
