@@ -39,7 +39,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .. import bounded, privacy, schema, specs
+from .. import bounded, numbers, privacy, schema, specs
 from ..errors import InputError
 from ..run import Run, coerce_meta
 from .common import check_run_id, family_from_name
@@ -220,6 +220,8 @@ def summary_runs(task_dir: str | Path) -> list[tuple[Run, dict[str, Any]]]:
         run.add_flags("summary_only", "precision_unknown", *info.flags)
         metrics = {"energy_per_token_j": per_token, "mean_power_w": per_token * tput,
                    "metric_notes": [SUMMARY_NOTE]}
+        # the number gate, per file, before anything is written (derived values included)
+        numbers.check_row("inference_runs", {**run.meta, **metrics}, where=str(path))
         out.append((run, metrics))
     seen: dict[str, Path] = {}
     for (run, _), path in zip(out, files, strict=True):
