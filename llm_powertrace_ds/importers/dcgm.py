@@ -59,6 +59,11 @@ from .common import (
 )
 
 FORMAT = "dcgm"
+MIN_PERIOD_MS = 0.1
+"""Shortest ``sample_period_ms`` accepted: ten samples per millisecond of the run clock (ms
+resolution) is already more than it can tell apart."""
+MAX_PERIOD_MS = 3_600_000.0
+"""Longest ``sample_period_ms`` accepted (one hour)."""
 FIELDS: dict[str, tuple[str, str]] = {
     "POWER": ("power_w", "W"),
     "TOTEC": ("energy_mj", "mJ"),
@@ -154,7 +159,12 @@ def import_dcgm(path: str | Path, *, workload: str, meta_path: str | Path | None
         InputError: bad input, naming the file, the line and the field.
     """
     path = Path(path)
-    meta_in = scrub_meta(load_meta_file(meta_path), source=str(meta_path)) if meta_path else {}
+    raw_meta = load_meta_file(meta_path) if meta_path else {}
+    # the provenance rule of every importer: --meta may not set what the importer sets itself;
+    # dmon prints no clock, so the run's start_time is the user's to give
+    checks.check_meta_keys(raw_meta, workload, file=meta_path or path,
+                           allowed_provenance=("start_time",))
+    meta_in = scrub_meta(raw_meta, source=str(meta_path)) if meta_path else {}
     period = meta_in.pop("sample_period_ms", None)
     try:
         period_ms = float(period) if period is not None else math.nan
@@ -164,6 +174,10 @@ def import_dcgm(path: str | Path, *, workload: str, meta_path: str | Path | None
         raise InputError(f"dcgmi dmon prints no timestamps: give its -d delay as "
                          f"sample_period_ms in --meta (got {period!r})",
                          file=meta_path or path, field="sample_period_ms")
+    if not MIN_PERIOD_MS <= period_ms <= MAX_PERIOD_MS:
+        raise InputError(f"value {period!r} is not a dmon delay: dcgmi dmon -d takes "
+                         f"{MIN_PERIOD_MS:g} to {MAX_PERIOD_MS:g} ms", file=meta_path or path,
+                         field="sample_period_ms")
     start = meta_in.pop("start_time", None)
     tags, rows = _parse(path)
     # Without a start_time the samples still need an anchor on the epoch for the importers'

@@ -353,3 +353,30 @@ def test_vllm_gaps_that_sum_to_inf_are_named(tmp_path):
     with pytest.raises(InputError) as exc:
         to_run_clock(log, run_id="r", platform="p", t0_ns=0, anchor=None, run_end_ms=10**9)
     assert exc.value.field == "finish_s" and "vllm.json" in str(exc.value)
+
+
+# ---- the provenance rule and timing options of the DCGM importer -------------------------------
+
+def _dmon(tmp_path: Path) -> Path:
+    log = tmp_path / "dmon.txt"
+    log.write_text("#Entity   POWER\nID        W\n" + "".join(f"GPU 0     {100 + s}.0\n"
+                                                           for s in range(10)), encoding="utf-8")
+    return log
+
+
+@pytest.mark.parametrize(("key", "value"), [("sampler", "nvml"), ("workload", "inference"),
+                                            ("host_hash", "abc"), ("schema_version", "9.9.9")])
+def test_dcgm_meta_cannot_set_provenance(cli, tmp_path, key, value):
+    meta = tmp_path / "meta.yaml"
+    meta.write_text(f"sample_period_ms: 100\n{key}: {value}\n", encoding="utf-8")
+    line = _refused(cli, ["import", "dcgm", _dmon(tmp_path), "--meta", meta, "--out",
+                          tmp_path / "ds", "--workload", "finetune"], tmp_path / "ds")
+    assert f"field '{key}'" in line and "provenance" in line
+
+
+def test_dcgm_period_out_of_range_names_the_key(cli, tmp_path):
+    meta = tmp_path / "meta.yaml"
+    meta.write_text("sample_period_ms: 0.001\n", encoding="utf-8")
+    line = _refused(cli, ["import", "dcgm", _dmon(tmp_path), "--meta", meta, "--out",
+                          tmp_path / "ds", "--workload", "finetune"], tmp_path / "ds")
+    assert "field 'sample_period_ms'" in line and "quality_flags" not in line
