@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from llm_powertrace_ds import metrics, scaling
+from llm_powertrace_ds.sources.provenance import SOURCES_PATH, read_sources
 
 SCALING_FIT_PATH = scaling.DATASET_FIT_PATH
 
@@ -41,16 +42,41 @@ def seed_note() -> list[str]:
             "0.1 s node total).", ""]
 
 
-def sources_section(runs: list[dict[str, Any]]) -> list[str]:
-    """Credit the imported sources present in the folder."""
+def sources_section(runs: list[dict[str, Any]], root: str | Path | None = None) -> list[str]:
+    """Credit the imported sources present in the folder, and those ``get`` recorded.
+
+    A recorded source (``sources.json``, written by ``llm-powertrace get``) is listed with its
+    licence, whether it may be redistributed, its citation, the publisher's URL and the files'
+    SHA-256.
+    """
     present = sorted({str(r.get("sampler")) for r in runs} & set(SOURCES))
-    if not present:
+    recorded = read_sources(root) if root is not None else []
+    if not present and not recorded:
         return []
-    lines = ["## Sources", "", "Runs imported from data measured by others:", ""]
-    for key in present:
-        n = sum(1 for r in runs if r.get("sampler") == key)
-        lines.append(f"- `{key}` ({n} run(s)): {SOURCES[key]}")
-    return lines + [""]
+    lines = ["## Sources", ""]
+    if present:
+        lines += ["Runs imported from data measured by others:", ""]
+        for key in present:
+            n = sum(1 for r in runs if r.get("sampler") == key)
+            lines.append(f"- `{key}` ({n} run(s)): {SOURCES[key]}")
+        lines.append("")
+    for entry in recorded:
+        files = entry.get("files") or []
+        pinned = all(f.get("pinned") for f in files) and bool(files)
+        lines += [f"### {entry.get('title') or entry.get('name')}", "",
+                  f"- Source: `{entry.get('name')}`, {entry.get('source_url')}",
+                  f"- Licence: `{entry.get('licence')}`"
+                  + ("" if entry.get("redistributable") is True else
+                     " — **no redistribution licence**: do not republish these runs"),
+                  f"- Citation: {entry.get('citation')}",
+                  f"- Runs: {len(entry.get('runs') or [])}; retrieved "
+                  f"{entry.get('retrieved_utc')}"
+                  + (" from a local copy" if entry.get("from_local_copy") else "")
+                  + f"; {len(files)} file(s), "
+                  + ("each checked against the recipe's size and SHA-256" if pinned else
+                     "SHA-256 recorded, **not pinned** by the recipe")
+                  + f" (`{SOURCES_PATH}` lists them)", ""]
+    return lines
 
 
 def scaling_section(root: str | Path) -> list[str]:

@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 
 from llm_powertrace_ds import layout
+from llm_powertrace_ds.sources.provenance import read_sources
 
 from .card_text import FILE_SUFFIXES, LICENSE, TAGS, TASK_CATEGORIES, CardOptions
 from .summary import FolderSummary, summarize
@@ -44,13 +45,34 @@ def configs_yaml(root: str | Path, file_format: str = "arrow") -> list[dict[str,
     return entries
 
 
+_HUB_LICENCES = {"cc-by-4.0": "cc-by-4.0", "apache-2.0": "apache-2.0", "mit": "mit",
+                 "cc0-1.0": "cc0-1.0", "cc-by-sa-4.0": "cc-by-sa-4.0", "odc-by": "odc-by"}
+"""SPDX id (lower case) -> the Hub's licence id, for the licences a recipe may name."""
+
+
+def data_licence(root: str | Path, summary: FolderSummary) -> str:
+    """The Hub licence of the folder's data.
+
+    Ours (``cc-by-4.0``) for runs measured here, each recorded source's own (``sources.json``)
+    for its runs; ``other`` when they differ (the card's Sources section says which is which).
+    """
+    recorded = read_sources(root)
+    if not recorded:
+        return LICENSE
+    sourced = {rid for e in recorded for rid in e.get("runs") or []}
+    ids = {_HUB_LICENCES.get(str(e.get("licence", "")).lower(), "other") for e in recorded}
+    if any(r.get("run_id") not in sourced for r in summary.all_runs):
+        ids.add(LICENSE)
+    return ids.pop() if len(ids) == 1 else "other"
+
+
 def card_metadata(root: str | Path, options: CardOptions | None = None,
                   summary: FolderSummary | None = None) -> dict[str, Any]:
     """The card's YAML metadata (the form the Hub documents for dataset cards)."""
     options = options or CardOptions()
     summary = summary or summarize(root)
     return {
-        "license": LICENSE,
+        "license": data_licence(root, summary),
         "pretty_name": options.pretty_name,
         "task_categories": list(TASK_CATEGORIES),
         "tags": list(TAGS),

@@ -67,7 +67,7 @@ def render_card(root: str | Path, options: CardOptions | None = None, *,
                     _axes_section(summary), _measurement_section(summary),
                     _quality_section(summary), _limitations_section(summary),
                     _metrics_section() + analysis.seed_note(), _facility_section(),
-                    analysis.scaling_section(summary.root), analysis.sources_section(summary.all_runs),
+                    analysis.scaling_section(summary.root), analysis.sources_section(summary.all_runs, summary.root),
                     _dictionary_section(summary),
                     _licence_citation_changelog(summary, options.repo_id)):
         body += section

@@ -8,6 +8,7 @@ from typing import Any
 from llm_powertrace_ds import facility, schema
 from llm_powertrace_ds.run import Event
 from llm_powertrace_ds.schema import is_cpu_proxy
+from llm_powertrace_ds.sources.provenance import read_sources
 
 from .card_text import (
     PAPER_TITLE,
@@ -289,7 +290,14 @@ def _licence_citation_changelog(summary: FolderSummary, repo_id: str | None = No
     lines = ["## Licence", "",
              "The data are released under the Creative Commons Attribution 4.0 International "
              "licence (`cc-by-4.0`). The `llm-powertrace` software that produced them is "
-             "Apache-2.0.", "",
+             "Apache-2.0.", ""]
+    recorded = read_sources(summary.root)
+    if recorded:
+        lines += ["Runs imported from a public source keep their publisher's licence and "
+                  "citation: " + "; ".join(f"`{e.get('name')}` — `{e.get('licence')}`, cite "
+                                           f"{e.get('citation')}" for e in recorded)
+                  + " (see Sources).", ""]
+    lines += [
              "## Citation", "",
              "If you use these data, please cite the dataset and the paper whose design it "
              f"follows, *{PAPER_TITLE}*:", "", "```bibtex", *dataset_bibtex(summary, repo_id), "",

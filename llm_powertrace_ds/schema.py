@@ -295,8 +295,8 @@ PROVENANCE = [
     _c("peft_version", "string", "peft version of the workload"),
     _c("trl_version", "string", "trl version of the workload"),
     _c("host_hash", "string", "Salted hash of the host (never the host name)"),
-    _c("clock_alignment", "string", "Multi-node runs: how the nodes' clocks were put on one "
-       "time line and what is known of the error (null for one node)"),
+    _c("clock_alignment", "string", "How the clocks of a run's nodes were put on one time "
+       "line, and what is known of the error (null for a single node)"),
     _c("seed", "int64", "Random seed of the workload"),
     _c("grid_region", "string", "Optional user-given electricity-grid zone (no carbon figure baked in)"),
     _c("program", "string", "File name of the program run under `llm-powertrace record` (never "

@@ -31,6 +31,7 @@ COMMAND_MODULES = [
     "llm_powertrace_ds.cli.facility",
     "llm_powertrace_ds.cli.mitigate",
     "llm_powertrace_ds.cli.explore",
+    "llm_powertrace_ds.cli.get",
 ]
 PLUGIN_GROUP = "llm_powertrace.commands"
 """Entry-point group through which the layers above the library (``generation``: ``generate``,
