@@ -355,6 +355,15 @@ def _link_or_copy(src: str, dst: str) -> None:
         shutil.copy2(src, dst)
 
 
+def _copy_sources_record(root: Path, dst: Path) -> None:
+    """Carry ``sources.json`` (what ``get`` recorded: licence, citation, URL) into a copy."""
+    from llm_powertrace_ds.sources.provenance import SOURCES_PATH
+
+    if (root / SOURCES_PATH).is_file():
+        dst.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(root / SOURCES_PATH, dst / SOURCES_PATH)
+
+
 def _prepare(args: argparse.Namespace, work: Path) -> tuple[Plan, Path]:
     """Every local step: checks, card, packed copy (and Parquet copy), the plan."""
     from cards.builder import CardOptions, refresh_card, write_card
@@ -373,6 +382,7 @@ def _prepare(args: argparse.Namespace, work: Path) -> tuple[Plan, Path]:
         source = work / "source"
         shutil.copytree(root / "data", source / "data", copy_function=_link_or_copy,
                         ignore=shutil.ignore_patterns(".*"))
+        _copy_sources_record(root, source)
         refresh_card(source)
         pairs = check_shards(source)
         shutil.rmtree(source)
@@ -382,6 +392,7 @@ def _prepare(args: argparse.Namespace, work: Path) -> tuple[Plan, Path]:
     disk = DiskMeter(work)  # after the dry run's hard-linked copy is gone (it used no disk)
 
     shards.pack(root, packed, refresh_card=False)  # the card is written below, with the repo id
+    _copy_sources_record(root, packed)  # the card's licence and citation of imported sources
     shutil.rmtree(packed / ".staging", ignore_errors=True)
     for png in sorted((root / FIGURES_DIR).glob("trace-*.png")):  # current ones are reused
         target = packed / FIGURES_DIR / png.name
@@ -398,6 +409,7 @@ def _prepare(args: argparse.Namespace, work: Path) -> tuple[Plan, Path]:
                    out_dir=upload_root)
         # shard by shard, each Arrow shard removed once its Parquet twin is checked
         write_parquet_copy(packed, upload_root, remove_source=True, on_file=disk.measure)
+        _copy_sources_record(packed, upload_root)
     shutil.rmtree(upload_root / ".staging", ignore_errors=True)
     copy_pairs = check_loads(upload_root, work / "cache")
     disk.measure()

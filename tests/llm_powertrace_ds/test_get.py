@@ -365,3 +365,17 @@ def test_a_bad_recipe_is_named(tmp_path):
 
 def test_download_interrupted_is_an_os_error():
     assert issubclass(DownloadInterrupted, OSError)
+
+
+def test_the_uploaded_copy_keeps_the_sources_licence_and_citation(tmp_path, server, capsys):
+    recipes = recipe_file(tmp_path, server, "fixture", wattameter_archive(tmp_path),
+                          licence="Apache-2.0")
+    out = tmp_path / "ds"
+    assert main(["get", "fixture", "--out", str(out), "--recipes", str(recipes)]) == 0
+    capsys.readouterr()
+    assert upload.main([str(out), "--repo-id", "org/x", "--dry-run", "--format", "json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert "sources.json" in [f["path"] for f in plan["files"]]
+    diff = "\n".join(plan["card_diff"])
+    # the card of the copy still names the source's licence and citation
+    assert "-license: apache-2.0" not in diff and "-- Citation: A. Author" not in diff
