@@ -12,7 +12,17 @@ Chromium (Playwright) and measures, side by side in one process on the same file
 - ``raw``: the same, forced to draw every raw sample first (``?level=0``), which is what a chart
   without the pyramid would have to do;
 
-and a zoom to a 10 s window (reaching the raw samples). Times are the median of ``--repeats``
+and a zoom to a 10 s window (reaching the raw samples).
+
+``--catalog-runs N`` (default 10,000) also measures the catalog at community size: the same
+site's ``data/catalog.js`` replaced by N synthetic rows (the bench run's row with varied ids,
+platforms, families, GPU counts and metrics — only the browser part needs them), then, with a
+browser started once: ``catalog_paint_s`` from navigation start to the first frame after the
+rows were drawn (``LPT.state.paintedAtMs``) and the first contentful paint; ``filter_s`` a
+drop-down filter, ``search_keystroke_s`` one character typed into the run-id search, and
+``sort_s`` a header click — each from the event to the next frame; ``run_page_s`` the bench
+run's page opened from that catalog (navigation to the chart painted); and the most entries of
+any folder of the site, with the most that ``run_dir`` would put in one folder for N runs. Times are the median of ``--repeats``
 page loads (each one is printed too): ``first_draw_s`` from navigation start to the chart painted
 (Bokeh's document idle: every figure of the page rendered); ``library_ready_s`` when BokehJS had
 been loaded and run, and ``data_ready_s`` when the first view's chunks had been loaded and
@@ -48,7 +58,7 @@ import numpy as np
 
 from llm_powertrace_ds import shards
 from llm_powertrace_ds.explore import build_site
-from llm_powertrace_ds.explore.catalog import run_folder
+from llm_powertrace_ds.explore.catalog import packed_rows, run_dir, run_folder
 from llm_powertrace_ds.run import DeviceSeries, Event, Run
 
 RUN_ID = "bench-2h-8gpu"
@@ -230,11 +240,121 @@ def _summary(results: dict, zoom_s: list, args: argparse.Namespace, report, buil
     }
 
 
+PLATFORMS = ("h100_sxm_80gb", "a100_sxm4_80gb", "h200_sxm_141gb", "l40s", "mi300x")
+FAMILIES = ("llama", "qwen", "mistral", "gemma", "gpt2", "phi")
+NEXT_FRAME = "new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)))"
+
+
+def synthetic_catalog(site: Path, runs: int, seed: int = 0) -> list[str]:
+    """Replace the site's catalog rows by ``runs`` rows varied from its first; return folders.
+
+    The bench run's own row is kept first, so its run page opens from the catalog.
+    """
+    rng = np.random.default_rng(seed)
+    prefix, text = "LPT.got(\"catalog\",", (site / "data/catalog.js").read_text()
+    data = json.loads(text[len(prefix):-3])
+    base = dict(zip(data["names"], data["values"][0], strict=True))
+    rows = [base]
+    numeric = [k for k, v in base.items() if isinstance(v, float)]
+    for i in range(1, runs):
+        r = dict(base, run_id=f"synthetic-{i:06d}", platform=PLATFORMS[i % len(PLATFORMS)],
+                 model_family=FAMILIES[(i // 7) % len(FAMILIES)], num_gpus=int(2 ** (i % 4)))
+        for k in numeric:
+            r[k] = float(base[k]) * float(rng.uniform(0.5, 1.5))
+        r["folder"] = run_folder(r["run_id"])
+        rows.append(r)
+    (site / "data/catalog.js").write_text(
+        f"{prefix}{json.dumps(packed_rows(rows), separators=(',', ':'))});\n", encoding="utf-8")
+    site_js = site / "data/site.js"
+    head = "LPT.got(\"site\","
+    about = json.loads(site_js.read_text()[len(head):-3])
+    about["runs"] = runs
+    site_js.write_text(f"{head}{json.dumps(about, separators=(',', ':'))});\n", encoding="utf-8")
+    return [r["folder"] for r in rows]
+
+
+def _timed(page, action: str) -> float:
+    """Seconds from running ``action`` (JS statements) in the page to the next frame."""
+    return page.evaluate(f"async () => {{ const t = performance.now(); {action}; "
+                         f"await {NEXT_FRAME}; return (performance.now() - t) / 1000; }}")
+
+
+def _catalog_once(browser, site: Path) -> dict[str, float]:
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        page.goto((site / "index.html").as_uri())
+        page.wait_for_function("LPT.state.paintedAtMs > 0", timeout=120_000)
+        out = {"catalog_paint_s": page.evaluate("LPT.state.paintedAtMs") / 1000,
+               "first_contentful_paint_s": page.evaluate(
+                   "(performance.getEntriesByName('first-contentful-paint')[0] || "
+                   "{startTime: NaN}).startTime") / 1000,
+               "rows_drawn": page.locator("tr[data-run-id]").count()}
+        sel = "document.querySelector('select[data-filter=platform]')"
+        out["filter_s"] = _timed(page, f"{sel}.value = 'l40s'; "
+                                       f"{sel}.dispatchEvent(new Event('change'))")
+        out["filter_rows"] = page.inner_text("#row-count")
+        out["unfilter_s"] = _timed(page, f"{sel}.value = ''; "
+                                         f"{sel}.dispatchEvent(new Event('change'))")
+        box = "document.getElementById('filter-text')"
+        keys = []
+        for text in ("s", "sy", "syn", "synthetic-0001"):
+            keys.append(_timed(page, f"{box}.value = {json.dumps(text)}; "
+                                     f"{box}.dispatchEvent(new Event('input'))"))
+        out["search_keystroke_s"] = max(keys)
+        out["search_rows"] = page.inner_text("#row-count")
+        _timed(page, f"{box}.value = ''; {box}.dispatchEvent(new Event('input'))")
+        out["sort_s"] = _timed(page, "document.querySelector('th[data-col=energy_j]').click()")
+        out["dom_nodes"] = page.evaluate("document.getElementsByTagName('*').length")
+        url = (site / "run.html").as_uri() + f"?run={run_folder(RUN_ID)}"
+        out["run_page_s"] = _load(page, url, click=True)["drawn"] / 1000
+    finally:
+        page.close()
+    return out
+
+
+def catalog_bench(pw, chromium: str, site: Path, runs: int, repeats: int) -> dict:
+    """The catalog of ``runs`` synthetic rows (see the module docstring); medians of repeats."""
+    folders = synthetic_catalog(site, runs)
+    spread: dict[str, int] = {}
+    for f in folders:
+        key = run_dir(f).split("/")[0]
+        spread[key] = spread.get(key, 0) + 1
+    browser = pw.chromium.launch(executable_path=chromium, headless=True, args=FLAGS)
+    try:
+        each = [_catalog_once(browser, site) for _ in range(repeats)]
+    finally:
+        browser.close()
+    out: dict = {"runs": runs, "catalog_js_bytes": (site / "data/catalog.js").stat().st_size}
+    for key in each[0]:
+        vals = [e[key] for e in each]
+        out[key] = (round(statistics.median(vals), 3) if isinstance(vals[0], float)
+                    else vals[0])
+        if isinstance(vals[0], float):
+            out[f"{key}_each"] = [round(v, 3) for v in vals]
+    out["max_entries_in_a_site_folder"] = max(
+        len(list(os.scandir(d))) for d in [site, *[p for p in site.rglob("*") if p.is_dir()]])
+    out["max_runs_per_data_runs_subfolder_for_n"] = max(spread.values())
+    out["data_runs_subfolders_for_n"] = len(spread)
+    targets = {"catalog_paint_s": 1.0, "filter_s": 0.2, "search_keystroke_s": 0.1,
+               "run_page_s": 0.6}
+    out["meets_target"] = {k: out[k] <= v for k, v in targets.items()}
+    out["meets_target"]["folders_below_10k"] = (
+        out["max_entries_in_a_site_folder"] < 10_000
+        and out["max_runs_per_data_runs_subfolder_for_n"] < 10_000)
+    out["targets"] = {k: f"<= {v:g}" for k, v in targets.items()}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hours", type=float, default=2.0)
     parser.add_argument("--devices", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--catalog-runs", type=int, default=10_000,
+                        help="rows of the synthetic catalog measured after the run page "
+                        "(0: skip; default 10000)")
+    parser.add_argument("--catalog-only", action="store_true",
+                        help="measure only the catalog part (a 10-minute run's site)")
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -243,15 +363,23 @@ def main() -> None:
         raise SystemExit("headless Chromium is not installed (apt-get install chromium)")
     with tempfile.TemporaryDirectory() as tmp:
         root, site = Path(tmp) / "ds", Path(tmp) / "site"
-        run = make_run(args.hours, args.devices)
+        run = make_run(1 / 6 if args.catalog_only else args.hours, args.devices)
         shards.publish_run(root, run, refresh_card=False)
         start = time.perf_counter()
         report = build_site(root, site)
         build_s = time.perf_counter() - start
-        with sync_playwright() as pw, _served(site) as base:
-            results, zoom_s = _measure(pw, chromium, site, base, args.repeats)
-    samples = args.devices * len(run.devices[0].t_ms)
-    print(json.dumps(_summary(results, zoom_s, args, report, build_s, samples), indent=2))
+        out: dict = {}
+        with sync_playwright() as pw:
+            if not args.catalog_only:
+                with _served(site) as base:
+                    results, zoom_s = _measure(pw, chromium, site, base, args.repeats)
+                samples = args.devices * len(run.devices[0].t_ms)
+                out = _summary(results, zoom_s, args, report, build_s, samples)
+            if args.catalog_runs:
+                out["catalog"] = catalog_bench(pw, chromium, site, args.catalog_runs,
+                                               args.repeats)
+                out["catalog"]["load_average_1min"] = round(os.getloadavg()[0], 1)
+    print(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":
