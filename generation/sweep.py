@@ -613,7 +613,11 @@ def detect_machine(sampler: dict[str, Any]) -> MachineInfo:
     return MachineInfo(source="nvml", platform=platform, num_devices=len(gpus), cuda=True,
                        bf16=bf16, bitsandbytes=bnb,
                        can_set_power_limit=bool(gpus) and all(g.can_set_power_limit for g in gpus),
-                       extra={"gpu_names": names, "bitsandbytes_problem": bnb_problem})
+                       extra={"gpu_names": names, "bitsandbytes_problem": bnb_problem,
+                              # transformers' paged continuous-batching kernels
+                              "flash_attn": importlib.util.find_spec("flash_attn") is not None,
+                              "flash_attn_3": importlib.util.find_spec(
+                                  "flash_attn_interface") is not None})
 
 
 def canonical_hash(payload: dict[str, Any]) -> str:

@@ -267,15 +267,18 @@ def validate_settings(r: dict[str, Any], machine: MachineInfo) -> list[tuple[str
 
 
 def _cb_kernel_problems(r: dict[str, Any], machine: MachineInfo) -> list[tuple[str, str]]:
-    """Why the continuous-batching kernel cannot run here (the flash package is missing)."""
-    if r["batching"] != "continuous" or not machine.cuda or machine.extra.get("assumed"):
+    """Why the continuous-batching kernel cannot run here (the flash package is missing).
+
+    ``machine.extra["flash_attn"]`` / ``["flash_attn_3"]`` are set by the sweep's machine
+    detection on a GPU machine; unknown (an assumed or hand-made machine) is not a problem.
+    """
+    if r["batching"] != "continuous" or not machine.cuda:
         return []
     impl = r.get("cb_attn_implementation")
     if impl in ("flash_attention_2", "flash_attention_3"):
-        import importlib.util
-
         module = "flash_attn" if impl == "flash_attention_2" else "flash_attn_interface"
-        if importlib.util.find_spec(module) is None:
+        key = "flash_attn" if impl == "flash_attention_2" else "flash_attn_3"
+        if machine.extra.get(key) is False:
             return [("cb_attn_implementation", f"{impl} (transformers' paged varlen kernel) "
                      f"needs the {module} package, which is not installed; nothing is fetched "
                      "from the Hub mid-run. Install it, or set cb_attn_implementation: sdpa "

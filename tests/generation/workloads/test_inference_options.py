@@ -13,10 +13,16 @@ def test_options_from_resolved_settings():
     assert opts == ContinuousBatchingOptions("eager", True, False)
 
 
-def test_defaults_are_the_declared_defaults():
-    declared = ContinuousBatchingOptions(
-        attn_implementation=CB_SETTINGS["cb_attn_implementation"].default,
-        use_cuda_graph=CB_SETTINGS["cb_use_cuda_graph"].default,
-        use_async_batching=CB_SETTINGS["cb_use_async_batching"].default)
-    assert ContinuousBatchingOptions.from_settings(None) == declared
-    assert ContinuousBatchingOptions.from_settings({"batching": "static"}) == declared
+def test_defaults_are_what_a_cpu_resolves():
+    from generation.workloads import MachineInfo
+    from generation.workloads.inference.settings import resolve_cb
+
+    cpu = MachineInfo(source="cpu_proxy", platform="cpu_proxy", num_devices=2, cuda=False,
+                      bf16=True)
+    r = {k: s.default for k, s in CB_SETTINGS.items()}
+    resolve_cb(r, cpu)
+    assert ContinuousBatchingOptions.from_settings(None) == \
+        ContinuousBatchingOptions.from_settings(r) == ContinuousBatchingOptions("sdpa", False,
+                                                                                 False)
+    assert ContinuousBatchingOptions.from_settings({"batching": "static"}) == \
+        ContinuousBatchingOptions.from_settings(r)
