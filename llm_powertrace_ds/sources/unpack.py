@@ -65,8 +65,8 @@ def _plan(archive: Path) -> tuple[str, list[Member]]:
             members: list[Member] = []
             for member in tf.getmembers():
                 if not (member.isfile() or member.isdir()):
-                    kind = "link" if member.issym() or member.islnk() else "special file"
-                    raise UnsafeArchive(f"'{archive}': member {member.name!r} is a {kind}; "
+                    what = "link" if member.issym() or member.islnk() else "special file"
+                    raise UnsafeArchive(f"'{archive}': member {member.name!r} is a {what}; "
                                         "refused, nothing unpacked")
                 members.append((_member_path(archive, member.name), member.isdir(),
                                 member.size, member))
