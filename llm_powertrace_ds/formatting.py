@@ -9,6 +9,7 @@ up to a billion (thousands grouped), and a short scientific form only outside th
 from __future__ import annotations
 
 import math
+import re
 
 
 def human_number(value: float, digits: int = 4, *, grouping: bool = True) -> str:
@@ -38,3 +39,21 @@ def human_number(value: float, digits: int = 4, *, grouping: bool = True) -> str
     mantissa, _, exp = f"{value:.{max(0, digits - 2)}e}".partition("e")
     mantissa = mantissa.rstrip("0").rstrip(".") if "." in mantissa else mantissa
     return f"{mantissa}e{int(exp)}"
+
+
+_TERMINAL_UNSAFE_RE = re.compile(
+    r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
+"""C0/C1 control characters (ESC starts every terminal escape: OSC 52 clipboard writes, screen
+clears, titles), zero-width and bidirectional formatting characters (U+202E and friends, which
+spoof what a name looks like). Newline and tab are kept."""
+
+
+def safe_text(text: str) -> str:
+    """``text`` without terminal escapes and bidirectional overrides: the one output sanitiser.
+
+    For dataset strings shown in a terminal, a CSV or a page.
+
+    Values are refused on input by the text gate (``privacy``); this is for strings that reached
+    a folder some other way (a dataset from the Hub written by someone else).
+    """
+    return _TERMINAL_UNSAFE_RE.sub("", text)

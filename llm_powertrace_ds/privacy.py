@@ -257,9 +257,6 @@ def _text_problem(field: str, value: str, identities: tuple[str, ...]) -> str | 
     return None
 
 
-_CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
-
-
 def strip_control(text: str) -> str:
     """``text`` without control characters (newlines and tabs kept): for rendered documents.
 
@@ -267,7 +264,9 @@ def strip_control(text: str) -> str:
     and whatever reached a folder before that is rendered without ESC sequences, carriage
     returns or bidirectional overrides.
     """
-    return _CONTROL_RE.sub("", text)
+    from .formatting import safe_text
+
+    return safe_text(text)
 
 
 def _shown(value: str) -> str:

@@ -9,13 +9,30 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..formatting import human_number
+from ..formatting import human_number, safe_text
 
 FORMATS = ("table", "json", "csv")
 
 
+def _safe(v: Any) -> Any:
+    """Dataset strings without terminal escapes or bidi overrides (lists and dicts too)."""
+    if isinstance(v, str):
+        return safe_text(v)
+    if isinstance(v, list):
+        return [_safe(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _safe(x) for k, x in v.items()}
+    return v
+
+
 def emit(rows: list[dict[str, Any]], fmt: str, columns: list[str] | None = None) -> None:
-    """Print rows as an aligned table, JSON (a list of objects) or CSV."""
+    """Print rows as an aligned table, JSON (a list of objects) or CSV.
+
+    Every string passes :func:`llm_powertrace_ds.formatting.safe_text` first: a dataset from
+    elsewhere can hold terminal escapes (OSC 52 clipboard writes, screen clears) or
+    bidirectional overrides, and none of them reaches the terminal.
+    """
+    rows = [_safe(r) for r in rows]
     columns = columns or (list(rows[0]) if rows else [])
     if fmt == "json":
         print(json.dumps(rows, indent=2, default=str))
@@ -31,7 +48,7 @@ def emit(rows: list[dict[str, Any]], fmt: str, columns: list[str] | None = None)
             return human_number(v)
         if isinstance(v, list):
             return ",".join(map(str, v)) or "-"
-        return "-" if v is None else str(v)
+        return "-" if v is None else " ".join(str(v).split()) if "\n" in str(v) else str(v)
 
     table = [[cell(r.get(c)) for c in columns] for r in rows]
     widths = [max([len(c)] + [len(t[i]) for t in table]) for i, c in enumerate(columns)]
