@@ -40,6 +40,18 @@ JSON document is printed, with the ratios the scale issue asks for computed side
   ``inproc_import_samples_per_cpu_s``: the same 2-hour file imported and published in this
   process's child (library calls, imports done before timing). ``--cli-cost-only`` runs just
   this part.
+
+The published layout (``--published-only`` runs just this part; ``--pub-runs`` N, default
+1,000, and 0.3 N, of ``--pub-min-minutes``-``--pub-max-minutes`` 4-GPU runs): each folder is
+also packed (``pack``, what ``upload.py`` publishes) and copied to Parquet, and ``list``,
+``metrics``, ``facility --gpus 1024`` (128 one-node jobs: most runs get none) run on the
+unpacked and the packed folder through the CLI (median of ``--repeat``), ``Runs.load`` and the
+traces of 10 runs in a child (imports paid first). Printed: ``packed_over_unpacked`` per
+command at N, ``growth`` N / 0.3 N per command and layout (raw CPU: linear is 3.33), the
+unpacked ``facility``'s CPU and RSS growth (its jobs do not grow), runs-table bytes per run,
+the packed runs table's read time per run (Arrow, and ``list_runs``'s Python rows), and DuckDB
+over the Parquet copy beside ``Runs`` (per-platform mean power; per-run p99 of the device
+samples) — scan seconds and whether the answers agree.
 """
 
 from __future__ import annotations
@@ -319,13 +331,24 @@ def main() -> int:
                     help="runs of each validate/card step, the median kept (default: 3)")
     ap.add_argument("--cli-cost-only", action="store_true",
                     help="measure only the import command's fixed cost and marginal rate")
+    ap.add_argument("--published-only", action="store_true",
+                    help="measure only the published (packed) layout")
+    ap.add_argument("--pub-runs", type=int, default=1000,
+                    help="runs of the published-layout part (and 0.3 of it; default 1000)")
+    ap.add_argument("--pub-min-minutes", type=float, default=2.0)
+    ap.add_argument("--pub-max-minutes", type=float, default=6.0)
     args = ap.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="llm-powertrace-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     r = Runner()
     try:
-        report = (cli_cost(args, work, r) if args.cli_cost_only
-                  else {**_bench(args, work, r), "cli_import": cli_cost(args, work, r)})
+        if args.cli_cost_only:
+            report = cli_cost(args, work, r)
+        elif args.published_only:
+            report = published(args, work, r)
+        else:
+            report = {**_bench(args, work, r), "cli_import": cli_cost(args, work, r),
+                      "published": published(args, work, r)}
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
@@ -461,6 +484,169 @@ def cli_cost(args: argparse.Namespace, work: Path, r: Runner) -> dict[str, Any]:
             "meets_target": {k: None if ratios[k] is None else
                              (ratios[k] >= v if op == ">=" else ratios[k] <= v)
                              for k, (op, v) in targets.items()}}
+
+
+PUB_PROBE = (
+    "import json, resource, sys, time\n"
+    "import numpy as np\n"
+    "from llm_powertrace_ds import layout, shards\n"
+    "from llm_powertrace_ds.query import Runs\n"
+    "def cpu():\n"
+    "    r = resource.getrusage(resource.RUSAGE_SELF)\n"
+    "    return r.ru_utime + r.ru_stime\n"
+    "def timed(f, repeat):\n"
+    "    out = []\n"
+    "    for _ in range(repeat):\n"
+    "        t = cpu(); w = time.perf_counter(); v = f()\n"
+    "        out.append((cpu() - t, time.perf_counter() - w, v))\n"
+    "    out.sort(key=lambda x: x[0])\n"
+    "    return out[(len(out) - 1) // 2]\n"
+    "folder, repeat, ids = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])\n"
+    "Runs.load(folder).to_arrow()  # imports and first use paid\n"
+    "res = {}\n"
+    "c, w, n = timed(lambda: Runs.load(folder).to_arrow().num_rows, repeat)\n"
+    "res['runs_load'] = {'cpu_s': c, 'wall_s': w, 'rows': n}\n"
+    "files = [p for cfg in ('finetune_runs', 'inference_runs')\n"
+    "         for p in layout.shard_files(folder, cfg)]\n"
+    "c, w, n = timed(lambda: sum(shards.read_table(p).num_rows for p in files), repeat)\n"
+    "res['runs_table_arrow'] = {'cpu_s': c, 'wall_s': w, 'rows': n}\n"
+    "c, w, n = timed(lambda: len(shards.list_runs(folder)), repeat)\n"
+    "res['list_runs'] = {'cpu_s': c, 'wall_s': w, 'rows': n}\n"
+    "def ten():\n"
+    "    k = 0\n"
+    "    for _, tr in Runs.load(folder).where(lambda r: r.run_id in ids).traces():\n"
+    "        k += len(tr.t_ms)\n"
+    "    return k\n"
+    "c, w, n = timed(ten, repeat)\n"
+    "res['traces_10_runs'] = {'cpu_s': c, 'wall_s': w, 'samples': n}\n"
+    "print(json.dumps(res))\n"
+)
+"""Times, in one child after a warm-up, ``Runs.load(...).to_arrow()``, an Arrow read of the
+runs-table files, ``shards.list_runs`` and the traces of the runs ``ids`` (median of repeats)."""
+
+
+DUCKDB_PROBE = (
+    "import json, sys, time\n"
+    "import duckdb, numpy as np\n"
+    "from llm_powertrace_ds.query import Runs\n"
+    "folder = sys.argv[1]\n"
+    "Runs.load(folder).to_arrow()\n"
+    "res = {}\n"
+    "t = time.perf_counter()\n"
+    "api = Runs.load(folder, 'finetune').group_by('platform').agg(mean_power_w='mean')\n"
+    "res['runs_mean_by_platform_s'] = time.perf_counter() - t\n"
+    "want = {r['platform']: r['mean_power_w_mean'] for r in api.to_pylist()}\n"
+    "con = duckdb.connect()\n"
+    "t = time.perf_counter()\n"
+    "got = dict(con.execute(f\"SELECT platform, avg(mean_power_w) FROM read_parquet('{folder}/"
+    "data/finetune_runs/*/*.parquet') GROUP BY platform\").fetchall())\n"
+    "res['duckdb_mean_by_platform_s'] = time.perf_counter() - t\n"
+    "res['mean_by_platform_agree'] = got.keys() == want.keys() and all(\n"
+    "    abs(got[k] - want[k]) <= 1e-9 * abs(want[k]) for k in want)\n"
+    "t = time.perf_counter()\n"
+    "parts = {}\n"
+    "for row, tr in Runs.load(folder, 'finetune').traces():\n"
+    "    parts.setdefault(row['run_id'], []).append(tr.power_w)\n"
+    "want = {}\n"
+    "for k, v in parts.items():\n"
+    "    x = np.concatenate(v)\n"
+    "    want[k] = float(np.quantile(x[np.isfinite(x)], 0.99))\n"
+    "res['runs_p99_per_run_s'] = time.perf_counter() - t\n"
+    "t = time.perf_counter()\n"
+    "got = dict(con.execute(f\"SELECT run_id, quantile_cont(p, 0.99) FROM (SELECT run_id, "
+    "unnest(power_w) AS p FROM read_parquet('{folder}/data/finetune/*/*/*.parquet')) WHERE p "
+    "IS NOT NULL GROUP BY run_id\").fetchall())\n"
+    "res['duckdb_p99_per_run_s'] = time.perf_counter() - t\n"
+    "res['p99_per_run_agree'] = got.keys() == want.keys() and all(\n"
+    "    abs(got[k] - want[k]) <= 1e-9 * abs(want[k]) for k in want)\n"
+    "res['runs'] = len(want)\n"
+    "print(json.dumps(res))\n"
+)
+"""DuckDB over a Parquet folder beside the query API: the same two questions, wall seconds
+each (DuckDB uses every core; ``Runs`` one), and whether the answers agree."""
+
+
+def published(args: argparse.Namespace, work: Path, r: Runner) -> dict[str, Any]:
+    """The published layout at N and 0.3 N runs (see the module docstring)."""
+    from llm_powertrace_ds.hub_upload import write_parquet_copy
+
+    n = args.pub_runs
+    sizes = {"mid": max(1, round(0.3 * n)), "big": n}
+    files, samples = generate(work / "pub-csv", n, args.seed + 5, args.pub_min_minutes,
+                              args.pub_max_minutes, offset=500_000)
+    folders: dict[str, dict[str, Path]] = {}
+    for size, k in sizes.items():
+        unpacked, packed = work / f"pub-{size}", work / f"pub-{size}-packed"
+        for chunk in range(0, k, 250):
+            r.step(f"pub_import_{size}", import_cmd(unpacked, files[chunk:min(k, chunk + 250)]))
+        r.step(f"pub_pack_{size}", cli("pack", str(unpacked), "--out", str(packed)))
+        folders[size] = {"unpacked": unpacked, "packed": packed}
+    parquet = work / "pub-big-parquet"
+    write_parquet_copy(folders["big"]["packed"], parquet)
+    commands = {
+        "list": lambda d: cli("list", str(d), "--format", "json"),
+        "metrics": lambda d: cli("metrics", str(d), "--format", "json"),
+        "facility": lambda d: cli("facility", str(d), "--gpus", "1024", "--gpus-per-node", "8",
+                                  "--duration", "300", "--format", "json"),
+    }
+    ids = [f"bench-{500_000 + i:05d}" for i in range(0, n, max(1, n // 10))][:10]
+    probes: dict[str, Any] = {}
+    for size in sizes:
+        for lay, folder in folders[size].items():
+            for _ in range(args.repeat):
+                for name, make in commands.items():
+                    r.step(f"pub_{name}_{size}_{lay}", make(folder))
+            probes[f"{size}_{lay}"] = json.loads(_measured(
+                [sys.executable, "-c", PUB_PROBE, str(folder), str(max(1, args.repeat)),
+                 json.dumps(ids)], None)["stdout"])
+    duck = json.loads(_measured([sys.executable, "-c", DUCKDB_PROBE, str(parquet)],
+                                None)["stdout"])
+    res = r.results
+
+    def cpu(name: str, size: str, lay: str) -> float:
+        if name in ("runs_load", "traces_10_runs"):
+            return float(probes[f"{size}_{lay}"][name]["cpu_s"])
+        return float(res[f"pub_{name}_{size}_{lay}"]["cpu_s"])
+
+    names = [*commands, "runs_load", "traces_10_runs"]
+    ratio = {name: round(cpu(name, "big", "packed") / max(1e-9, cpu(name, "big", "unpacked")), 3)
+             for name in names}
+    growth = {f"{name}_{lay}": round(cpu(name, "big", lay) / max(1e-9, cpu(name, "mid", lay)), 3)
+              for name in names for lay in ("unpacked", "packed")}
+    fac = {"cpu": growth["facility_unpacked"],
+           "rss": round(res["pub_facility_big_unpacked"]["peak_rss_mib"]
+                        / res["pub_facility_mid_unpacked"]["peak_rss_mib"], 3)}
+
+    def runs_bytes(folder: Path) -> int:
+        return sum(tree_bytes(folder / "data" / c) for c in ("finetune_runs", "inference_runs"))
+
+    big = probes["big_packed"]
+    per_run = {
+        "runs_table_bytes_per_run_unpacked": round(runs_bytes(folders["big"]["unpacked"]) / n),
+        "runs_table_bytes_per_run_packed": round(runs_bytes(folders["big"]["packed"]) / n),
+        "packed_runs_table_arrow_read_ms_per_run": round(
+            1000 * big["runs_table_arrow"]["wall_s"] / n, 4),
+        "packed_list_runs_ms_per_run": round(1000 * big["list_runs"]["wall_s"] / n, 4),
+        "packed_runs_load_ms_per_run": round(1000 * big["runs_load"]["wall_s"] / n, 4),
+    }
+    verdict = {f"packed_over_unpacked_{k}": v <= 1.5 for k, v in ratio.items()
+               if k in ("list", "metrics", "facility", "runs_load")}
+    verdict.update({f"growth_{k}": v <= 3.6 for k, v in growth.items()})
+    verdict["facility_unpacked_cpu_flat"] = fac["cpu"] <= 1.2
+    verdict["facility_unpacked_rss_flat"] = fac["rss"] <= 1.2
+    verdict["runs_table_bytes_per_run_unpacked"] = \
+        per_run["runs_table_bytes_per_run_unpacked"] <= 8192
+    verdict["packed_runs_table_read_ms_per_run"] = \
+        per_run["packed_runs_table_arrow_read_ms_per_run"] <= 0.5
+    verdict["duckdb_agrees"] = bool(duck["mean_by_platform_agree"] and duck["p99_per_run_agree"])
+    return {"runs": sizes, "samples_big": samples, "packed_over_unpacked_cpu": ratio,
+            "growth_cpu": growth, "facility_unpacked_growth": fac, "per_run": per_run,
+            "duckdb_vs_runs": duck, "probes": probes, "meets_target": verdict,
+            "targets": {"packed_over_unpacked": "<= 1.5 (list, metrics, facility, runs_load)",
+                        "growth": "<= 3.6 (linear 3.33)", "facility_unpacked_growth": "<= 1.2",
+                        "runs_table_bytes_per_run_unpacked": "<= 8192",
+                        "packed_runs_table_arrow_read_ms_per_run": "<= 0.5"},
+            "steps": {k: v for k, v in res.items() if k.startswith("pub_")}}
 
 
 def per_run_ms(res: dict[str, dict[str, Any]], step: str,
