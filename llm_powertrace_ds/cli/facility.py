@@ -126,7 +126,7 @@ def cmd_facility(args: argparse.Namespace) -> int:
                       "not measured" + (" (cpu_proxy sources: NOT GPU data)"
                                         if any(s["cpu_proxy"] for s in data["sources"]) else ""))
     if args.format == "json":
-        print(json.dumps(data, indent=2))
+        print(json.dumps(data, indent=2, allow_nan=False))  # strict JSON: never Infinity/NaN
         return 0
     site = data["site"]
     print(f"site: {site['gpus']} GPUs, {site['nodes']} nodes, {site['racks']} racks, "

@@ -65,10 +65,27 @@ class FacilityConfig:
         if self.duration_s is not None and not (self.duration_s >= GRID_MS / 1000.0):
             raise InputError(f"{self.duration_s!r} s is shorter than one 0.1 s step",
                              field="--duration")
+        # bounded up front, before any allocation: the work grows with jobs x horizon samples
+        if self.gpus > MAX_GPUS:
+            raise InputError(f"{self.gpus} GPUs is more than the {MAX_GPUS:,} a site may have "
+                             "here", field="--gpus")
+        if self.duration_s is not None and self.duration_s > MAX_DURATION_S:
+            raise InputError(f"{self.duration_s:g} s is longer than {MAX_DURATION_S:g} s "
+                             f"({MAX_DURATION_S / 86400:g} days of 0.1 s samples)",
+                             field="--duration")
+        if isinstance(self.seed, bool) or not 0 <= self.seed < 2**63:
+            raise InputError(f"{self.seed!r} is not a seed (a whole number from 0 to 2^63 - 1)",
+                             field="--seed")
 
     @property
     def nodes(self) -> int:
         return self.gpus // self.gpus_per_node
+
+
+MAX_GPUS = 10_000_000
+"""Most GPUs a composed site may have (about 10 GW of H100s): beyond it, a typo."""
+MAX_DURATION_S = 7 * 86400.0
+"""Longest horizon (7 days = 6 M samples at 0.1 s, a few hundred MB of profiles)."""
 
 
 @dataclass

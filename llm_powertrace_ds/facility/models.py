@@ -12,6 +12,13 @@ import numpy as np
 
 from ..errors import InputError
 
+MAX_NODE_IDLE_W = 1e6
+"""Largest non-GPU idle power of one node accepted (1 MW: far above any server)."""
+MAX_FRACTION = 10.0
+"""Largest non-GPU power per watt of GPU power accepted."""
+MAX_PUE = 10.0
+"""Largest PUE accepted (the worst data centres surveyed stay below 3)."""
+
 
 @dataclass(frozen=True)
 class NodeOverhead:
@@ -30,10 +37,12 @@ class NodeOverhead:
     source: str
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.idle_w) and self.idle_w >= 0):
-            raise InputError(f"idle power {self.idle_w!r} W must be >= 0", field="--node-overhead")
-        if not (math.isfinite(self.fraction) and self.fraction >= 0):
-            raise InputError(f"fraction {self.fraction!r} must be >= 0", field="--node-overhead")
+        if not (math.isfinite(self.idle_w) and 0 <= self.idle_w <= MAX_NODE_IDLE_W):
+            raise InputError(f"idle power {self.idle_w!r} W must be in [0, {MAX_NODE_IDLE_W:g}] "
+                             "W per node", field="--node-overhead")
+        if not (math.isfinite(self.fraction) and 0 <= self.fraction <= MAX_FRACTION):
+            raise InputError(f"fraction {self.fraction!r} must be in [0, {MAX_FRACTION:g}]",
+                             field="--node-overhead")
 
     def node_w(self, gpu_w: np.ndarray | float) -> np.ndarray | float:
         """Node IT power (W) for a node GPU power (W): P_gpu + idle_w + fraction · P_gpu."""
@@ -132,8 +141,9 @@ class Pue:
 
     def __post_init__(self) -> None:
         values = (self.constant,) if self.constant is not None else self.y
-        if not values or any(not (math.isfinite(v) and v >= 1.0) for v in values):
-            raise InputError(f"PUE must be >= 1, got {values!r}", field="--pue")
+        if not values or any(not (math.isfinite(v) and 1.0 <= v <= MAX_PUE) for v in values):
+            raise InputError(f"PUE must be in [1, {MAX_PUE:g}], got {values!r}"[:200],
+                             field="--pue")
         if self.constant is None and (len(self.x) != len(self.y) or
                                       any(b <= a for a, b in zip(self.x, self.x[1:], strict=False))):
             raise InputError("the PUE curve's first column must increase", field="--pue-curve")

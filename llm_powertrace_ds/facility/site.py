@@ -217,7 +217,7 @@ def write_profile(result: FacilityResult, path: str | Path,
         for key in ("gpu", "it", "facility"):
             cols[f"{key}_kw"].append(prof[f"{key}_w"] / 1e3)
     table = pa.table({k: np.concatenate(v) for k, v in cols.items()})
-    meta = {b"llm_powertrace_facility": json.dumps(summary or to_json(result)).encode()}
+    meta = {b"llm_powertrace_facility": json.dumps(summary or to_json(result), allow_nan=False).encode()}
     table = table.replace_schema_metadata(meta)
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp)

@@ -380,3 +380,31 @@ def test_dcgm_period_out_of_range_names_the_key(cli, tmp_path):
     line = _refused(cli, ["import", "dcgm", _dmon(tmp_path), "--meta", meta, "--out",
                           tmp_path / "ds", "--workload", "finetune"], tmp_path / "ds")
     assert "field 'sample_period_ms'" in line and "quality_flags" not in line
+
+
+# ---- facility: options bounded up front, strict JSON -------------------------------------------
+
+@pytest.fixture
+def site_folder(tmp_path, make_run):
+    from llm_powertrace_ds import shards
+
+    root = tmp_path / "site-ds"
+    shards.publish_run(root, make_run("f-1"), refresh_card=False)
+    return root
+
+
+@pytest.mark.parametrize(("args", "option"), [
+    (["--node-overhead", "1e308:1e308"], "--node-overhead"),
+    (["--node-overhead", "1e7:0.3"], "--node-overhead"),
+    (["--pue", "1e308"], "--pue"),
+    (["--gpus", "1000000000000"], "--gpus"),
+    (["--duration", "1e12"], "--duration"),
+    (["--seed", "-1"], "--seed"),
+])
+def test_facility_refuses_absurd_options_naming_them(cli, site_folder, args, option):
+    base = ["facility", site_folder, "--gpus", "8", "--format", "json"]
+    if args[0] == "--gpus":
+        base = ["facility", site_folder, "--format", "json"]
+    res = cli([*base, *args])
+    assert res.rc in (1, 2), res.out
+    assert option in res.error_line and "Infinity" not in res.out
