@@ -265,7 +265,7 @@ def test_pue_curve_file(tmp_path):
     path.write_text("load,pue\n0.2,1.6\n", encoding="utf-8")
     with pytest.raises(InputError, match="line 1"):
         fac.load_pue_curve(path)
-    with pytest.raises(InputError, match="PUE must be >= 1"):
+    with pytest.raises(InputError, match=r"PUE must be in \[1, 10\]"):
         fac.Pue(0.9)
 
 
