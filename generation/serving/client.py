@@ -109,6 +109,24 @@ def get_json(url: str, path: str, timeout_s: float = 5.0) -> tuple[int, dict[str
     return resp.status, headers, data
 
 
+def get_text(url: str, path: str, timeout_s: float = 5.0) -> tuple[int, str]:
+    """``GET`` ``path`` under ``url``: ``(status, body as text)``.
+
+    Raises:
+        OSError: the server cannot be reached (``http.client.HTTPException`` included).
+    """
+    conn, prefix = connection(url, timeout_s)
+    try:
+        conn.request("GET", prefix + path)
+        resp = conn.getresponse()
+        body = resp.read()
+    except http.client.HTTPException as exc:
+        raise OSError(f"{type(exc).__name__}: {exc}") from exc
+    finally:
+        conn.close()
+    return resp.status, body.decode("utf-8", "replace")
+
+
 class CompletionStream:
     """One streamed request; :meth:`run` in a worker thread, :meth:`cancel` from any thread.
 

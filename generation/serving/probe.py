@@ -13,9 +13,10 @@ these are labels, recorded as the server gave them:
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from .client import get_json
+from .client import get_json, get_text
 
 SERVER_INFO_FIELDS = {
     "max_running_requests": "batch_size",
@@ -76,13 +77,17 @@ def engine_version(base_url: str, timeout_s: float = 5.0) -> str | None:
 
 
 def server_config(base_url: str, timeout_s: float = 5.0) -> dict[str, Any]:
-    """Engine columns from SGLang-style ``/get_server_info`` (empty when not offered)."""
+    """Engine columns the server reports (empty when it reports nothing).
+
+    SGLang's ``/get_server_info`` (its server arguments), else vLLM's Prometheus gauge
+    ``vllm:cache_config_info`` on ``/metrics`` (block size, cache dtype, prefix caching).
+    """
     try:
         status, _, data = get_json(_root(base_url), "/get_server_info", timeout_s)
     except OSError:
         return {}
     if status != 200 or not isinstance(data, dict):
-        return {}
+        return vllm_cache_config(base_url, timeout_s)
     out: dict[str, Any] = {}
     for key, column in SERVER_INFO_FIELDS.items():
         if data.get(key) is not None:
@@ -94,3 +99,28 @@ def server_config(base_url: str, timeout_s: float = 5.0) -> dict[str, Any]:
     if "chunked_prefill_size" in data and data["chunked_prefill_size"] is not None:
         out["engine_chunked_prefill"] = int(data["chunked_prefill_size"]) > 0
     return out
+
+
+_LABEL_RE = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def vllm_cache_config(base_url: str, timeout_s: float = 5.0) -> dict[str, Any]:
+    """Engine columns from the labels of vLLM's ``vllm:cache_config_info`` metric."""
+    try:
+        status, text = get_text(_root(base_url), "/metrics", timeout_s)
+    except OSError:
+        return {}
+    if status != 200:
+        return {}
+    for line in text.splitlines():
+        if line.startswith("vllm:cache_config_info{"):
+            labels = dict(_LABEL_RE.findall(line[line.index("{"):line.rindex("}") + 1]))
+            out: dict[str, Any] = {}
+            if labels.get("block_size", "").isdigit():
+                out["engine_block_size"] = int(labels["block_size"])
+            if labels.get("cache_dtype"):
+                out["engine_kv_cache_dtype"] = labels["cache_dtype"]
+            if labels.get("enable_prefix_caching") in ("True", "False"):
+                out["engine_prefix_caching"] = labels["enable_prefix_caching"] == "True"
+            return out
+    return {}

@@ -46,6 +46,7 @@ class DoubleConfig:
     version: str = "0.0.0-double"
     owned_by: str = "openai-double"
     server_info: dict[str, Any] = field(default_factory=dict)
+    metrics: str = ""
 
 
 class DoubleServer(ThreadingHTTPServer):
@@ -107,8 +108,15 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200 if ready else 503, {"ready": ready})
         elif path == "/version":
             self._json(200, {"version": cfg.version})
-        elif path == "/get_server_info":
+        elif path == "/get_server_info" and cfg.server_info:
             self._json(200, {"version": cfg.version, **cfg.server_info})
+        elif path == "/metrics" and cfg.metrics:
+            body = cfg.metrics.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
         elif path == "/v1/models":
             self._json(200, {"object": "list", "data": [
                 {"id": cfg.model, "object": "model", "owned_by": cfg.owned_by}]})

@@ -98,3 +98,16 @@ def test_split_url():
     assert split_url("https://host/api/v1")[2] == 443
     with pytest.raises(ValueError):
         split_url("ftp://x")
+
+
+def test_probe_reads_vllms_cache_config_metric():
+    metrics = ("# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+               "# TYPE vllm:cache_config_info gauge\n"
+               'vllm:cache_config_info{block_size="16",cache_dtype="fp8",'
+               'enable_prefix_caching="False",gpu_memory_utilization="0.9"} 1.0\n')
+    with start_double(DoubleConfig(metrics=metrics)) as server:
+        assert probe.server_config(server.url) == {"engine_block_size": 16,
+                                                   "engine_kv_cache_dtype": "fp8",
+                                                   "engine_prefix_caching": False}
+    with start_double() as server:  # reports nothing: nothing is guessed
+        assert probe.server_config(server.url) == {}

@@ -79,21 +79,22 @@ def test_a_sweep_against_a_running_server_publishes_one_run(tmp_path, pattern):
     assert "steady_begin" in kinds and "steady_end" in kinds
 
 
-def test_a_dropped_connection_is_a_failed_request_not_a_crashed_run(tmp_path):
+def test_cut_streams_errors_and_timeouts_are_failed_requests_not_a_crashed_run(tmp_path):
     from generation.runner import generate
 
-    # completions 0-1 are the warm-up; 5 and 8 of the run's fail
-    faults = {5: "drop:2", 8: "error"}
+    # completions 0-1 are the warm-up; of the run's, 5 is cut, 8 answers 500, 9 hangs
+    faults = {5: "drop:2", 8: "error", 9: "hang"}
     with start_double(DoubleConfig(token_delay_s=0.002, faults=faults)) as server:
         report = generate(write(tmp_path, server.url,
-                                "  arrival_pattern: closed\n  num_requests: 10"),
+                                "  arrival_pattern: closed\n  num_requests: 10\n"
+                                "  request_timeout_s: 1.0"),
                           tmp_path / "ds", progress=False)
     assert [o.status for o in report.outcomes] == ["published"], report.outcomes[0].error
     m = read_run(tmp_path / "ds", report.outcomes[0].run_id).meta
     rows = request_rows(tmp_path / "ds")
     assert len(rows) == 10
     failed = [r for r in rows if r["status"] == "error"]
-    assert len(failed) == 2 and m["requests_completed"] == 8
+    assert len(failed) == 3 and m["requests_completed"] == 7 and m["request_timeout_s"] == 1.0
     cut = [r for r in failed if r["output_tokens"] == 2]
     assert len(cut) == 1 and len(cut[0]["chunk_ms"]) == 2  # what was streamed is kept
     assert all(r["finish_ms"] is not None for r in failed)
