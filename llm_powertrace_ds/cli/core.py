@@ -136,11 +136,11 @@ def _import_runs(args: argparse.Namespace) -> int:
     from ..importers.publish_runs import publish_runs
 
     if args.log_format == "wattameter":
-        from ..importers.wattameter import import_wattameter
+        from ..importers.wattameter import iter_wattameter
 
-        runs = [(args.files[0], run) for run in import_wattameter(
+        runs = ((args.files[0], run) for run in iter_wattameter(
             args.files, workload=args.workload, meta_path=args.meta, platform=args.platform,
-            num_gpus=args.num_gpus, tz=args.tz)]
+            num_gpus=args.num_gpus, tz=args.tz))  # one job in memory at a time
     else:
         from ..importers.series import import_series
 
@@ -149,11 +149,11 @@ def _import_runs(args: argparse.Namespace) -> int:
                    if v is None]
         if missing:
             raise UsageError(f"import series needs {', '.join(missing)}")
-        runs = [(path, import_series(path, time_col=args.time_col, power_col=args.power_col,
+        runs = ((path, import_series(path, time_col=args.time_col, power_col=args.power_col,
                                      unit=args.unit, num_gpus=args.num_gpus,
                                      workload=args.workload, platform=args.platform,
                                      meta_path=args.meta, tz=args.tz, time_unit=args.time_unit))
-                for path in args.files]
+                for path in args.files)
     results = []
     try:
         for res in publish_runs(args.out, runs, configs_block=not card_writers()):

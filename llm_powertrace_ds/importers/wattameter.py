@@ -62,7 +62,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -328,21 +328,41 @@ def find_logs(paths: Iterable[str | Path]) -> list[Path]:
     return out
 
 
-def group_by_job(paths: Sequence[Path]) -> dict[str, list[NodeLog]]:
-    """Read every log and group the nodes by job id (nodes sorted by host name)."""
-    jobs: dict[str, list[NodeLog]] = {}
+def job_of(path: Path) -> str:
+    """A log's job id from its name, else from its first ``WattAMeter run`` line (read lazily)."""
+    job, _ = name_parts(path)
+    if job is not None:
+        return job
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for _, line in zip(range(50), fh, strict=False):
+                m = _RUN_LINE_RE.match(line.strip())
+                if m:
+                    return m.group("id")
+    except OSError as exc:
+        raise InputError(f"cannot read the file ({exc.strerror or exc})", file=path) from None
+    raise InputError("no job id: neither the file name (nvml_..._wattameter_<job>-<host>.log) "
+                     "nor a '# ... WattAMeter run <id>' line gives one", file=path)
+
+
+def jobs_of(paths: Sequence[Path]) -> dict[str, list[Path]]:
+    """The logs grouped by job id, without reading their samples."""
+    jobs: dict[str, list[Path]] = {}
     for path in paths:
-        node = read_node_log(path)
-        jobs.setdefault(node.job, []).append(node)
-    for job, nodes in jobs.items():
-        nodes.sort(key=lambda n: n.host)
-        hosts = [n.host for n in nodes]
-        for a, b in zip(hosts, hosts[1:], strict=False):
-            if a == b:
-                dup = [str(n.path) for n in nodes if n.host == a]
-                raise InputError(f"job {job} has two logs of one node: {', '.join(dup)}",
-                                 file=dup[1], field="file name")
+        jobs.setdefault(job_of(path), []).append(path)
     return jobs
+
+
+def read_job(job: str, paths: Sequence[Path]) -> list[NodeLog]:
+    """Read one job's node logs (sorted by host name); two logs of one node are refused."""
+    nodes = sorted((read_node_log(p) for p in paths), key=lambda n: n.host)
+    hosts = [n.host for n in nodes]
+    for a, b in zip(hosts, hosts[1:], strict=False):
+        if a == b:
+            dup = [str(n.path) for n in nodes if n.host == a]
+            raise InputError(f"job {job} has two logs of one node: {', '.join(dup)}",
+                             file=dup[1], field="file name")
+    return nodes
 
 
 def _alignment_text(nodes: Sequence[NodeLog]) -> str:
@@ -435,10 +455,13 @@ def _source_metadata(job: str, nodes: Sequence[NodeLog], missing: Sequence[str],
     }, sort_keys=True)
 
 
-def import_wattameter(paths: Iterable[str | Path], *, workload: str,
-                      meta_path: str | Path | None = None, platform: str | None = None,
-                      num_gpus: int | None = None, tz: str | None = "UTC") -> list[Run]:
+def iter_wattameter(paths: Iterable[str | Path], *, workload: str,
+                    meta_path: str | Path | None = None, platform: str | None = None,
+                    num_gpus: int | None = None, tz: str | None = "UTC") -> Iterator[Run]:
     """Import WattAMeter ``nvml`` logs: one :class:`Run` per Slurm job (nothing is written).
+
+    Jobs are grouped by file name (or run line) first; each job's samples are read only when
+    its run is asked for, so one job is in memory at a time.
 
     Args:
         paths: log files, or folders searched for ``nvml_*_wattameter*.log``.
@@ -448,21 +471,30 @@ def import_wattameter(paths: Iterable[str | Path], *, workload: str,
         num_gpus: GPUs of the run, all nodes (default: those logged, plus missing nodes).
         tz: IANA zone of WattAMeter's zone-less local timestamps (default UTC).
 
-    Returns:
+    Yields:
         The runs, in job-id order.
 
     Raises:
         InputError: bad input, naming the file, the line and the column.
 
     Example:
-        >>> runs = import_wattameter(["logs/"], workload="finetune",  # doctest: +SKIP
-        ...                          platform="h100_sxm_80gb", tz="America/Denver")
+        >>> runs = list(iter_wattameter(["logs/"], workload="finetune",  # doctest: +SKIP
+        ...                             platform="h100_sxm_80gb", tz="America/Denver"))
     """
     meta_in = scrub_meta(load_meta_file(meta_path), source=str(meta_path)) if meta_path else {}
-    jobs = group_by_job(find_logs(paths))
-    return [job_run(job, nodes, workload=workload, meta_in=dict(meta_in), platform=platform,
-                    num_gpus=num_gpus, tz=tz) for job, nodes in sorted(jobs.items())]
+    for job, logs in sorted(jobs_of(find_logs(paths)).items()):
+        yield job_run(job, read_job(job, logs), workload=workload, meta_in=dict(meta_in),
+                      platform=platform, num_gpus=num_gpus, tz=tz)
+
+
+def import_wattameter(paths: Iterable[str | Path], *, workload: str,
+                      meta_path: str | Path | None = None, platform: str | None = None,
+                      num_gpus: int | None = None, tz: str | None = "UTC") -> list[Run]:
+    """Every run of :func:`iter_wattameter` as a list (all jobs in memory: small imports)."""
+    return list(iter_wattameter(paths, workload=workload, meta_path=meta_path,
+                                platform=platform, num_gpus=num_gpus, tz=tz))
 
 
 __all__ = ["FILE_RE", "FORMAT", "NodeLog", "UNITS", "expected_hosts", "find_logs",
-           "group_by_job", "import_wattameter", "job_run", "name_parts", "read_node_log"]
+           "import_wattameter", "iter_wattameter", "job_of", "job_run", "jobs_of", "name_parts",
+           "read_job", "read_node_log"]

@@ -126,16 +126,16 @@ def _import(recipe: Recipe, tree: Path, out: Path, options: GetOptions
         publish_summaries(out, runs)
         return [r.run_id for r, _ in runs], {r.run_id: r.flags for r, _ in runs}
     from ..importers.publish_runs import publish_runs
-    from ..importers.wattameter import import_wattameter
+    from ..importers.wattameter import iter_wattameter
 
     workload = options.workload or recipe.workload
     if workload is None:
         raise UsageError(f"source {recipe.name!r} holds training and inference jobs: say "
                          "which these are with --workload finetune|inference", field="--workload")
-    built = import_wattameter([folder], workload=workload,
-                              platform=options.platform or recipe.platform,
-                              tz=options.tz or recipe.tz or "UTC")
-    results = list(publish_runs(out, [(folder, r) for r in built], configs_block=False))
+    built = iter_wattameter([folder], workload=workload,
+                            platform=options.platform or recipe.platform,
+                            tz=options.tz or recipe.tz or "UTC")  # one job in memory at a time
+    results = list(publish_runs(out, ((folder, r) for r in built), configs_block=False))
     return [r.run_id for r in results], {r.run_id: list(r.flags) for r in results}
 
 

@@ -17,7 +17,11 @@ import pytest
 
 from llm_powertrace_ds.cli import main
 from llm_powertrace_ds.errors import InputError
-from llm_powertrace_ds.importers.wattameter import import_wattameter, read_node_log
+from llm_powertrace_ds.importers.wattameter import (
+    import_wattameter,
+    iter_wattameter,
+    read_node_log,
+)
 from llm_powertrace_ds.shards import list_runs, publish_run, read_run
 
 JOB = "9325971"
@@ -205,3 +209,22 @@ def test_a_name_that_is_not_wattameters_is_refused(tmp_path):
     path.write_text("# timestamp reading-time[ns] gpu-0[mW]\n")
     with pytest.raises(InputError, match="not a WattAMeter NVML log name"):
         read_node_log(path)
+
+
+def test_jobs_are_read_one_at_a_time(tmp_path):
+    node_log(tmp_path, "n0", gpus=1, job="111")
+    node_log(tmp_path, "n0", gpus=1, job="222", extra="  not a sample line\n")
+    runs = iter_wattameter([tmp_path], workload="finetune")
+    assert next(runs).run_id == "wattameter-111"  # job 222's bad line not read yet
+    with pytest.raises(InputError) as info:
+        next(runs)
+    assert "222" in str(info.value.file) and info.value.line == 53
+
+
+def test_a_bad_job_publishes_nothing(tmp_path):
+    node_log(tmp_path, "n0", gpus=1, job="111")
+    node_log(tmp_path, "n0", gpus=1, job="222", extra="  not a sample line\n")
+    out = tmp_path / "ds"
+    assert main(["import", "wattameter", str(tmp_path), "--out", str(out), "--workload",
+                 "finetune"]) == 1
+    assert list_runs(out) == []
