@@ -41,6 +41,7 @@ from generation.workloads.inference.requests import (
 )
 from generation.workloads.inference.serve import sampler_t0_ns
 from generation.workloads.inference.settings import build_stream
+from llm_powertrace_ds.errors import InputError
 
 from . import probe
 from .calibrate import Capacity, calibration_stream, measure_capacity
@@ -97,7 +98,7 @@ def served_model(r: dict[str, Any]) -> str:
 def vocab_size(r: dict[str, Any]) -> int:
     try:
         return int(models.get_spec(r["model"]).vocab_size)
-    except Exception:  # noqa: BLE001 - not a zoo name
+    except InputError:  # not a zoo name
         return UNKNOWN_VOCAB
 
 

@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from llm_powertrace_ds.errors import InputError
+
 from .. import MachineInfo, Setting, models
 
 HTTP_ENGINES = ("vllm", "sglang", "openai")
@@ -134,7 +136,7 @@ def resolve_engine_model(r: dict[str, Any]) -> None:
     """Model columns of an engine run: a zoo name (its Hub id is served) or a Hub id / name."""
     try:
         spec: models.ModelSpec | None = models.get_spec(r["model"])
-    except Exception:  # noqa: BLE001 - InputError: not a zoo name
+    except InputError:  # not a zoo name: a Hub id or a served name
         spec = None
     if spec is not None and r["serving_engine"] in LAUNCHED_ENGINES:
         r.update(model=spec.name, model_name=spec.name, model_family=spec.family,
