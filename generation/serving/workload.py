@@ -153,7 +153,7 @@ def setup(r: dict[str, Any], ctx: RunContext) -> PreparedHttp:
         prepared = PreparedHttp(base_url, model, server,
                                 config_columns(server.command, engine_name))
     else:
-        prepared = PreparedHttp(str(r["endpoint"]).rstrip("/"), model)
+        prepared = PreparedHttp(str(r["_endpoint"]).rstrip("/"), model)
     try:
         _describe(prepared)
         engine = HttpEngine(prepared.base_url, model, api=r["serving_api"],

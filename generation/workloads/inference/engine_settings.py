@@ -105,7 +105,10 @@ def resolve_engine(r: dict[str, Any]) -> None:
     if rate is not None and fraction is None:
         r["arrival_rate_rps"] = float(rate)
     engine = r["serving_engine"]
+    # the server's address is local, like a path: neither published nor hashed into run ids
+    r["_endpoint"] = r.pop("endpoint", None)
     if engine not in HTTP_ENGINES:
+        r.pop("_endpoint", None)
         for key in ENGINE_SETTINGS:
             r.pop(key, None)
         if fraction is None:  # a fraction stays, for check() to refuse it here
@@ -118,8 +121,7 @@ def resolve_engine(r: dict[str, Any]) -> None:
         r["arrival_rate_rps"] = None  # the absolute rate is measured with the capacity
     elif r.get("calibration_requests") is None:
         r.pop("calibration_requests", None)
-    if engine in LAUNCHED_ENGINES:
-        r["endpoint"] = None
+    if engine in LAUNCHED_ENGINES:  # an endpoint given here is refused by engine_problems
         if r.get("batch_size") is None:
             r["batch_size"] = DEFAULT_BATCH_SIZE
         r["weight_quant_backend"] = engine if r["weight_quant"] != "none" else None
@@ -164,13 +166,13 @@ def engine_problems(r: dict[str, Any], machine: MachineInfo) -> list[tuple[str, 
     problems: list[tuple[str, str]] = []
     engine = r["serving_engine"]
     if engine == "openai":
-        url = r.get("endpoint")
+        url = r.get("_endpoint")
         if not url:
             problems.append(("endpoint", "serving_engine openai needs endpoint (the API root "
                              "of a running server, e.g. http://127.0.0.1:8000/v1)"))
         elif not re.match(r"^https?://[^/\s]+", str(url)):
             problems.append(("endpoint", f"{url!r} is not an http(s) URL"))
-    elif r.get("endpoint"):
+    elif r.get("_endpoint"):
         problems.append(("endpoint", f"endpoint is for serving_engine openai; {engine} is "
                          "started by the runner"))
     if r["weight_quant"] not in ENGINE_WEIGHT_QUANT:
