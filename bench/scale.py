@@ -543,20 +543,25 @@ DUCKDB_PROBE = (
     "res['duckdb_mean_by_platform_s'] = time.perf_counter() - t\n"
     "res['mean_by_platform_agree'] = got.keys() == want.keys() and all(\n"
     "    abs(got[k] - want[k]) <= 1e-9 * abs(want[k]) for k in want)\n"
+    "res['mean_max_rel_diff'] = max((abs(got[k] - want[k]) / abs(want[k]) for k in want\n"
+    "                                if k in got and want[k]), default=None)\n"
     "t = time.perf_counter()\n"
     "parts = {}\n"
     "for row, tr in Runs.load(folder, 'finetune').traces():\n"
     "    parts.setdefault(row['run_id'], []).append(tr.power_w)\n"
     "want = {}\n"
     "for k, v in parts.items():\n"
-    "    x = np.concatenate(v)\n"
+    "    x = np.concatenate(v).astype(np.float64)\n"
     "    want[k] = float(np.quantile(x[np.isfinite(x)], 0.99))\n"
     "res['runs_p99_per_run_s'] = time.perf_counter() - t\n"
     "t = time.perf_counter()\n"
     "got = dict(con.execute(f\"SELECT run_id, quantile_cont(p, 0.99) FROM (SELECT run_id, "
-    "unnest(power_w) AS p FROM read_parquet('{folder}/data/finetune/*/*/*.parquet')) WHERE p "
-    "IS NOT NULL GROUP BY run_id\").fetchall())\n"
+    "unnest(power_w)::DOUBLE AS p FROM read_parquet('{folder}/data/finetune/*/*/*.parquet')) "
+    "WHERE p IS NOT NULL GROUP BY run_id\").fetchall())\n"
     "res['duckdb_p99_per_run_s'] = time.perf_counter() - t\n"
+    "res['p99_runs_missing'] = sorted(set(got) ^ set(want))[:5]\n"
+    "res['p99_max_rel_diff'] = max((abs(got[k] - want[k]) / abs(want[k]) for k in want\n"
+    "                               if k in got and want[k]), default=None)\n"
     "res['p99_per_run_agree'] = got.keys() == want.keys() and all(\n"
     "    abs(got[k] - want[k]) <= 1e-9 * abs(want[k]) for k in want)\n"
     "res['runs'] = len(want)\n"
@@ -589,7 +594,9 @@ def published(args: argparse.Namespace, work: Path, r: Runner) -> dict[str, Any]
         "facility": lambda d: cli("facility", str(d), "--gpus", "1024", "--gpus-per-node", "8",
                                   "--duration", "300", "--format", "json"),
     }
-    ids = [f"bench-{500_000 + i:05d}" for i in range(0, n, max(1, n // 10))][:10]
+    # the same 10 runs at both sizes (among the first 0.3 N, which both folders hold)
+    ids = [f"bench-{500_000 + i:05d}" for i in range(0, sizes["mid"],
+                                                      max(1, sizes["mid"] // 10))][:10]
     probes: dict[str, Any] = {}
     for size in sizes:
         for lay, folder in folders[size].items():

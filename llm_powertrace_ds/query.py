@@ -190,8 +190,11 @@ class Runs:
         """
         if self._table is None:
             if "table" not in self._base:  # read once per load(), whatever is derived from it
+                # one contiguous chunk per column: an unpacked folder gives one batch per run,
+                # and filters over thousands of one-row chunks (each holding its file's memory
+                # map) cost more per run the more runs there are
                 tables = [pa.Table.from_batches(list(self._source.batches(cfg, split, None)),
-                                                schema=arrow_schema(cfg))
+                                                schema=arrow_schema(cfg)).combine_chunks()
                           for cfg, split in self._configs]
                 self._base["table"] = (pa.concat_tables(tables, promote_options="default")
                                        if tables else pa.table({"run_id": pa.array([], pa.string())}))

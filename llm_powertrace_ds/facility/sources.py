@@ -154,13 +154,18 @@ def default_config(root: str | Path) -> str:
     return schema.RUNS_CONFIGS[0]
 
 
+SELECTION_COLUMNS = ("num_gpus", "synchrony_index", "gap_s")
+"""The runs-table columns ``facility`` reads beside ``run_id`` and the ``--where`` axes."""
+
+
 @dataclass(frozen=True)
 class Selection:
     """The runs ``--where`` and ``--mix`` chose, before any trace is read.
 
     Attributes:
         config: the runs table they come from.
-        rows: their runs rows, in the order the site assigns nodes.
+        rows: their runs rows (``run_id``, :data:`SELECTION_COLUMNS` and the ``--where`` axes),
+            in the order the site assigns nodes.
         shares: each run's share of the site's nodes (they sum to 1).
         where: the filters that chose them (for the one line that states the selection).
     """
@@ -190,23 +195,31 @@ def select_rows(root: str | Path, *, config: str | None = None, where: Sequence[
     Raises:
         InputError: unknown config or axis, a bad filter or share, no run selected.
     """
-    from ..shards import iter_rows
+    from .. import layout
+    from ..shards import file_schema, iter_rows
 
     if config is None:
         config = default_config(root)
     if config not in schema.RUNS_CONFIGS:
         raise InputError(f"{config!r} is not one of {', '.join(schema.RUNS_CONFIGS)}",
                          field="--config")
-    rows = list(iter_rows(root, config))
-    columns = set(rows[0]) if rows else set()
+    filters = []
     for item in where:
         axis, sep, value = item.partition("=")
         if not sep or not axis.strip():
             raise InputError(f"{item!r} is not AXIS=VALUE", field="--where")
-        if rows and axis.strip() not in columns:
-            raise InputError(f"axis {axis.strip()!r} is not a column of {config}",
-                             field="--where")
-        rows = [r for r in rows if _matches(r, axis.strip(), value.strip())]
+        filters.append((axis.strip(), value.strip()))
+    files = layout.shard_files(root, config)
+    columns = set(file_schema(files[0]).names) if files else set()
+    for axis, _ in filters:
+        if files and axis not in columns:
+            raise InputError(f"axis {axis!r} is not a column of {config}", field="--where")
+    # only what the selection and the sources use: a runs row has a few hundred columns
+    wanted = [c for c in dict.fromkeys(["run_id", *SELECTION_COLUMNS, *(a for a, _ in filters)])
+              if c in columns]
+    rows = list(iter_rows(root, config, columns=wanted)) if files else []
+    for axis, value in filters:
+        rows = [r for r in rows if _matches(r, axis, value)]
     by_id = {r["run_id"]: r for r in rows}
     if mix:
         for run_id, share in mix.items():

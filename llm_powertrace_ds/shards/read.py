@@ -316,8 +316,10 @@ def run_from_rows(rows: list[dict[str, Any]], root: str | Path | None = None) ->
 
 
 def file_schema(path: str | Path) -> pa.Schema:
-    """The schema of one Arrow IPC stream shard, or ``ShardError`` naming the file."""
+    """The schema of one shard (Arrow IPC stream or Parquet), or ``ShardError`` naming the file."""
     try:
+        if Path(path).suffix == ".parquet":
+            return pq.read_schema(str(path))
         with pa.memory_map(str(path), "r") as source:
             return ipc.open_stream(source).schema
     except (OSError, pa.ArrowInvalid) as exc:

@@ -66,9 +66,10 @@ def test_duckdb_per_run_p99_of_device_power_equals_the_query_api(published):
         samples.setdefault(row["run_id"], []).append(trace.power_w)
     want = {}
     for run_id, parts in samples.items():
-        x = np.concatenate(parts)
+        x = np.concatenate(parts).astype(np.float64)  # float32 on disk: both in double
         want[run_id] = float(np.quantile(x[np.isfinite(x)], 0.99))  # linear = quantile_cont
-    sql = (f"SELECT run_id, quantile_cont(p, 0.99) FROM (SELECT run_id, unnest(power_w) AS p "
+    sql = (f"SELECT run_id, quantile_cont(p, 0.99) FROM (SELECT run_id, "
+           f"unnest(power_w)::DOUBLE AS p "
            f"FROM read_parquet('{published}/data/finetune/*/*/*.parquet')) "
            f"WHERE p IS NOT NULL GROUP BY run_id")
     got = dict(_sql(sql))

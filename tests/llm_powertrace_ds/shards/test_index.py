@@ -150,13 +150,16 @@ def test_query_traces_of_a_packed_folder_equal_unpacked(packed):
         np.testing.assert_array_equal(want[k], got[k])
 
 
-@pytest.mark.parametrize("layout_", ["unpacked", "packed"])
+@pytest.mark.parametrize("layout_", ["unpacked", "packed", "parquet"])
 def test_facility_reads_only_runs_that_get_a_job(tmp_path, make_run, layout_):
     src = _folder(tmp_path, make_run, n=5)
     root = src
-    if layout_ == "packed":
+    if layout_ != "unpacked":
         root = tmp_path / "packed"
         shards.pack(src, root, refresh_card=False)
+        if layout_ == "parquet":
+            write_parquet_copy(root, tmp_path / "parquet")
+            root = tmp_path / "parquet"
     else:  # runs r2..r4 get no job: their traces may be gone, nothing reads them
         for i in (2, 3, 4):
             layout.trace_path(src, "finetune", "l40s", "llama", f"r{i}").unlink()
@@ -169,8 +172,7 @@ def test_facility_reads_only_runs_that_get_a_job(tmp_path, make_run, layout_):
                             "the 5 run(s) of finetune_runs (every run) that get a job): r0, r1")
     assert "r2" not in " ".join(res.limits)
     # the jobs are those the whole selection would get
-    every = fac.select_sources(src if layout_ == "packed" else root, config="finetune_runs") \
-        if layout_ == "packed" else None
+    every = fac.select_sources(src, config="finetune_runs") if layout_ != "unpacked" else None
     if every is not None:
         full = fac.compose(every, cfg)
         assert [(j.source, j.nodes) for j in full.jobs] == [(j.source, j.nodes) for j in res.jobs]
