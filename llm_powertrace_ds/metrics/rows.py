@@ -57,15 +57,17 @@ def run_metrics_rows(root: Path, *, config: str | None = None, split: str | None
     Raises:
         RunNotFound: ``run_id`` is given and no row of the folder (config, split) has it.
     """
-    from ..shards import read_run
+    from ..shards import RunReader
 
     out = []
+    reader: RunReader | None = None  # one walk and one index of packed shards for every run
     for row in iter_run_rows(root, config, split):
         if run_id is not None and row["run_id"] != run_id:
             continue
         values: dict[str, Any] = dict(row)
         if recompute or any(name not in row for name in METRIC_NAMES):
-            values.update(compute_run_metrics(read_run(root, row["run_id"])))
+            reader = reader or RunReader(root)
+            values.update(compute_run_metrics(reader.read(row["run_id"])))
         obj = {"run_id": row["run_id"], "workload": row.get("workload"),
                "platform": row.get("platform"), "num_gpus": row.get("num_gpus")}
         obj.update({name: values.get(name) for name in METRIC_NAMES})

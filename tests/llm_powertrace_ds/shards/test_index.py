@@ -177,3 +177,10 @@ def test_facility_reads_only_runs_that_get_a_job(tmp_path, make_run, layout_):
         full = fac.compose(every, cfg)
         assert [(j.source, j.nodes) for j in full.jobs] == [(j.source, j.nodes) for j in res.jobs]
         np.testing.assert_array_equal(full.facility_w, res.facility_w)
+
+
+def test_metrics_recompute_on_a_packed_folder_equals_unpacked(packed):
+    from llm_powertrace_ds.metrics.rows import run_metrics_rows
+
+    src, dst = packed
+    assert run_metrics_rows(dst, recompute=True) == run_metrics_rows(src, recompute=True)
