@@ -158,12 +158,14 @@ def setup(r: dict[str, Any], ctx: RunContext) -> PreparedHttp:
         _describe(prepared)
         engine = HttpEngine(prepared.base_url, model, api=r["serving_api"],
                             timeout_s=r.get("request_timeout_s"))
-        prompts = _prompts(stream, vocab_size(r))
         concurrency = int(r["concurrency"])
         from generation.workloads.inference.engines import Job
 
-        warm = [Job(f"warmup-{i}", prompts(req), WARMUP_TOKENS)
-                for i, req in zip(range(concurrency), stream, strict=False)]
+        # prompts of another seed than the run's: a prefix cache never holds the run's prompts
+        warm_stream = calibration_stream(stream.lengths, concurrency, int(r["seed"] or 0))
+        prompts = _prompts(warm_stream, vocab_size(r))
+        warm = [Job(f"warmup-{req.request_id}", prompts(req), WARMUP_TOKENS)
+                for req in warm_stream]
         engine.warmup(warm)
         fraction = r.get("arrival_rate_capacity_fraction")
         if fraction is not None:

@@ -56,6 +56,7 @@ def test_a_sweep_against_a_running_server_publishes_one_run(tmp_path, pattern):
         report = generate(write(tmp_path, server.url, pattern), tmp_path / "ds",
                           progress=False)
         served = server.count
+        bodies = list(server.bodies)
     assert [o.status for o in report.outcomes] == ["published"], report.outcomes[0].error
     run = read_run(tmp_path / "ds", report.outcomes[0].run_id)
     m = run.meta
@@ -66,6 +67,9 @@ def test_a_sweep_against_a_running_server_publishes_one_run(tmp_path, pattern):
     assert m["tokens_out"] == 40 and m["model_name"] == "double-model"
     assert m["torch_version"] is None  # the server's libraries are its own
     assert served == 10 + 2  # the run's requests and the two warm-up requests
+    warm, sent = bodies[:2], bodies[2:]
+    assert all(b["max_tokens"] == 2 for b in warm)  # warm-up: before the window, unrecorded
+    assert not {tuple(b["prompt"]) for b in warm} & {tuple(b["prompt"]) for b in sent}
     rows = request_rows(tmp_path / "ds")
     assert len(rows) == 10 and {r["run_id"] for r in rows} == {run.run_id}
     prepare_end = next(e.t_ms for e in run.events if e.kind == "prepare_end")
