@@ -7,6 +7,7 @@ from pathlib import Path
 
 import yaml
 
+from llm_powertrace_ds import layout
 from llm_powertrace_ds.privacy import strip_control
 from llm_powertrace_ds.shards import folder_lock, write_text_atomic
 
@@ -104,7 +105,10 @@ def write_card(root: str | Path, options: CardOptions | None = None, *,
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(root / fig.path, target)
     path = dest / "README.md"
+    layout.check_readme_is_ours(dest)  # never replace someone else's README
     text = strip_control(text)  # no ESC sequence or CR from old data reaches the card
+    if layout.CARD_MARKER not in text:
+        text = text.rstrip("\n") + "\n\n" + layout.CARD_MARKER + "\n"
     if not path.exists() or path.read_text(encoding="utf-8") != text:
         write_text_atomic(path, text)
     return path

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llm_powertrace_ds import schema
+from llm_powertrace_ds import layout, schema
 from llm_powertrace_ds.errors import LockTimeout, PowerTraceError
 from llm_powertrace_ds.staging import RunStatus, Staging, is_done, published_run_ids, utc_now
 
@@ -176,6 +176,7 @@ def generate(sweep_path: str | Path, out: str | Path, *, task_index: int = 0, nu
         RunFailed: a run failed and ``fail_fast`` is set.
     """
     out = Path(out)
+    layout.check_readme_is_ours(out)  # refused before any run, not after
     from .gpu_devices import pci_bus_order_env
 
     pci_bus_order_env()  # before torch sees CUDA: CUDA's device order = NVML's (issue 11)

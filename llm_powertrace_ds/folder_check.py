@@ -108,7 +108,9 @@ def _published_value_problems(root: Path) -> list[str]:
         if config == schema.REQUESTS_CONFIG:
             for row in rows:
                 rid = row.get("request_id")
-                why = privacy.text_problem("request_id", rid) if isinstance(rid, str) else None
+                if not isinstance(rid, str):
+                    continue
+                why = privacy.text_problem("request_id", rid)
                 if why is not None:
                     out.append(f"run {row.get('run_id')!s}: inference_requests field "
                                f"'request_id' value {privacy.strip_control(rid)[:40]!r} {why}")

@@ -1,23 +1,32 @@
 """Merge dataset folders: copy per-run files from other folders into one, refusing conflicts.
 
 Nothing is copied unless every source agrees with the destination and with each other: a run id
-whose files differ anywhere is a conflict (every one is listed). Files are copied through
-:func:`llm_powertrace_ds.atomic.atomic_path`, and the destination's card is rebuilt once at the
+whose files differ anywhere is a conflict (every one is listed). A symbolic link under a
+source's ``data/`` is refused (``validate`` refuses it too: its target lies outside the folder).
+
+The writer discipline of :func:`llm_powertrace_ds.shards.publish_run`: merge plans and copies
+under the destination's folder lock (two merges into one folder run one after the other), and
+publishes each run all-or-nothing under that run's lock — every file copied to a hidden
+temporary name first, then renamed in publish order (runs row and requests, the trace last), so
+a kill in between leaves no trace without its row. The destination's card is rebuilt once at the
 end (``hooks.rebuild_card``). Works on unpacked folders (the output of ``generate``/``import``).
 """
 
 from __future__ import annotations
 
 import filecmp
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import layout
-from .atomic import atomic_path
-from .errors import InputError, ShardError
+from filelock import Timeout
+
+from . import layout, schema
+from .errors import InputError, LockTimeout, ShardError
 from .hooks import rebuild_card
-from .shards import read_table
+from .shards import folder_lock, read_table
+from .shards.write import _lock, write_tables_all_or_nothing
 
 
 @dataclass
@@ -36,7 +45,13 @@ def _run_files(root: Path) -> dict[str, dict[str, Path]]:
     if not data.is_dir():
         return out
     for path in sorted(data.rglob(f"*{layout.SHARD_SUFFIX}")):
-        if path.name.startswith(".") or not path.is_file():
+        if path.name.startswith("."):
+            continue
+        linked = next((p for p in (path, *path.parents) if p.is_symlink()), None)
+        if linked is not None and linked.is_relative_to(root):
+            raise ShardError(f"'{linked}' is a symbolic link; merge copies regular files only "
+                             "(its target lies outside the folder)")
+        if not path.is_file():
             continue
         if "-of-" in path.stem:
             raise ShardError(f"'{root}' is packed ({path.name}); merge works on unpacked "
@@ -88,18 +103,50 @@ def plan_merge(sources: list[Path], into: Path) -> MergePlan:
     return MergePlan(copies=copies, identical=identical, runs=origin)
 
 
+def _publish_order(rel: str) -> int:
+    """Runs rows and requests before traces (the trace file last, as ``publish_run`` does)."""
+    config = rel.split("/")[1] if rel.count("/") >= 2 else ""
+    return 2 if schema.base_config(config) in schema.TRACE_CONFIGS else 0 \
+        if config in schema.RUNS_CONFIGS else 1
+
+
+def _copy_run(into: Path, run_id: str, files: list[tuple[Path, str]]) -> None:
+    """Publish one run's files all-or-nothing under its lock (temporary copies, then renames)."""
+    staged: dict[Path, Path] = {}
+    try:
+        for src, rel in sorted(files, key=lambda f: _publish_order(f[1])):
+            final = into / rel
+            final.parent.mkdir(parents=True, exist_ok=True)
+            tmp = final.with_name(f".{final.name}.merge-{os.getpid()}.tmp")
+            shutil.copyfile(src, tmp)
+            staged[final] = tmp
+        with _lock(into, run_id):
+            present = [p for p in staged if p.exists()]
+            if present and not all(_same_content(p, staged[p]) for p in present):
+                raise InputError(f"run {run_id}: another writer published different data for "
+                                 "this run id meanwhile; nothing of it was copied")
+            write_tables_all_or_nothing(dict(staged))
+    except Timeout as exc:
+        raise LockTimeout(f"run {run_id} is locked by another process") from exc
+    finally:
+        for tmp in staged.values():
+            tmp.unlink(missing_ok=True)
+
+
 def merge(sources: list[Path], into: Path) -> tuple[list[str], set[str]]:
     """Merge dataset folders into ``into`` (created if missing) and refresh its card.
 
     Returns:
         ``(run ids copied, run ids already present with identical files)``.
     """
-    plan = plan_merge(sources, into)
-    copied: set[str] = set()
-    for src, rel in plan.copies:
-        with atomic_path(into / rel) as tmp:
-            shutil.copyfile(src, tmp)
-        copied.add(Path(rel).stem)
+    layout.check_readme_is_ours(into)
     into.mkdir(parents=True, exist_ok=True)
+    with folder_lock(into):
+        plan = plan_merge(sources, into)
+        by_run: dict[str, list[tuple[Path, str]]] = {}
+        for src, rel in plan.copies:
+            by_run.setdefault(Path(rel).stem, []).append((src, rel))
+        for run_id, files in by_run.items():
+            _copy_run(into, run_id, files)
     rebuild_card(into)
-    return sorted(copied), plan.identical
+    return sorted(by_run), plan.identical

@@ -297,6 +297,7 @@ class Recording:
         utc = dt.datetime.now(dt.timezone.utc)
         self.run_id = cfg.run_id or make_run_id(cfg.workload, cfg.program, cfg.axes, utc)
         out = cfg.out
+        layout.check_readme_is_ours(out)  # refused before the command runs, not after
         out.mkdir(parents=True, exist_ok=True)
         sdir = layout.staging_dir(out, self.run_id)
         if sdir.exists():

@@ -242,6 +242,7 @@ def publish_summaries(root: str | Path, runs: list[tuple[Run, dict[str, Any]]]) 
     from ..shards import runs_table, write_table_atomic
 
     root = Path(root)
+    layout.check_readme_is_ours(root)
     written = []
     for run, metrics in runs:
         path = layout.runs_path(root, "inference", run.platform, run.run_id)

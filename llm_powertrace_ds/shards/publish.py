@@ -107,6 +107,7 @@ def prepare_run(root: str | Path, run: Run) -> PreparedRun:
         InputError: the run has error-level quality problems or bad metadata.
         ShardError: a destination folder holds packed shards.
     """
+    layout.check_readme_is_ours(root)  # before anything is written, not after
     from .. import metrics as metrics_mod
     from ..validate import validate_run
 
@@ -244,6 +245,7 @@ def write_configs_block(root: str | Path) -> Path:
     root = Path(root)
     path = root / "README.md"
     with folder_lock(root):
+        layout.check_readme_is_ours(root)  # never replace someone else's README
         old = path.read_text(encoding="utf-8") if path.exists() else ""
         meta, body = split_front_matter(old)
         meta["configs"] = layout.configs_metadata(root)
