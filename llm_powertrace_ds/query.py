@@ -118,6 +118,29 @@ def _predicate_mask(table: pa.Table, pred: Callable[[Row], Any]) -> pa.Array:
 # Runs
 # ---------------------------------------------------------------------------------------------
 
+def _runs_table(batches: Iterable[pa.RecordBatch], schema_: pa.Schema) -> pa.Table:
+    """One runs config's batches as a table of one chunk per column, in ``schema_``.
+
+    Files written by an older schema version (fewer columns) are read too: their missing
+    columns are null, columns they have beyond ``schema_`` are kept. One contiguous chunk per
+    column: an unpacked folder gives one batch per run, and filters over thousands of one-row
+    chunks (each holding its file's memory map) cost more per run the more runs there are.
+    """
+    groups: list[list[pa.RecordBatch]] = []
+    for batch in batches:
+        if groups and batch.schema.equals(groups[-1][0].schema):
+            groups[-1].append(batch)
+        else:
+            groups.append([batch])
+    if all(g[0].schema.equals(schema_) for g in groups):
+        table = pa.Table.from_batches([b for g in groups for b in g], schema=schema_)
+    else:
+        table = pa.concat_tables([schema_.empty_table(),
+                                  *(pa.Table.from_batches(g) for g in groups)],
+                                 promote_options="default")
+    return table.combine_chunks()
+
+
 Filter = Callable[[pa.Table], pa.Array]
 
 
@@ -193,8 +216,7 @@ class Runs:
                 # one contiguous chunk per column: an unpacked folder gives one batch per run,
                 # and filters over thousands of one-row chunks (each holding its file's memory
                 # map) cost more per run the more runs there are
-                tables = [pa.Table.from_batches(list(self._source.batches(cfg, split, None)),
-                                                schema=arrow_schema(cfg)).combine_chunks()
+                tables = [_runs_table(self._source.batches(cfg, split, None), arrow_schema(cfg))
                           for cfg, split in self._configs]
                 self._base["table"] = (pa.concat_tables(tables, promote_options="default")
                                        if tables else pa.table({"run_id": pa.array([], pa.string())}))
