@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import glob
+import html
 import json
 import os
 import shutil
@@ -50,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llm_powertrace_ds.formatting import safe_text
 from llm_powertrace_ds.hub_upload import (
     UploadError,
     check_loads,
@@ -571,17 +573,29 @@ def _run(args: argparse.Namespace, api: Any, printer: _Printer) -> int:
             raise UploadError("HF_HUB_OFFLINE is set: unset it to upload, or pass --dry-run")
         token = _token()
         printer.secret = token
+    both = bool(args.repo_id and args.space)
+    args.json_plans = {} if both and args.format == "json" else None
     if args.repo_id:
         code = _run_dataset(args, api, printer, token)
         if code or not args.space:
             return code
-    return _run_space(args, api, printer, token)
+    code = _run_space(args, api, printer, token)
+    if args.json_plans:  # one JSON document for both plans (strict parsers read one)
+        printer.out(json.dumps(args.json_plans, indent=2))
+    return code
 
 
 def _show_plan(plan: Any, args: argparse.Namespace, printer: _Printer, dry_note: str) -> bool:
-    """Print a plan (its JSON only for a dry run with ``--format json``); True on a dry run."""
+    """Print a plan (its JSON only for a dry run with ``--format json``); True on a dry run.
+
+    With both ``--repo-id`` and ``--space`` the two plans are printed together, as one JSON
+    object ``{"dataset": ..., "space": ...}``.
+    """
     as_json = args.format == "json"
-    if as_json and args.dry_run:
+    collected = getattr(args, "json_plans", None)
+    if as_json and args.dry_run and collected is not None:
+        collected["space" if isinstance(plan, SpacePlan) else "dataset"] = plan.as_json()
+    elif as_json and args.dry_run:
         printer.out(json.dumps(plan.as_json(), indent=2))
     elif not as_json:
         for line in plan.lines():
@@ -627,14 +641,28 @@ SPACE_REPLACED = ["data/**", "assets/**"]
 """Remote folders replaced as a whole on every Space upload (stale runs go)."""
 
 
+def _yaml_str(text: str) -> str:
+    """A YAML scalar that is exactly ``text``: a JSON string, which YAML reads as it is.
+
+    So no ``: ``, ``#`` or newline in a folder name can add keys or break the header.
+    """
+    return json.dumps(text, ensure_ascii=False)
+
+
 def space_readme(space_id: str, dataset_name: str, repo_id: str | None) -> str:
-    """The Space's README.md: the YAML that makes it a static Space, and one paragraph."""
-    lines = ["---", f"title: {dataset_name.split('/')[-1]} explorer", "emoji: ⚡",
+    """The Space's README.md: the YAML that makes it a static Space, and one paragraph.
+
+    The dataset's name comes from the user's folder name: it passes the output sanitiser (no
+    control or bidi characters), is quoted in the YAML and HTML-escaped in the Markdown.
+    """
+    name = " ".join(safe_text(dataset_name).split()) or "dataset"
+    title = f"{name.split('/')[-1]} explorer"
+    lines = ["---", f"title: {_yaml_str(title)}", "emoji: ⚡",
              "colorFrom: yellow", "colorTo: gray", "sdk: static", "app_file: index.html",
              "pinned: false", "short_description: Per-GPU power traces of LLM jobs, explored"]
     if repo_id:
-        lines += ["datasets:", f"- {repo_id}"]
-    lines += ["---", "", f"# {dataset_name}: LLM-PowerTrace explorer", "",
+        lines += ["datasets:", f"- {_yaml_str(repo_id)}"]
+    lines += ["---", "", f"# {html.escape(name)}: LLM-PowerTrace explorer", "",
               "A static site written by `llm-powertrace explore`: the runs catalog, a zoomable "
               "run page per run, a compare view and a sweep view. It needs no server and loads "
               "nothing from the network."]
