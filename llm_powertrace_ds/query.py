@@ -374,17 +374,64 @@ def _need(module: str) -> Any:
                            ) from None
 
 
+def _is_list(typ: pa.DataType) -> bool:
+    return pa.types.is_list(typ) or pa.types.is_large_list(typ)
+
+
+def _typed(values: list[Any], typ: pa.DataType, col: str) -> pa.Array:
+    """``values`` as an Arrow array of the column's type, or a one-line error naming both."""
+    for v in values:
+        if isinstance(v, bool) and not pa.types.is_boolean(typ):
+            raise InputError(f"{v!r} is a bool; column {col!r} holds {typ}", field=col)
+    try:
+        return pa.array(values).cast(typ)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError,
+            OverflowError) as exc:
+        shown = ", ".join(repr(v) for v in values[:3])
+        raise InputError(f"{shown} cannot be compared with column {col!r}, which holds {typ} "
+                         f"({type(exc).__name__})", field=col) from None
+
+
 def _equals_filter(col: str, value: Any) -> Filter:
+    """``col == value`` (any of them for a collection).
+
+    For a list column (``quality_flags``): the rows whose list contains the value (any of them).
+    """
+
     def mask(table: pa.Table) -> pa.Array:
         check_name(col, table.column_names, what="column", field=col)
-        if isinstance(value, (list, tuple, set, frozenset)):
-            return pc.fill_null(pc.is_in(table.column(col), value_set=pa.array(list(value))),
-                                False)
-        if value is None:
-            return pc.is_null(table.column(col))
-        return pc.fill_null(pc.equal(table.column(col), value), False)
+        column = table.column(col)
+        many = isinstance(value, (list, tuple, set, frozenset))
+        values = list(value) if many else [value]
+        if _is_list(column.type):
+            if any(v is None for v in values):
+                raise InputError(f"column {col!r} holds lists: ask for the values a list "
+                                 "contains (None is not one)", field=col)
+            wanted = _typed(values, column.type.value_type, col)
+            hits = np.zeros(len(column), dtype=bool)
+            for chunk_start, chunk in _chunks(column):
+                flat = pc.list_flatten(chunk)
+                parents = pc.list_parent_indices(chunk)
+                found = pc.filter(parents, pc.fill_null(pc.is_in(flat, value_set=wanted), False))
+                hits[chunk_start + np.asarray(found.to_numpy(zero_copy_only=False),
+                                              dtype=np.int64)] = True
+            return pa.array(hits)
+        if not many and value is None:
+            return pc.is_null(column)
+        wanted = _typed(values, column.type, col)
+        if many:
+            return pc.fill_null(pc.is_in(column, value_set=wanted), False)
+        return pc.fill_null(pc.equal(column, wanted[0]), False)
 
     return mask
+
+
+def _chunks(column: pa.ChunkedArray) -> list[tuple[int, pa.Array]]:
+    out, start = [], 0
+    for chunk in column.chunks:
+        out.append((start, chunk))
+        start += len(chunk)
+    return out
 
 
 class GroupBy:
@@ -415,9 +462,15 @@ class GroupBy:
         table = self._runs.to_arrow()
         for k in self._keys:
             check_name(k, table.column_names, what="column", field=k)
+            if _is_list(table.schema.field(k).type):
+                raise InputError(f"column {k!r} holds lists and cannot be a group key: group by "
+                                 f"a scalar column, or select with where({k}=VALUE)", field=k)
         specs = []
         for col, hows in columns.items():
             check_name(col, table.column_names, what="column", field=col)
+            if _is_list(table.schema.field(col).type) and hows not in ("count", ["count"]):
+                raise InputError(f"column {col!r} holds lists; only 'count' aggregates it",
+                                 field=col)
             for how in [hows] if isinstance(hows, str) else hows:
                 check_name(how, AGGREGATIONS, what="aggregation", field=col)
                 specs.append((col, how))
