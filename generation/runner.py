@@ -215,8 +215,10 @@ def generate(sweep_path: str | Path, out: str | Path, *, task_index: int = 0, nu
         else:
             todo.append(run)
     if todo:
+        from .fetch import fetch_inputs
         from .signals import terminate_on_signals
 
+        fetch_inputs([r.settings for r in todo])  # weights and text on this node, before any run
         _restore_leftover_gpu_settings(machine)
         with terminate_on_signals():  # SIGTERM/SIGHUP -> Terminated: every finally runs
             _run_all(sweep, machine, todo, out, fail_fast=fail_fast, progress=progress,
@@ -386,6 +388,9 @@ def _planned_meta(sweep: Sweep, run: PlannedRun) -> dict[str, Any]:
     meta = {k: v for k, v in run.columns.items() if k in names}
     meta.update(package_version=package_version(), host_hash=host_hash(),
                 schema_version=schema.SCHEMA_VERSION)
+    for col in ("model_revision", "weights_dtype_on_disk"):  # pinned by fetch.fetch_inputs
+        if col in names and run.settings.get(f"_{col}") is not None:
+            meta[col] = run.settings[f"_{col}"]
     if sweep.spec.in_process(run.settings):  # a served run's libraries are the server's
         for col, dist in (("torch_version", "torch"), ("transformers_version", "transformers"),
                           ("peft_version", "peft"), ("trl_version", "trl")):

@@ -65,8 +65,11 @@ TOP_KEYS = ("name", "workload", "description", "sampler", "idle_before_s", "idle
 SAMPLER_KEYS = ("source", "period_ms", "idle_w", "max_w")
 SAMPLER_SOURCES = ("auto", "nvml", "cpu_proxy")
 LAUNCHERS = ("auto", "inline", "torchrun")
-PATH_SETTINGS = frozenset({"dataset_name", "replay_file"})
-"""Settings whose non-keyword values are paths, resolved against the sweep file's folder."""
+PATH_SETTINGS = frozenset({"dataset_name", "replay_file", "checkpoint"})
+"""Settings whose non-keyword values are paths, resolved against the sweep file's folder.
+``dataset_name`` and ``checkpoint`` may also be Hub ids (``org/name``): a relative value is a
+path when it starts with ``.`` or exists next to the sweep file, else it is kept as given."""
+HUB_ID_SETTINGS = frozenset({"dataset_name", "checkpoint"})
 URL_SETTINGS = frozenset({"endpoint"})
 """Settings whose values are URLs of a server: never published (not columns), so the text gate
 that keeps URLs out of published text does not apply; the workload checks their form."""
@@ -337,7 +340,10 @@ class _Loader:
                 return INVALID
         if key in PATH_SETTINGS and isinstance(coerced, str) and coerced != setting.default:
             p = Path(coerced)
-            coerced = str(p if p.is_absolute() else (self.path.parent / p).resolve())
+            hub_id = (key in HUB_ID_SETTINGS and not p.is_absolute()
+                      and not coerced.startswith(".") and not (self.path.parent / p).exists())
+            if not hub_id:
+                coerced = str(p if p.is_absolute() else (self.path.parent / p).resolve())
         return coerced
 
     def block(self, spec: WorkloadSpec, data: Any, path: tuple) -> dict[str, Any]:

@@ -67,7 +67,11 @@ SCHEMA_CHANGELOG: list[tuple[str, str]] = [
      "arrival_rate_capacity_fraction, capacity_rps, capacity_tokens_per_s, "
      "calibration_requests, calibration_s; inference_requests chunk_ms and the status "
      "`unfinished`; transformers rows label weight_quant and kv_cache_quant by the kernels "
-     "that ran (e.g. `fp8_w8a16`, `int4_dequant_per_step`)."),
+     "that ran (e.g. `fp8_w8a16`, `int4_dequant_per_step`). "
+     "Also (issue 37, the campaign): random_weights, model_revision, weights_dtype_on_disk "
+     "on every workload; finetune dataset_revision, sharding_strategy, checkpoint_storage, "
+     "checkpoints_written, checkpoint_bytes, checkpoint_write_s; clock_alignment_error_ms "
+     "and num_nodes (multi-node runs)."),
 ]
 
 TRACE_CONFIGS = ("finetune", "inference")
@@ -273,6 +277,13 @@ MODEL = [
     _c("model_name", "string", "Model name, e.g. `Llama-3.2-1B`"),
     _c("model_label", "string", "The source's own model label, e.g. `ds7bbase`"),
     _c("model_source", "string", "`zoo` (random-init architecture), `hub` (cached weights) or `import`"),
+    _c("random_weights", "bool", "The model ran with random (untrained) weights: `zoo` "
+       "architectures of the demo, tests and cpu_proxy (power depends on the operands: never "
+       "pool these with trained weights); null for imports"),
+    _c("model_revision", "string", "Commit hash of the checkpoint loaded (`local:<hash>` for a "
+       "local folder); null for random weights"),
+    _c("weights_dtype_on_disk", "string", "dtype the checkpoint's weights were saved in "
+       "(its config.json), before the run cast them"),
     _c("model_params", "int64", "Parameter count of the instantiated model", "parameters"),
     _c("model_params_active", "int64", "Parameters used per token (mixture-of-experts models; "
        "null for dense ones)", "parameters"),
@@ -297,6 +308,11 @@ PROVENANCE = [
     _c("host_hash", "string", "Salted hash of the host (never the host name)"),
     _c("clock_alignment", "string", "How the clocks of a run's nodes were put on one time "
        "line, and what is known of the error (null for a single node)"),
+    _c("clock_alignment_error_ms", "float32", "Worst cross-node alignment error of a "
+       "multi-node run: max over nodes of |change of the node's wall-clock minus monotonic "
+       "offset from start to end| + the NTP/chrony estimated error when readable (null for a "
+       "single node)", "ms"),
+    _c("num_nodes", "int16", "Nodes (machines) of the run", "nodes"),
     _c("seed", "int64", "Random seed of the workload"),
     _c("grid_region", "string", "Optional user-given electricity-grid zone (no carbon figure baked in)"),
     _c("program", "string", "File name of the program run under `llm-powertrace record` (never "
@@ -407,7 +423,16 @@ FINETUNE_AXES = [
     _c("max_steps", "int32", "Requested optimiser steps", "steps"),
     _c("optimizer", "string", "Optimiser name"),
     _c("learning_rate", "float32", "Learning rate"),
-    _c("dataset_name", "string", "Training data: `synthetic` or a local dataset name"),
+    _c("dataset_name", "string", "Training data: a Hub dataset id (instruction text, chat "
+       "template of the model, packed to seq_len), `local:<name>` or `synthetic` (random token "
+       "ids: demo and tests)"),
+    _c("dataset_revision", "string", "Commit hash of the training dataset (`local:<hash>` for a "
+       "local folder); null for synthetic data"),
+    _c("sharding_strategy", "string", "How parameters, gradients and optimiser states are "
+       "spread over the data-parallel ranks: `none` (single), `replicated` (DDP), "
+       "`fsdp2_full_shard` (FSDP2, sharded at load, resharded after forward)"),
+    _c("checkpoint_storage", "string", "Where checkpoints were written: `node_local` (the "
+       "default, a temporary folder of the node) or `configured` (the sweep's checkpoint_dir)"),
     _c("power_limit_setting_w", "float32", "Requested power cap (null = default)", "W"),
 ]
 FINETUNE_RESULTS = [
@@ -415,6 +440,11 @@ FINETUNE_RESULTS = [
     _c("tokens", "int64", "Training tokens processed (all ranks)", "tokens"),
     _c("tokens_per_s", "float32", "Training throughput", "tokens/s"),
     _c("final_loss", "float32", "Training loss at the last step"),
+    _c("checkpoints_written", "int32", "Checkpoints saved during the run", "checkpoints"),
+    _c("checkpoint_bytes", "int64", "Bytes of the last checkpoint written (all ranks' files)",
+       "bytes"),
+    _c("checkpoint_write_s", "float32", "Seconds spent writing checkpoints: Σ over checkpoints "
+       "of checkpoint_end − checkpoint_begin (rank 0's clock)", "s"),
 ]
 INFERENCE_AXES = [
     _c("serving_engine", "string", "`transformers` (in-process reference engine), `vllm` or "

@@ -1,14 +1,19 @@
-"""Training data without a network: seeded synthetic token ids, or a local text dataset.
+"""Training data: real instruction text through ``datasets``, or synthetic/byte-level for demos.
 
-Power depends on the shape of the work (batch, sequence length), not on which tokens are fed,
-so the default is ``synthetic``: uniform random token ids of exactly ``seq_len`` tokens per
-sequence, seeded. A local text dataset (a ``.txt``/``.md`` file, a ``.jsonl`` file with a
-``text`` field, or a folder of those) is encoded byte by byte by the zoo's offline tokenizer
-(token id = byte + 3) and cut into ``seq_len`` chunks. ``dataset_name`` in the rows is
-``synthetic`` or ``local:<file or folder name>``.
+GPU sweeps train on real text: a public instruction dataset named by its Hub id (default
+:data:`DEFAULT_DATASET`, with its licence in :data:`DATASET_LICENCES`) or a local dataset
+folder, loaded with ``datasets.load_dataset`` (the same call for both), each record turned into
+a user/assistant conversation, tokenised with the model's own tokenizer and chat template (a
+tokenizer without a template gets :data:`PLAIN_FORMAT`), joined with the end-of-text token and
+packed into sequences of exactly ``seq_len`` tokens. The dataset is fetched once per node
+before the first run (:func:`fetch_dataset`); ``dataset_name`` and ``dataset_revision`` (the
+commit loaded) are recorded.
 
-Only numpy is needed to make the token ids; :func:`to_dataset` wraps them in a
-``datasets.Dataset`` with an ``input_ids`` column, the pre-tokenised form TRL accepts.
+For the demo, the tests and ``cpu_proxy`` the random-weight zoo models keep two offline
+sources: ``synthetic`` (uniform random token ids, seeded) and a local text file or folder
+(``.txt``/``.md``/``.jsonl`` with a ``text`` field) encoded byte by byte by the zoo's offline
+tokenizer (token id = byte + 3). ``dataset_name`` is then ``synthetic`` or
+``local:<file or folder name>``.
 
 Example:
     >>> ids = synthetic_token_ids(4, 16, vocab_size=2048, seed=0)
@@ -29,6 +34,12 @@ from llm_powertrace_ds.errors import InputError
 from .models import BYTE_OFFSET, NUM_SPECIAL
 
 SYNTHETIC = "synthetic"
+DEFAULT_DATASET = "databricks/databricks-dolly-15k"
+"""The instruction dataset of the GPU sweeps: 15k human-written instruction/response pairs."""
+DATASET_LICENCES = {"databricks/databricks-dolly-15k": "CC BY-SA 3.0"}
+"""Licences of the datasets the shipped sweeps name (stated in the campaign file too)."""
+PLAIN_FORMAT = "{user}\n\n{assistant}"
+"""How a conversation is written for a tokenizer without a chat template (base checkpoints)."""
 TEXT_SUFFIXES = (".txt", ".md", ".jsonl")
 MAX_SEQUENCES = 4096
 """Upper bound of the sequences materialised; the trainer cycles through them (epochs)."""
@@ -136,3 +147,106 @@ def to_dataset(ids: np.ndarray) -> Any:
     from datasets import Dataset
 
     return Dataset.from_dict({"input_ids": ids.tolist()})
+
+
+# ---------------------------------------------------------------------------------------------
+# Real instruction text through `datasets`
+# ---------------------------------------------------------------------------------------------
+
+def hub_dataset_label(dataset: str) -> str:
+    """The ``dataset_name`` column of a ``datasets`` source: the Hub id, or ``local:<folder>``."""
+    path = Path(dataset)
+    return f"local:{path.name}" if path.exists() else dataset
+
+
+def fetch_dataset(dataset: str, revision: str | None) -> tuple[str, str]:
+    """Bring a dataset onto this node (or find its local folder); return ``(path, revision)``.
+
+    Raises:
+        InputError: the dataset cannot be fetched (names it and the revision).
+    """
+    path = Path(dataset)
+    if path.exists():
+        from .models import local_revision
+
+        return str(path), local_revision(path)
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    rev = revision or "main"
+    try:
+        local = snapshot_download(dataset, repo_type="dataset", revision=rev)
+    except (LocalEntryNotFoundError, HfHubHTTPError, OSError, ValueError) as exc:
+        raise InputError(f"dataset {dataset!r} at revision {rev!r} could not be fetched "
+                         f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); nothing "
+                         "was run", field="dataset_name") from None
+    return local, Path(local).name
+
+
+def conversation(record: dict[str, Any], n: int) -> list[dict[str, str]]:
+    """A record as a user/assistant conversation.
+
+    Accepted fields: ``messages`` (a list of ``{role, content}``), or ``instruction`` with
+    ``response``/``output`` and an optional ``context``/``input`` (Dolly, Alpaca).
+
+    Raises:
+        InputError: the record has neither form (names the record number and the fields).
+    """
+    messages = record.get("messages")
+    if isinstance(messages, list) and messages and all(
+            isinstance(m, dict) and isinstance(m.get("content"), str) for m in messages):
+        return [{"role": str(m.get("role", "user")), "content": m["content"]} for m in messages]
+    instruction = record.get("instruction")
+    answer = record.get("response", record.get("output"))
+    if not isinstance(instruction, str) or not isinstance(answer, str):
+        raise InputError(f"record {n} has neither `messages` nor `instruction` + `response` "
+                         f"(fields: {', '.join(sorted(map(str, record)))[:200]})",
+                         field="dataset_name")
+    context = record.get("context", record.get("input"))
+    user = instruction + (f"\n\n{context}" if isinstance(context, str) and context else "")
+    return [{"role": "user", "content": user}, {"role": "assistant", "content": answer}]
+
+
+def encode_conversation(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+    """Token ids of one conversation: the tokenizer's chat template, else :data:`PLAIN_FORMAT`."""
+    if getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template(messages, tokenize=True)
+        if isinstance(ids, dict) or hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        return [int(i) for i in ids]
+    user = "\n\n".join(m["content"] for m in messages if m["role"] != "assistant")
+    answer = "\n\n".join(m["content"] for m in messages if m["role"] == "assistant")
+    text = PLAIN_FORMAT.format(user=user, assistant=answer)
+    return [int(i) for i in tokenizer(text, add_special_tokens=True)["input_ids"]]
+
+
+def instruction_token_ids(path: str, tokenizer: Any, num_sequences: int, seq_len: int, *,
+                          split: str = "train") -> np.ndarray:
+    """Packed token ids of an instruction dataset: conversations joined by EOS, cut to ``seq_len``.
+
+    Records are read in order until ``num_sequences * seq_len`` tokens are packed; a dataset
+    shorter than that is read again from the start (epochs).
+
+    Raises:
+        InputError: unreadable dataset, a record without a conversation, or no tokens.
+    """
+    from datasets import load_dataset
+
+    try:
+        ds = load_dataset(path, split=split)
+    except (OSError, ValueError, FileNotFoundError) as exc:
+        raise InputError(f"dataset '{path}' could not be loaded: {type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0][:200]}", field="dataset_name") from None
+    eos = tokenizer.eos_token_id
+    need = num_sequences * seq_len
+    out: list[int] = []
+    if len(ds) == 0:
+        raise InputError(f"dataset '{path}' split {split!r} has no records", field="dataset_name")
+    while len(out) < need:
+        for n, record in enumerate(ds, start=1):
+            out.extend(encode_conversation(tokenizer, conversation(record, n)))
+            if eos is not None:
+                out.append(int(eos))
+            if len(out) >= need:
+                break
+    return np.asarray(out[:need], dtype=np.int64).reshape(num_sequences, seq_len)

@@ -51,7 +51,7 @@ OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adafactor", "sgd", "adagrad",
               "adamw_8bit", "adamw_bnb_8bit", "paged_adamw_8bit", "paged_adamw_32bit")
 BNB_OPTIMIZERS = frozenset(o for o in OPTIMIZERS if "8bit" in o or o.startswith("paged"))
 DEFAULT_MAX_STEPS = 20
-DERIVED = ("global_batch_size",)
+DERIVED = ("global_batch_size", "sharding_strategy", "checkpoint_storage")
 """Axis columns computed from others; a sweep cannot set them."""
 
 _AXES = settings_from_columns(
@@ -75,6 +75,8 @@ _AXES = settings_from_columns(
     dataset_name={"default": data_mod.SYNTHETIC},
     power_limit_setting_w={"minimum": 1.0},
 )
+SHARDING = {"single": "none", "ddp": "replicated", "fsdp": "fsdp2_full_shard"}
+"""The ``sharding_strategy`` column of each parallelism (FSDP2 shards at load: see setup)."""
 SETTINGS: dict[str, Setting] = {
     **models.model_settings(),
     "seed": Setting("seed", "int64", default=0, doc="Random seed (model init, data, trainer)"),
@@ -108,10 +110,17 @@ class FinetuneSpec(WorkloadSpec):
             r["max_steps"] = DEFAULT_MAX_STEPS
         r["global_batch_size"] = r["batch_size"] * r["grad_accum"] * r["dp_size"]
         r["num_gpus"] = r["dp_size"] * r["tp_size"] * r["pp_size"]
+        r["sharding_strategy"] = SHARDING.get(r["parallelism"])
         dataset = r["dataset_name"]
         if dataset != data_mod.SYNTHETIC:
             r["_dataset_path"] = str(dataset)
-            r["dataset_name"] = data_mod.dataset_label(dataset)
+            if r["model_source"] != "hub" and Path(str(dataset)).exists():
+                r["dataset_name"] = data_mod.dataset_label(dataset)  # byte-level, zoo only
+            else:  # real instruction text through `datasets`, tokenised by the model's tokenizer
+                r["_dataset_kind"] = "datasets"
+                r["dataset_name"] = data_mod.hub_dataset_label(dataset)
+        else:
+            r["dataset_revision"] = None
         return r
 
     def check(self, r: dict[str, Any], machine: MachineInfo) -> list[tuple[str, str]]:
@@ -163,7 +172,12 @@ class FinetuneSpec(WorkloadSpec):
             problems.append(("optimizer", f"optimizer {r['optimizer']} needs CUDA and "
                              "bitsandbytes"))
         problems.extend(self.gpu_axis_problems(r, machine))
-        if "_dataset_path" in r:
+        if r.get("_dataset_kind") == "datasets":
+            if r["model_source"] != "hub":
+                problems.append(("dataset_name", f"{r['dataset_name']} is text for a real "
+                                 "tokenizer: it needs model_source hub (zoo models train on "
+                                 "synthetic or byte-level local text)"))
+        elif "_dataset_path" in r:
             if spec.vocab_size < models.BYTE_OFFSET + 256:
                 problems.append(("dataset_name", f"{spec.name}'s vocabulary is too small "
                                  "for byte-level text"))
@@ -254,7 +268,11 @@ def _callback_class() -> type:
 
         def __init__(self, mark: Any, *, duration_ns: int | None, world_size: int,
                      sync: Any = None) -> None:
-            self.mark = mark
+            self._mark = mark
+            self.checkpoints = 0
+            self.checkpoint_write_ns = 0
+            self.checkpoint_bytes: int | None = None
+            self._ckpt_begin_ns: int | None = None
             self.duration_ns = duration_ns
             self.deadline_ns: int | None = None
             self.world_size = world_size
@@ -262,6 +280,25 @@ def _callback_class() -> type:
             self.first_begin_ns: int | None = None
             self.last_end_ns: int | None = None
             self._pending_save = False
+
+        def mark(self, kind: str, **kw: Any) -> None:
+            """Mark an event; time each checkpoint between its begin and end."""
+            self._mark(kind, **kw)
+            if kind == "checkpoint_begin":
+                self._ckpt_begin_ns = time.monotonic_ns()
+
+        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            end = time.monotonic_ns()
+            super().on_save(args, state, control, **kwargs)
+            self.checkpoints += 1
+            if self._ckpt_begin_ns is not None:
+                self.checkpoint_write_ns += end - self._ckpt_begin_ns
+                self._ckpt_begin_ns = None
+            folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            self.checkpoint_bytes = folder_bytes(folder)
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self._mark("warmup_end", label="trainer_prepare")
 
         def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             now = time.monotonic_ns()
@@ -293,6 +330,25 @@ def _callback_class() -> type:
             return bool(flag.item() > 0)
 
     return PowerTraceCallback
+
+
+def folder_bytes(folder: Path) -> int | None:
+    """Bytes of the files under ``folder`` (``None`` when it does not exist)."""
+    if not folder.is_dir():
+        return None
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+
+def node_local_checkpoint_dir(run_id: str) -> Path:
+    """The default checkpoint folder: on this node's temporary storage (``$TMPDIR``), per run.
+
+    Checkpoints never go to the output folder by default, so the speed of a shared file system
+    is not an unrecorded axis of the measurement; ``checkpoint_dir`` in a sweep overrides it
+    (``checkpoint_storage`` = ``configured``).
+    """
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / "llm-powertrace-checkpoints" / run_id
 
 
 @contextlib.contextmanager
@@ -369,8 +425,8 @@ def sft_config_kwargs(r: dict[str, Any], ctx: RunContext, output_dir: Path) -> d
     if ctx.world_size > 1:
         kwargs["ddp_backend"] = "nccl" if cuda else "gloo"
         kwargs["ddp_find_unused_parameters"] = False
-    if r["parallelism"] == "fsdp":
-        kwargs.update(fsdp_kwargs())
+    # FSDP2 shards the model while it loads (setup: distributed_config), before the sampler
+    # starts; the trainer then leaves the sharded model as it is (no fsdp arguments here).
     return kwargs
 
 
@@ -406,11 +462,16 @@ class Prepared:
         self.columns = columns
 
 
-def _train_eval_datasets(r: dict[str, Any], ctx: RunContext, vocab_size: int) -> tuple[Any, Any]:
+def _train_eval_datasets(r: dict[str, Any], ctx: RunContext, vocab_size: int,
+                         tokenizer: Any = None) -> tuple[Any, Any]:
     """The training dataset and, when the row evaluates, a small synthetic evaluation set."""
     n_seq = data_mod.sequences_needed(r["max_steps"] or 1000, r["global_batch_size"])
-    ids = data_mod.token_ids(r.get("_dataset_path"), n_seq, r["seq_len"],
-                             vocab_size=vocab_size, seed=int(r["seed"]))
+    if r.get("_dataset_kind") == "datasets":
+        ids = data_mod.instruction_token_ids(r.get("_dataset_local") or r["_dataset_path"],
+                                             tokenizer, n_seq, r["seq_len"])
+    else:
+        ids = data_mod.token_ids(r.get("_dataset_path"), n_seq, r["seq_len"],
+                                 vocab_size=vocab_size, seed=int(r["seed"]))
     train_ds = data_mod.to_dataset(ids)
     eval_ds = None
     if r.get("eval_every_steps"):
@@ -424,7 +485,7 @@ def _sft_config(r: dict[str, Any], ctx: RunContext) -> Any:
     """The row's ``SFTConfig`` (checkpointing keywords renamed where transformers >= 5 wants)."""
     from trl import SFTConfig
 
-    output_dir = Path(ctx.checkpoint_dir or (ctx.staging_dir / "checkpoints"))
+    output_dir = Path(ctx.checkpoint_dir or node_local_checkpoint_dir(ctx.run_id))
     kwargs = sft_config_kwargs(r, ctx, output_dir)
     if "activation_checkpointing" in SFTConfig.__dataclass_fields__:  # transformers >= 5.x
         kwargs["activation_checkpointing"] = kwargs.pop("gradient_checkpointing")
@@ -464,18 +525,38 @@ def setup(r: dict[str, Any], ctx: RunContext) -> Prepared:
         quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
                                    bnb_4bit_compute_dtype=compute, bnb_4bit_use_double_quant=True)
         device_map = {"": ctx.local_rank}
+    distributed = None
+    if ctx.world_size > 1:
+        _init_process_group(cuda)
+    if r["parallelism"] == "fsdp":
+        from transformers.distributed import DistributedConfig
+
+        # FSDP2 (fully_shard on every decoder layer and the root) applied while loading: the
+        # wrapping and sharding happen here, before the sampler starts.
+        distributed = DistributedConfig(fsdp_size=int(r["dp_size"]))
     model = models.build_model(spec, r["model_source"], seed=int(r["seed"]), dtype=dtype,
-                               device=device, quantization_config=quant, device_map=device_map)
-    model_params = models.count_params(model)
+                               device=device, quantization_config=quant, device_map=device_map,
+                               checkpoint=r.get("_checkpoint_path"),
+                               revision=r.get("model_revision"), distributed_config=distributed)
+    model_params = _global_params(model) if distributed is not None else models.count_params(model)
     model.config.use_cache = False
     if quant is not None:
         from peft import prepare_model_for_kbit_training
 
         model = prepare_model_for_kbit_training(
             model, use_gradient_checkpointing=bool(r["gradient_checkpointing"]))
-    tokenizer = models.build_tokenizer()
+    if r["model_source"] == "hub":
+        from transformers import AutoTokenizer
 
-    train_ds, eval_ds = _train_eval_datasets(r, ctx, spec.vocab_size)
+        tokenizer = AutoTokenizer.from_pretrained(r.get("_checkpoint_path")
+                                                  or models.hub_id_of(spec),
+                                                  local_files_only=True)
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+    else:
+        tokenizer = models.build_tokenizer()
+
+    train_ds, eval_ds = _train_eval_datasets(r, ctx, spec.vocab_size, tokenizer)
     peft_config = None
     if r["method"] in ("lora", "qlora"):
         peft_config = LoraConfig(r=int(r["lora_rank"]), lora_alpha=float(r["lora_alpha"]),  # type: ignore[arg-type]  # PEFT annotates int; the scaling alpha/r takes a float
@@ -501,28 +582,45 @@ def setup(r: dict[str, Any], ctx: RunContext) -> Prepared:
             raise InputError(f"precision {r['precision']} ({r['method']}) needs the base "
                              f"weights in {base_weights_dtype(r)} but the model holds {held}",
                              field="precision")
+    if ctx.world_size > 1:
+        _warm_collectives(cuda)  # NCCL/gloo communicators exist before the sampler starts
     if cuda:
         torch.cuda.synchronize()
     probe = models.ComputeDtypeProbe(trainer.model)
     return Prepared(trainer, callback, model_params, probe, columns)
 
 
-def fsdp_kwargs() -> dict[str, Any]:
-    """FSDP2 through the trainer, in transformers 5 / accelerate 1.x's current form.
+def _init_process_group(cuda: bool) -> None:
+    """Join the launch's process group now (torchrun's environment), not inside the window."""
+    import torch.distributed as dist
 
-    ``fsdp=True`` plus everything in ``fsdp_config`` (the string form ``"full_shard auto_wrap"``
-    is deprecated). FSDP2 (``fully_shard``, ``version: 2``) shards parameters, gradients and
-    optimiser state; ``reshard_after_forward=True`` is FSDP1's ``FULL_SHARD``; every decoder
-    layer is a unit (``TRANSFORMER_BASED_WRAP`` on the model's ``_no_split_modules``).
-    ``use_orig_params`` is an FSDP1 option (FSDP2 always keeps the original parameters), so it
-    is not passed. Activation checkpointing stays the trainer's own switch
-    (``gradient_checkpointing``), never FSDP's.
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if cuda else "gloo")
+
+
+def _warm_collectives(cuda: bool) -> None:
+    """One all-reduce and a barrier, before ``ready`` (outside the measured window).
+
+    The first collective sets the communicators up (seconds for NCCL across nodes).
     """
-    return {"fsdp": True,
-            "fsdp_config": {"version": 2, "reshard_after_forward": True,
-                            "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
-                            "state_dict_type": "FULL_STATE_DICT",
-                            "activation_checkpointing": False}}
+    import torch
+    import torch.distributed as dist
+
+    flag = torch.ones(1, device="cuda" if cuda else "cpu")
+    dist.all_reduce(flag)
+    dist.barrier()
+
+
+def _global_params(model: Any) -> int:
+    """Parameters of a model sharded with FSDP2 (each DTensor's global shape counted once)."""
+    seen: set[int] = set()
+    total = 0
+    for p in model.parameters():
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        total += math.prod(p.shape)  # a DTensor reports its global shape
+    return total
 
 
 def train(r: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
@@ -553,6 +651,9 @@ def train(r: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
     ctx.prepared = None
     trainer, callback = prepared.trainer, prepared.callback
     cuda = ctx.device == "cuda"
+    # The trainer's own preparation (optimizer, DDP wrapping, autocast) happens inside train()
+    # before its first step: labelled, it ends at on_train_begin.
+    ctx.mark("warmup_begin", label="trainer_prepare")
     with _library_bars_off():
         trainer.train()
     prepared.probe.remove()
@@ -577,7 +678,19 @@ def train(r: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
         "peft_version": peft.__version__,
         "trl_version": trl.__version__,
         "train_span_s": span_s,
+        "model_revision": r.get("_model_revision"),
+        "weights_dtype_on_disk": r.get("_weights_dtype_on_disk"),
+        "dataset_revision": r.get("_dataset_revision"),
+        "checkpoint_storage": "configured" if ctx.checkpoint_dir else "node_local",
+        "checkpoints_written": callback.checkpoints,
+        "checkpoint_bytes": callback.checkpoint_bytes,
+        "checkpoint_write_s": (callback.checkpoint_write_ns / 1e9 if callback.checkpoints
+                               else None),
     }
+    if ctx.checkpoint_dir is None and ctx.rank == 0:
+        import shutil
+
+        shutil.rmtree(node_local_checkpoint_dir(ctx.run_id), ignore_errors=True)
     del trainer, prepared
     release_memory(cuda)
     return result

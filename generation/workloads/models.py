@@ -1,18 +1,26 @@
-"""The offline model zoo: published architecture shapes of open LLMs, instantiated with random weights.
+"""The model zoo: published architecture shapes of open LLMs, and where their real weights live.
 
-Compute, memory traffic and therefore power depend on a model's *shape* (layers, widths, heads,
-vocabulary), not on its weight values, so every zoo entry is a ``transformers`` config that is
-instantiated with random weights: nothing is downloaded. A real Hub checkpoint is used instead
-when it is already in the local cache and the sweep asks for it (``model_source: hub`` or
-``auto``); ``model_source`` in the rows says which one ran.
+Two sources, and a sweep says which one it wants (``model_source``):
+
+* ``hub``: the real checkpoint, named by its Hub id (the zoo entry's ``hub_id``, or the
+  ``checkpoint`` setting: another Hub id or a local folder) at a revision (``model_revision``:
+  a commit hash, tag or branch; default ``main``). Before the first run of a sweep every
+  checkpoint it needs is fetched once on this node (:func:`fetch_checkpoints`, never inside a
+  measured window); a checkpoint that cannot be fetched stops the sweep there, before any run.
+  The row records the commit that was loaded (``model_revision``) and ``random_weights`` false.
+* ``zoo``: the same architecture instantiated with random weights (for the demo, the tests and
+  ``cpu_proxy``). Rows say so: ``model_source = zoo`` and ``random_weights`` true. Power depends
+  on the operands as well as on the shapes, so random-weight rows are never mixed with real ones
+  under one label.
 
 The shapes are those of the published ``config.json`` files (hidden size, intermediate size,
 layers, attention and key-value heads, head dimension, vocabulary, positions, tied embeddings,
-RoPE base). ``*-tiny`` entries keep each family's architecture at a size that trains on a CPU in
-seconds.
+RoPE base, experts). They size the random-init models and the memory estimate
+(``generation/memory_estimate.py``); a Hub run counts the parameters of what it loaded.
+``*-tiny`` entries keep each family's architecture at a size that trains on a CPU in seconds.
 
 This module imports neither torch nor transformers at import time: specs, names and the
-Hub-cache check are available to sweep validation without the ``generate`` extra.
+checkpoint checks are available to sweep validation without the ``generate`` extra.
 
 Example:
     >>> spec = get_spec("Llama-3.2-1B")
@@ -22,8 +30,11 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from llm_powertrace_ds.errors import InputError
@@ -41,6 +52,9 @@ _CONFIG_CLASSES = {
     "qwen3": "Qwen3Config",
     "mistral": "MistralConfig",
     "gpt2": "GPT2Config",
+    "mixtral": "MixtralConfig",
+    "gemma2": "Gemma2Config",
+    "phi3": "Phi3Config",
 }
 _LORA_TARGETS = {
     "llama": "q_proj,k_proj,v_proj,o_proj",
@@ -48,6 +62,9 @@ _LORA_TARGETS = {
     "qwen3": "q_proj,k_proj,v_proj,o_proj",
     "mistral": "q_proj,k_proj,v_proj,o_proj",
     "gpt2": "c_attn,c_proj",
+    "mixtral": "q_proj,k_proj,v_proj,o_proj",
+    "gemma2": "q_proj,k_proj,v_proj,o_proj",
+    "phi3": "qkv_proj,o_proj",
 }
 
 
@@ -93,11 +110,34 @@ class ModelSpec:
         """Linear-module names a LoRA adapter can target in this architecture."""
         if self.arch == "gpt2":
             return frozenset({"c_attn", "c_proj", "c_fc"})
+        if self.arch == "phi3":
+            return frozenset({"qkv_proj", "o_proj", "gate_up_proj", "down_proj"})
+        if self.arch == "mixtral":
+            return frozenset({"q_proj", "k_proj", "v_proj", "o_proj"})
         return frozenset({"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                           "down_proj"})
 
-    def estimated_params(self) -> int:
-        """Analytic parameter count (no torch); the published rows use the instantiated count."""
+    @property
+    def num_experts(self) -> int:
+        """Experts per MoE layer (0 for a dense model)."""
+        return int(self.shape.get("num_local_experts", 0))
+
+    @property
+    def experts_per_token(self) -> int:
+        """Experts each token is routed to (0 for a dense model)."""
+        return int(self.shape.get("num_experts_per_tok", 0))
+
+    @property
+    def moe(self) -> bool:
+        """Whether the model is a mixture of experts."""
+        return self.num_experts > 0
+
+    def estimated_params(self, *, active: bool = False) -> int:
+        """Analytic parameter count (no torch); the published rows use the instantiated count.
+
+        Args:
+            active: count only the experts one token is routed to (mixture-of-experts models).
+        """
         s = self.shape
         if self.arch == "gpt2":
             h, n, v, p = s["n_embd"], s["n_layer"], s["vocab_size"], s["n_positions"]
@@ -112,7 +152,12 @@ class ModelSpec:
             attn += heads * hd + 2 * kv * hd  # q/k/v biases
         if self.arch == "qwen3":
             attn += 2 * hd  # q/k RMS norms
-        per_layer = attn + 3 * h * inter + 2 * h
+        mlp = 3 * h * inter
+        if self.moe:
+            experts = self.experts_per_token if active else self.num_experts
+            mlp = experts * 3 * h * inter + h * self.num_experts  # experts + router
+        norms = 4 * h if self.arch == "gemma2" else 2 * h  # gemma2: pre/post norms
+        per_layer = attn + mlp + norms
         emb = v * h * (1 if s.get("tie_word_embeddings") else 2)
         return emb + n * per_layer + h
 
@@ -149,6 +194,29 @@ def _gpt2(name: str, embd: int, layers: int, heads: int, *, vocab: int = 50257,
     shape = dict(n_embd=embd, n_layer=layers, n_head=heads, vocab_size=vocab,
                  n_positions=positions, tie_word_embeddings=True)
     return ModelSpec(name, "gpt2", "gpt2", shape, hub_id)
+
+
+def _moe(name: str, hidden: int, inter: int, layers: int, heads: int, kv: int, *, experts: int,
+         per_token: int, vocab: int, positions: int, hub_id: str | None = None) -> ModelSpec:
+    """A Mixtral-style sparse mixture of experts (``experts`` SiLU MLPs, ``per_token`` routed)."""
+    shape = dict(hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
+                 num_attention_heads=heads, num_key_value_heads=kv, vocab_size=vocab,
+                 max_position_embeddings=positions, tie_word_embeddings=False,
+                 rope_theta=1000000.0, rms_norm_eps=1e-5, hidden_act="silu", sliding_window=None,
+                 num_local_experts=experts, num_experts_per_tok=per_token)
+    return ModelSpec(name, "mistral", "mixtral", shape, hub_id)
+
+
+def _gemma2(name: str, hidden: int, inter: int, layers: int, heads: int, kv: int, *,
+            head_dim: int, vocab: int = 256000, hub_id: str | None = None) -> ModelSpec:
+    """A Gemma 2 decoder (alternating local/global attention, logit soft-capping, tied)."""
+    shape = dict(hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
+                 num_attention_heads=heads, num_key_value_heads=kv, head_dim=head_dim,
+                 vocab_size=vocab, max_position_embeddings=8192, tie_word_embeddings=True,
+                 rope_theta=10000.0, rms_norm_eps=1e-6, query_pre_attn_scalar=head_dim,
+                 sliding_window=4096, final_logit_softcapping=30.0, attn_logit_softcapping=50.0,
+                 hidden_activation="gelu_pytorch_tanh")
+    return ModelSpec(name, "gemma", "gemma2", shape, hub_id)
 
 
 _ENTRIES = [
@@ -196,13 +264,41 @@ _ENTRIES = [
     _gpt2("gpt2-large", 1280, 36, 20, hub_id="openai-community/gpt2-large"),
     _gpt2("gpt2-xl", 1600, 48, 25, hub_id="openai-community/gpt2-xl"),
     _gpt2("gpt2-tiny", 128, 2, 4, vocab=2048, positions=1024),
+    # Larger than one GPU for full fine-tuning (FSDP over a node)
+    _llama("Llama-3.1-70B", 8192, 28672, 80, 64, 8, vocab=128256, positions=131072, tie=False,
+           theta=500000.0, hub_id="meta-llama/Llama-3.1-70B"),
+    _qwen("Qwen2.5-14B", "qwen2", 5120, 13824, 48, 40, 8, vocab=152064, positions=131072,
+          tie=False, theta=1000000.0, hub_id="Qwen/Qwen2.5-14B"),
+    _qwen("Qwen2.5-32B", "qwen2", 5120, 27648, 64, 40, 8, vocab=152064, positions=131072,
+          tie=False, theta=1000000.0, hub_id="Qwen/Qwen2.5-32B"),
+    _qwen("Qwen2.5-72B", "qwen2", 8192, 29568, 80, 64, 8, vocab=152064, positions=131072,
+          tie=False, theta=1000000.0, hub_id="Qwen/Qwen2.5-72B"),
+    # Mixture of experts (Mistral AI's Mixtral: 8 experts, 2 per token)
+    _moe("Mixtral-8x7B-v0.1", 4096, 14336, 32, 32, 8, experts=8, per_token=2, vocab=32000,
+         positions=32768, hub_id="mistralai/Mixtral-8x7B-v0.1"),
+    _moe("mixtral-tiny", 128, 224, 2, 4, 2, experts=4, per_token=2, vocab=2048, positions=1024),
+    # Gemma 2 (Google) and Phi-4 (Microsoft)
+    _gemma2("gemma-2-2b", 2304, 9216, 26, 8, 4, head_dim=256, hub_id="google/gemma-2-2b"),
+    _gemma2("gemma-2-9b", 3584, 14336, 42, 16, 8, head_dim=256, hub_id="google/gemma-2-9b"),
+    _gemma2("gemma-tiny", 128, 352, 2, 4, 2, head_dim=32, vocab=2048),
+    ModelSpec("phi-4", "phi", "phi3", dict(
+        hidden_size=5120, intermediate_size=17920, num_hidden_layers=40, num_attention_heads=40,
+        num_key_value_heads=10, vocab_size=100352, max_position_embeddings=16384,
+        tie_word_embeddings=False, rope_theta=250000.0, rms_norm_eps=1e-5, hidden_act="silu"),
+        "microsoft/phi-4"),
+    ModelSpec("phi-tiny", "phi", "phi3", dict(
+        hidden_size=128, intermediate_size=352, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=2048, max_position_embeddings=1024,
+        tie_word_embeddings=False, rope_theta=250000.0, rms_norm_eps=1e-5, hidden_act="silu")),
 ]
 
 ZOO: dict[str, ModelSpec] = {s.name: s for s in _ENTRIES}
 """Every zoo entry by name."""
 
-MODEL_SOURCES = ("zoo", "hub", "auto")
-"""What a sweep may ask for: the zoo shape, the cached Hub checkpoint, or the Hub one if cached."""
+MODEL_SOURCES = ("zoo", "hub")
+"""What a sweep may ask for: the zoo shape with random weights, or the real Hub checkpoint."""
+DEFAULT_REVISION = "main"
+"""The revision fetched when a sweep pins none (the commit it resolves to is recorded)."""
 
 
 def get_spec(name: str) -> ModelSpec:
@@ -219,19 +315,6 @@ def get_spec(name: str) -> ModelSpec:
     raise InputError(f"unknown model {name!r}; the zoo has: {', '.join(ZOO)}", field="model")
 
 
-def hub_cached(hub_id: str | None) -> bool:
-    """Whether a Hub checkpoint's config and weights are in the local cache (never downloads)."""
-    if not hub_id:
-        return False
-    from huggingface_hub import try_to_load_from_cache
-
-    config = try_to_load_from_cache(hub_id, "config.json")
-    if not isinstance(config, str):
-        return False
-    folder = os.path.dirname(config)
-    return any(f.endswith((".safetensors", ".bin")) for f in os.listdir(folder))
-
-
 def hub_id_of(spec: ModelSpec) -> str:
     """The Hub id of a model with a checkpoint source.
 
@@ -239,30 +322,145 @@ def hub_id_of(spec: ModelSpec) -> str:
         InputError: the zoo model has no Hub id (``model_source: hub`` cannot load it).
     """
     if spec.hub_id is None:
-        raise InputError(f"model {spec.name!r} has no Hub id; use model_source: zoo",
-                         field="model_source")
+        raise InputError(f"model {spec.name!r} has no Hub id; use model_source: zoo or name a "
+                         "checkpoint", field="model_source")
     return spec.hub_id
 
 
 def resolve_source(spec: ModelSpec, requested: str = "zoo") -> str:
-    """Resolve a requested model source to ``zoo`` or ``hub``.
+    """Check a requested model source (``zoo`` or ``hub``) and return it.
 
-    ``auto`` is ``hub`` when the checkpoint is cached, else ``zoo``.
+    There is no automatic choice: a sweep says what it wants, and a ``hub`` checkpoint that
+    cannot be fetched is an error before the first run (:func:`fetch_checkpoints`), never a
+    silent substitution of random weights.
 
     Raises:
-        InputError: ``hub`` asked for a model whose checkpoint is not cached.
+        InputError: an unknown source (``auto`` included, with the reason it is gone).
     """
+    if requested == "auto":
+        raise InputError("model_source 'auto' no longer exists (it mixed random and real "
+                         "weights silently): say `hub` (the real checkpoint) or `zoo` (random "
+                         "weights)", field="model_source")
     if requested not in MODEL_SOURCES:
         raise InputError(f"model_source {requested!r} is not one of {', '.join(MODEL_SOURCES)}",
                          field="model_source")
-    if requested == "zoo":
-        return "zoo"
-    cached = hub_cached(spec.hub_id)
-    if requested == "hub" and not cached:
-        raise InputError(f"model_source 'hub' for {spec.name}: {spec.hub_id or 'no Hub id'} is not "
-                         "in the local Hugging Face cache (nothing is downloaded)",
-                         field="model_source")
-    return "hub" if cached else "zoo"
+    return requested
+
+
+def checkpoint_of(settings: dict[str, Any]) -> str | None:
+    """The checkpoint a ``hub`` run loads: the ``checkpoint`` setting, else the zoo's Hub id."""
+    if settings.get("model_source") != "hub":
+        return None
+    if settings.get("checkpoint"):
+        return str(settings["checkpoint"])
+    try:
+        return get_spec(settings["model"]).hub_id
+    except InputError:
+        return None
+
+
+def _is_local(checkpoint: str) -> bool:
+    return os.path.isabs(checkpoint) or checkpoint.startswith(".") or os.path.isdir(checkpoint)
+
+
+def local_revision(folder: str | Path) -> str:
+    """``local:<12 hex>``: SHA-256 over a local checkpoint's file names, sizes and config text.
+
+    Hashing every weight byte of a 140 GB folder would take minutes; names, sizes and the
+    config identify a saved checkpoint well enough to tell two apart.
+    """
+    folder = Path(folder)
+    digest = hashlib.sha256()
+    for f in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(f"{f.relative_to(folder)}:{f.stat().st_size}\n".encode())
+        if f.name == "config.json":
+            digest.update(f.read_bytes())
+    return f"local:{digest.hexdigest()[:12]}"
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """A checkpoint on this node's disk.
+
+    Attributes:
+        path: the local folder ``from_pretrained`` loads.
+        revision: the commit hash loaded (``local:<hash>`` for a local folder).
+        weights_dtype_on_disk: the dtype the weights were saved in (``torch_dtype``/``dtype``
+            of ``config.json``), or ``None`` when the config does not say.
+    """
+
+    path: str
+    revision: str
+    weights_dtype_on_disk: str | None
+
+
+WEIGHT_PATTERNS = ("*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken")
+"""Files fetched from a model repository: config, safetensors weights, tokenizer, template."""
+
+
+def _on_disk_dtype(folder: str) -> str | None:
+    try:
+        config = json.loads(Path(folder, "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    value = config.get("dtype") or config.get("torch_dtype")
+    return str(value) if isinstance(value, str) else None
+
+
+def fetch_checkpoint(checkpoint: str, revision: str | None) -> Fetched:
+    """Bring one checkpoint onto this node (or find it there) and pin what was fetched.
+
+    A local folder is used in place. A Hub id is fetched with ``huggingface_hub``'s
+    ``snapshot_download`` at ``revision`` (default ``main``); with ``HF_HUB_OFFLINE=1`` only
+    the local cache is consulted.
+
+    Raises:
+        InputError: the checkpoint cannot be fetched or has no ``config.json`` (names the
+            checkpoint and the revision).
+    """
+    if _is_local(checkpoint):
+        folder = Path(checkpoint)
+        if not (folder / "config.json").is_file():
+            raise InputError(f"checkpoint '{checkpoint}' is not a folder with a config.json",
+                             field="checkpoint")
+        return Fetched(str(folder), local_revision(folder), _on_disk_dtype(str(folder)))
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    rev = revision or DEFAULT_REVISION
+    try:
+        path = snapshot_download(checkpoint, revision=rev, allow_patterns=list(WEIGHT_PATTERNS))
+    except (LocalEntryNotFoundError, HfHubHTTPError, OSError, ValueError) as exc:
+        raise InputError(f"checkpoint {checkpoint!r} at revision {rev!r} could not be fetched "
+                         f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); nothing "
+                         "was run", field="checkpoint") from None
+    if not Path(path, "config.json").is_file():
+        raise InputError(f"checkpoint {checkpoint!r} at revision {rev!r} has no config.json",
+                         field="checkpoint")
+    return Fetched(str(path), Path(path).name, _on_disk_dtype(path))
+
+
+def fetch_checkpoints(settings_list: list[dict[str, Any]]) -> dict[tuple[str, str | None], Fetched]:
+    """Fetch every checkpoint a list of runs needs, once each, before the first run starts.
+
+    Each ``hub`` run's settings get ``_checkpoint_path``, ``_model_revision`` and
+    ``_weights_dtype_on_disk`` (local, not hashed into run ids).
+
+    Raises:
+        InputError: the first checkpoint that cannot be fetched (before anything ran).
+    """
+    fetched: dict[tuple[str, str | None], Fetched] = {}
+    for settings in settings_list:
+        checkpoint = checkpoint_of(settings)
+        if checkpoint is None:
+            continue
+        key = (checkpoint, settings.get("model_revision"))
+        if key not in fetched:
+            fetched[key] = fetch_checkpoint(*key)
+        f = fetched[key]
+        settings.update(_checkpoint_path=f.path, _model_revision=f.revision,
+                        _weights_dtype_on_disk=f.weights_dtype_on_disk)
+    return fetched
 
 
 def make_config(spec: ModelSpec) -> Any:
@@ -288,8 +486,10 @@ def torch_dtype(precision: str) -> Any:
 
 def build_model(spec: ModelSpec, source: str = "zoo", *, seed: int = 0, dtype: Any = None,
                 device: str | None = None, quantization_config: Any = None,
-                device_map: Any = None, attn_implementation: str | None = None) -> Any:
-    """Instantiate a causal-LM: random weights of the zoo shape, or the cached Hub checkpoint.
+                device_map: Any = None, attn_implementation: str | None = None,
+                checkpoint: str | None = None, revision: str | None = None,
+                distributed_config: Any = None) -> Any:
+    """Instantiate a causal-LM: random weights of the zoo shape, or the fetched Hub checkpoint.
 
     The weights' dtype is always explicit (``dtype``; default float32): never transformers 5's
     ``dtype="auto"``, which loads a cached checkpoint in whatever it was saved in (bf16) while a
@@ -310,6 +510,12 @@ def build_model(spec: ModelSpec, source: str = "zoo", *, seed: int = 0, dtype: A
         device_map: passed to ``from_pretrained`` (QLoRA needs the GPU map).
         attn_implementation: the attention kernel (``eager``, ``sdpa``, ...); ``None`` leaves
             transformers' default, which the rows record (``attn_implementation``).
+        checkpoint: the local folder (:func:`fetch_checkpoint`) of a ``hub`` model; ``None``
+            loads the zoo entry's Hub id from the local cache.
+        revision: the revision of a Hub id loaded from the cache.
+        distributed_config: a ``transformers`` ``DistributedConfig`` (FSDP2): the model is
+            sharded over the process group while it loads. A zoo model is written once as a
+            random checkpoint and loaded the same way.
 
     Returns:
         A ``transformers`` ``PreTrainedModel``.
@@ -328,11 +534,18 @@ def build_model(spec: ModelSpec, source: str = "zoo", *, seed: int = 0, dtype: A
             kwargs["quantization_config"] = quantization_config
         if device_map is not None:
             kwargs["device_map"] = device_map
-        model: Any = AutoModelForCausalLM.from_pretrained(hub_id_of(spec), **kwargs)
-        if device_map is None and quantization_config is None and device is not None:
+        if distributed_config is not None:
+            kwargs["distributed_config"] = distributed_config
+        if revision is not None and checkpoint is None:
+            kwargs["revision"] = revision
+        model: Any = AutoModelForCausalLM.from_pretrained(checkpoint or hub_id_of(spec), **kwargs)
+        if (device_map is None and quantization_config is None and distributed_config is None
+                and device is not None):
             model = model.to(device)
         return model
     config = make_config(spec)
+    if distributed_config is not None:
+        return _sharded_random_model(config, dtype, distributed_config, extra)
     if quantization_config is None:
         with torch.device(device or "cpu"):
             return AutoModelForCausalLM.from_config(config, dtype=dtype, **extra)
@@ -356,6 +569,43 @@ def _quantized_random_model(config: Any, quantization_config: Any, device_map: A
         return AutoModelForCausalLM.from_pretrained(
             tmp, quantization_config=quantization_config, device_map=device_map or "auto",
             dtype=dtype, **extra)
+
+
+def _sharded_random_model(config: Any, dtype: Any, distributed_config: Any,
+                          extra: dict[str, Any]) -> Any:
+    """A random-weight model sharded while it loads: rank 0 saves it, every rank loads its shard.
+
+    The checkpoint goes to a temporary folder that rank 0 creates and broadcasts (all ranks of
+    a node share it; a multi-node run needs the folder on a shared file system, so each rank
+    builds the same seeded model instead when the folder is not visible).
+    """
+    import tempfile
+
+    import torch.distributed as dist
+    from transformers import AutoModelForCausalLM
+
+    if not dist.is_initialized():
+        raise RuntimeError("a sharded model needs an initialised process group")
+    names = [tempfile.mkdtemp(prefix="powertrace-zoo-") if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(names, src=0)
+    folder = Path(str(names[0]))
+    if not folder.is_dir():  # another node: its local rank 0 writes its own (same seed)
+        folder.mkdir(parents=True, exist_ok=True)
+    if not (folder / "config.json").exists() and int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype, **extra)
+        model.save_pretrained(folder)
+        del model
+    dist.barrier()
+    try:
+        return AutoModelForCausalLM.from_pretrained(folder, dtype=dtype,
+                                                    distributed_config=distributed_config,
+                                                    local_files_only=True, **extra)
+    finally:
+        dist.barrier()
+        if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+            import shutil
+
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _param_kind(p: Any) -> str:
@@ -507,9 +757,10 @@ def resolve_model_columns(resolved: dict[str, Any], machine: Any) -> ModelSpec |
     """Fill a run's model columns and default precision in place (shared by every workload).
 
     ``model``, ``model_name``, ``model_family``, ``model_label`` come from the zoo entry;
-    ``model_source`` is resolved (``hub`` when the weights are in the local cache, then
-    ``model_label`` is the Hub id); ``precision`` defaults to bf16 on a CUDA device that has it,
-    else fp32. An unknown model or source is left as given: the workload's ``check`` reports it.
+    ``model_source`` is what the sweep asked for (``hub``: ``model_label`` is the checkpoint's
+    Hub id, the zoo name for a local folder; ``random_weights`` false; ``zoo``: random weights, true);
+    ``precision`` defaults to bf16 on a CUDA device that has it, else fp32. An unknown model or
+    source is left as given: the workload's ``check`` reports it.
 
     Args:
         resolved: the run's settings (``model``, ``model_source``, ``precision`` at least).
@@ -525,19 +776,23 @@ def resolve_model_columns(resolved: dict[str, Any], machine: Any) -> ModelSpec |
     if spec is not None:
         resolved.update(model=spec.name, model_name=spec.name, model_family=spec.family,
                         model_label=spec.name)
-        try:
-            resolved["model_source"] = resolve_source(spec, resolved["model_source"])
-        except InputError:
-            pass  # reported by check()
-        if resolved["model_source"] == "hub":
-            resolved["model_label"] = spec.hub_id
+        source = resolved.get("model_source")
+        if source in MODEL_SOURCES:
+            resolved["random_weights"] = source == "zoo"
+        if source == "hub":
+            checkpoint = checkpoint_of(resolved)
+            if checkpoint is not None and not _is_local(checkpoint):
+                resolved["model_label"] = checkpoint  # a local folder keeps the zoo name
     if resolved["precision"] is None:
         resolved["precision"] = "bf16" if (machine.cuda and machine.bf16) else "fp32"
     return spec
 
 
 def check_model(resolved: dict[str, Any]) -> tuple[ModelSpec | None, list[tuple[str, str]]]:
-    """Check a run's ``model`` and ``model_source`` (shared by every workload's ``check``).
+    """Check a run's ``model``, ``model_source`` and checkpoint (shared by every workload).
+
+    Whether a ``hub`` checkpoint can be fetched is checked once per sweep before its first run
+    (:func:`fetch_checkpoints`), not here: a dry run plans on a machine without the weights.
 
     Returns:
         The zoo entry (``None`` when the model is unknown) and ``(setting, reason)`` problems.
@@ -547,18 +802,30 @@ def check_model(resolved: dict[str, Any]) -> tuple[ModelSpec | None, list[tuple[
     except InputError as exc:
         return None, [("model", exc.reason)]
     try:
-        resolve_source(spec, resolved["model_source"])
+        source = resolve_source(spec, resolved["model_source"])
     except InputError as exc:
         return spec, [("model_source", exc.reason)]
+    if source == "hub" and checkpoint_of(resolved) is None:
+        return spec, [("model_source", f"model {spec.name!r} has no Hub id; name a "
+                       "`checkpoint` (a Hub id or a local folder) or use model_source: zoo")]
+    if source == "zoo" and resolved.get("checkpoint"):
+        return spec, [("checkpoint", "a checkpoint is loaded with model_source: hub only")]
     return spec, []
 
 
 def model_settings() -> dict[str, Setting]:
-    """The ``model`` and ``model_source`` settings every workload that loads a model declares."""
+    """The model settings every workload that loads a model declares."""
     return {
         "model": Setting("model", "string", default="llama-tiny", column=False,
                          doc="Zoo model name (see generation.workloads.models.ZOO)"),
         "model_source": Setting("model_source", "string", default="zoo",
-                                choices=MODEL_SOURCES,
-                                doc="`zoo` (random weights), `hub` (cached checkpoint) or `auto`"),
+                                choices=MODEL_SOURCES + ("auto",),
+                                doc="`zoo` (random weights, labelled) or `hub` (the real "
+                                "checkpoint, fetched before the first run)"),
+        "checkpoint": Setting("checkpoint", "string", column=False,
+                              doc="Hub id or local folder of the checkpoint (default: the "
+                              "zoo entry's Hub id)"),
+        "model_revision": Setting("model_revision", "string",
+                                  doc="Revision of the checkpoint (commit, tag or branch; "
+                                  "default main); the row records the commit loaded"),
     }

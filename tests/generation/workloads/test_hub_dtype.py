@@ -28,7 +28,7 @@ def test_a_bf16_cached_checkpoint_loads_in_the_requested_fp32(tmp_path, monkeypa
     monkeypatch.setattr(c, "HF_HUB_OFFLINE", True)
     _cache_checkpoint(tmp_path, "meta-llama/Llama-3.2-1B", torch.bfloat16)
     spec = models.get_spec("Llama-3.2-1B")
-    assert models.resolve_source(spec, "auto") == "hub"
+    assert models.resolve_source(spec, "hub") == "hub"
     model = models.build_model(spec, "hub", dtype=torch.float32, device="cpu")
     assert {p.dtype for p in model.parameters()} == {torch.float32}
     assert models.weights_dtypes(model) == "float32"

@@ -77,21 +77,21 @@ def _fake_cache(root, repo_id, weights=True):
         (snap / "model.safetensors").write_bytes(b"x")
 
 
-def test_hub_source_only_when_cached(tmp_path, monkeypatch):
+def test_hub_checkpoint_is_fetched_from_the_cache_offline_or_refused(tmp_path, monkeypatch):
     import huggingface_hub.constants as c
 
     monkeypatch.setattr(c, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setattr(c, "HF_HUB_OFFLINE", True)
     spec = models.get_spec("gpt2")
     assert models.resolve_source(spec, "zoo") == "zoo"
-    assert models.resolve_source(spec, "auto") == "zoo"
-    with pytest.raises(InputError, match="not in the local Hugging Face cache"):
-        models.resolve_source(spec, "hub")
+    assert models.resolve_source(spec, "hub") == "hub"  # fetched before the first run
+    with pytest.raises(InputError, match="no longer exists"):
+        models.resolve_source(spec, "auto")
+    with pytest.raises(InputError, match="could not be fetched"):
+        models.fetch_checkpoint("openai-community/gpt2", None)
     _fake_cache(tmp_path, "openai-community/gpt2")
-    assert models.hub_cached("openai-community/gpt2")
-    assert models.resolve_source(spec, "auto") == "hub"
-    _fake_cache(tmp_path, "Qwen/Qwen2.5-0.5B", weights=False)
-    assert not models.hub_cached("Qwen/Qwen2.5-0.5B")
-    assert models.resolve_source(models.get_spec("llama-tiny"), "auto") == "zoo"  # no Hub id
+    fetched = models.fetch_checkpoint("openai-community/gpt2", None)
+    assert fetched.revision == "abc123" and fetched.path.endswith("snapshots/abc123")
 
 
 def test_offline_byte_tokenizer():

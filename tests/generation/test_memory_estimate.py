@@ -1,0 +1,72 @@
+"""Known answers of the memory estimator, and the dry run that lists cells that cannot fit."""
+
+from __future__ import annotations
+
+import pytest
+
+from generation import memory_estimate as me
+from generation.workloads import models
+
+LLAMA8 = models.get_spec("Llama-3.1-8B")
+
+
+def test_fp32_logits_of_seq_8192_batch_8_on_a_128k_vocabulary():
+    est = me.estimate(LLAMA8, method="lora", precision="bf16", batch_size=8, seq_len=8192,
+                      gradient_checkpointing=False)
+    assert est.logits_fp32_bytes == 8 * 8192 * 128256 * 4 == 33_621_540_864  # ~34 GB
+    # logits + their fp32 gradient + the bf16 head output
+    assert est.logits_bytes == 8 * 8192 * 128256 * (4 + 4 + 2)
+    assert me.too_big({"model": "Llama-3.1-8B", "method": "lora", "precision": "bf16",
+                       "batch_size": 8, "seq_len": 8192, "gradient_checkpointing": False,
+                       "parallelism": "single", "dp_size": 1},
+                      "h100_sxm_80gb").startswith("needs ~")
+
+
+def test_full_fine_tuning_with_adamw_is_16_bytes_per_parameter_sharded_by_fsdp():
+    p = LLAMA8.estimated_params()
+    assert p == 8_030_261_248  # the published count of Llama-3.1-8B
+    one = me.estimate(LLAMA8, method="full", precision="bf16", batch_size=1, seq_len=512,
+                      gradient_checkpointing=True)
+    assert one.weights_bytes + one.gradients_bytes + one.optimizer_bytes == 16 * p
+    eight = me.estimate(LLAMA8, method="full", precision="bf16", batch_size=1, seq_len=512,
+                        gradient_checkpointing=True, parallelism="fsdp", dp_size=8)
+    assert eight.weights_bytes == 4 * p // 8 and eight.optimizer_bytes == 8 * p // 8
+    ddp = me.estimate(LLAMA8, method="full", precision="bf16", batch_size=1, seq_len=512,
+                      gradient_checkpointing=True, parallelism="ddp", dp_size=8)
+    assert ddp.weights_bytes == 4 * p  # DDP replicates
+
+
+def test_checkpointing_keeps_one_hidden_state_per_layer():
+    kw = dict(method="lora", precision="bf16", batch_size=2, seq_len=1024)
+    off = me.estimate(LLAMA8, gradient_checkpointing=False, **kw)
+    on = me.estimate(LLAMA8, gradient_checkpointing=True, **kw)
+    per_token, h, layers = 83968, 4096, 32  # 4h + 2*32*128 + 2*8*128 + 4*14336
+    assert off.activations_bytes == 2 * 1024 * 2 * layers * per_token
+    assert on.activations_bytes == 2 * 1024 * 2 * (layers * h + per_token)
+
+
+def test_parameter_counts_of_the_published_shapes():
+    assert models.get_spec("Llama-3.1-70B").estimated_params() == 70_553_706_496
+    mixtral = models.get_spec("Mixtral-8x7B-v0.1")
+    assert mixtral.moe and mixtral.estimated_params() == 46_702_792_704
+    assert mixtral.estimated_params(active=True) == 12_879_925_248
+
+
+@pytest.mark.parametrize("name", ["llama-tiny", "qwen-tiny", "gpt2-tiny", "phi-tiny",
+                                  "mixtral-tiny", "gemma-tiny"])
+def test_lora_and_model_counts_equal_what_peft_and_transformers_instantiate(name):
+    from peft import LoraConfig, get_peft_model
+
+    spec = models.get_spec(name)
+    model = models.build_model(spec, seed=0)
+    assert models.count_params(model) == spec.estimated_params()
+    peft_model = get_peft_model(model, LoraConfig(
+        r=8, lora_alpha=16, target_modules=spec.default_lora_targets.split(","),
+        fan_in_fan_out=spec.arch == "gpt2", task_type="CAUSAL_LM"))
+    trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
+    assert trainable == me.lora_params(spec, 8, None)
+
+
+def test_device_memory_from_the_platform_slug():
+    assert me.device_memory_bytes("h100_sxm_80gb") == 80 * me.GIB
+    assert me.device_memory_bytes("cpu_proxy") is None
