@@ -294,8 +294,10 @@ def _callback_class() -> type:
             if self._ckpt_begin_ns is not None:
                 self.checkpoint_write_ns += end - self._ckpt_begin_ns
                 self._ckpt_begin_ns = None
-            folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-            self.checkpoint_bytes = folder_bytes(folder)
+            output_dir = getattr(args, "output_dir", None)
+            if output_dir is not None:
+                folder = Path(output_dir) / f"checkpoint-{state.global_step}"
+                self.checkpoint_bytes = folder_bytes(folder)
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self._mark("warmup_end", label="trainer_prepare")

@@ -22,7 +22,7 @@ def test_spec_is_registered_and_typed_after_the_schema():
     for name, setting in SPEC.settings.items():
         if name in columns:
             assert setting.dtype == columns[name], name
-    assert set(columns) - set(SPEC.settings) == {"global_batch_size"}  # derived
+    assert set(columns) - set(SPEC.settings) == set(finetune.DERIVED)  # derived
 
 
 def test_resolve_defaults_and_derived_columns():
@@ -152,7 +152,12 @@ def test_a_real_tiny_training_run(tmp_path):
     at = events.index(("checkpoint_begin", 2, None))
     assert events[at - 1] == ("step_end", 2, None) and events[at + 1][0] == "checkpoint_end"
     assert "eval_begin" in kinds and "eval_end" in kinds
-    assert (tmp_path / "checkpoints").is_dir()
+    # written to node-local storage (not the output folder), measured, then removed
+    # step 2 and the last step (the trainer saves at the end too)
+    assert out["checkpoint_storage"] == "node_local" and out["checkpoints_written"] == 2
+    assert out["checkpoint_bytes"] > 0 and out["checkpoint_write_s"] > 0
+    assert not (tmp_path / "checkpoints").exists()
+    assert not finetune.node_local_checkpoint_dir("r").exists()
 
 
 def test_training_until_a_target_duration(tmp_path):
