@@ -111,6 +111,8 @@ def cmd_record(args: argparse.Namespace) -> int:
         raise UsageError("no command to record: llm-powertrace record [options] -- CMD [ARGS...]")
     from generation import record
     axes: dict[str, Any] = dict(load_meta_file(args.meta)) if args.meta else {}
+    if axes:  # the file's values are checked as the file's: an error names it, not --set
+        record.check_axes(axes, args.workload, file=args.meta)
     axes.update(parse_axes(args.axes))
     requests = parse_requests(args.requests)
     config = record.RecordConfig(out=out_dir(args.out), workload=args.workload, axes=axes,

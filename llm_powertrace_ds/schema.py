@@ -108,6 +108,7 @@ WARNING_FLAGS = (
     "gpu_count_mismatch", "precision_unknown", "power_limit_from_spec", "summary_only",
     "power_limit_not_default", "stale_power", "implausible_value", "work_window_detected",
     "checkpoint_dips_detected", "step_period_detected", "aggregate_series",
+    "children_outlived",
 )
 QUALITY_FLAGS = ERROR_FLAGS + WARNING_FLAGS
 
@@ -158,6 +159,8 @@ FLAG_DESCRIPTIONS = {
     "dips detected from power (`llm_powertrace_ds/metrics/detect.py`)",
     "step_period_detected": "the run has no step events: step_freq_hz is the step period "
     "detected from the autocorrelation of power (`llm_powertrace_ds/metrics/detect.py`)",
+    "children_outlived": "the command recorded by `record` exited while processes it started "
+    "still ran; the run ends 10 s later and what they did after is not measured",
     "aggregate_series": "power_w is one published total of num_gpus devices (a node or a "
     "cluster, `import series`), not a device: per-device metrics are null",
 }

@@ -117,6 +117,7 @@ class _Forwarder:
         self.child = child
         self.released = False
         self.signum: int | None = None
+        self.count = 0
         self._previous: dict[int, Any] = {}
 
     def install(self) -> None:
@@ -131,14 +132,59 @@ class _Forwarder:
         self._previous.clear()
 
     def _handle(self, signum: int, frame: Any) -> None:
-        self.signum = signum
+        """Forward the first signal; escalate on the next ones, like ``docker stop``.
+
+        1st: the signal itself; 2nd: SIGTERM, and SIGKILL after ``KILL_GRACE_S`` if the command
+        still runs; 3rd: SIGKILL at once. A command that ignores signals is stopped anyway.
+        """
+        self.signum = self.signum or signum
+        self.count += 1
         try:
-            if self.released:
-                os.killpg(self.child.pid, signum)
-            else:
+            if not self.released:
                 self.child.kill()  # the command never started
+            elif self.count == 1:
+                os.killpg(self.child.pid, signum)
+            elif self.count == 2:
+                os.killpg(self.child.pid, signal.SIGTERM)
+                timer = threading.Timer(KILL_GRACE_S, self._kill)
+                timer.daemon = True
+                timer.start()
+            else:
+                self._kill()
         except ProcessLookupError:
             pass
+
+    def _kill(self) -> None:
+        try:
+            os.killpg(self.child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+CHILDREN_WAIT_S = 10.0
+"""How long ``record`` keeps measuring after the command exited while processes of its process
+group still run (a shell that backgrounded a worker); then the run ends, flagged
+``children_outlived``. Processes that leave the group (``setsid``, daemons) are not seen."""
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _wait_for_group(pgid: int, limit_s: float) -> bool:
+    """Wait until the process group ``pgid`` is gone; True when it outlived ``limit_s``."""
+    deadline = time.monotonic() + limit_s
+    while _group_alive(pgid):
+        if time.monotonic() >= deadline:
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def _terminate(child: subprocess.Popen[bytes]) -> None:
@@ -230,6 +276,15 @@ def record_command(cmd: Sequence[str], config: RecordConfig, *,
             os.close(write_fd)
             returncode = child.wait()
             child_end = time.monotonic_ns()
+            if forwarder.signum is None and _wait_for_group(child.pid, CHILDREN_WAIT_S):
+                # processes of the command (sh -c 'worker & exit 0') still run: measured up to
+                # the bound, then flagged; never killed (they are the user's)
+                flags = getattr(rec, "extra_flags", None)
+                if flags is not None:
+                    flags.append("children_outlived")
+                log.warning("%s exited, but processes it started still run after %g s: the run "
+                            "ends here and is flagged children_outlived", program,
+                            CHILDREN_WAIT_S)
         except BaseException:
             _terminate(child)
             rec.exit_code = exit_status(child.returncode or -signal.SIGTERM)
@@ -240,7 +295,7 @@ def record_command(cmd: Sequence[str], config: RecordConfig, *,
         error = None
         if forwarder.signum is not None:
             error = f"interrupted by {signal.Signals(forwarder.signum).name}"
-            if child_start is None:
+            if child_start is None or code == 0:  # never exit 0 after an interruption
                 code = 128 + forwarder.signum
                 rec.exit_code = code
         elif code != 0:

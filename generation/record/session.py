@@ -63,6 +63,10 @@ RESERVED = frozenset({
     "host_hash", "quality_flags", "schema_version", "program", "exit_code",
 })
 """Columns the recorder fills itself; ``--set`` may not give them."""
+MIN_PERIOD_MS = 10.0
+"""Shortest sampling period ``record`` accepts (NVML's fastest useful tick)."""
+MAX_PERIOD_MS = 10_000.0
+"""Longest sampling period ``record`` accepts (the sampler must tick before a run can start)."""
 
 SamplerName = Literal["auto", "nvml", "cpu_proxy"]
 
@@ -112,6 +116,10 @@ class RecordConfig:
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and 0 <= value < 3600):
                 raise InputError(f"{name}={value!r} must be in [0, 3600)", field=name)
+        if not (isinstance(self.period_ms, (int, float)) and
+                MIN_PERIOD_MS <= self.period_ms <= MAX_PERIOD_MS):
+            raise InputError(f"{self.period_ms!r} ms is not a sampling period: give "
+                             f"{MIN_PERIOD_MS:g} to {MAX_PERIOD_MS:g} ms", field="--period-ms")
         object.__setattr__(self, "out", Path(self.out))
         object.__setattr__(self, "axes", check_axes(self.axes, self.workload))
 
@@ -273,6 +281,8 @@ class Recording:
         self.result: Any = None
         self.exit_code: int | None = None
         self.results: dict[str, Any] = {}
+        self.extra_flags: list[str] = []
+        """Quality flags the recorder adds to the run (``children_outlived``)."""
         self.work_begin_ns: int | None = None
         self.work_end_ns: int | None = None
         self.requests_from: Callable[..., list[dict[str, Any]]] | None = None
@@ -436,6 +446,7 @@ class Recording:
             _fill_request_results(record, requests)
         if requests:
             record.requests = requests
+        record.add_flags(*self.extra_flags)
         result = publish_run(self.config.out, record)
         # the card's configs block (and its files fingerprint) current after every recording;
         # the full card too when a card writer is registered (the CLI registers it)
