@@ -68,7 +68,7 @@ class Row(Mapping[str, Any]):
     __slots__ = ("_data", "_read")
 
     def __init__(self, data: Mapping[str, Any]) -> None:
-        self._data = dict(data)
+        self._data: Mapping[str, Any] = data if isinstance(data, _RowView) else dict(data)
         self._read: list[str] = []
 
     def __getattr__(self, name: str) -> Any:
@@ -95,15 +95,57 @@ class Row(Mapping[str, Any]):
         return f"Row(run_id={self._data.get('run_id')!r})"
 
 
+class _Columns:
+    """A table's columns as Python lists, each converted on its first use."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.table = table
+        self.names = table.column_names
+        self.known = set(self.names)
+        self.lists: dict[str, list[Any]] = {}
+
+    def value(self, name: str, i: int) -> Any:
+        values = self.lists.get(name)
+        if values is None:
+            values = self.lists[name] = self.table.column(name).to_pylist()
+        return values[i]
+
+
+class _RowView(Mapping[str, Any]):
+    """Row ``i`` of a :class:`_Columns`: a predicate that reads two columns converts two."""
+
+    __slots__ = ("_cols", "_i")
+
+    def __init__(self, cols: _Columns, i: int) -> None:
+        self._cols = cols
+        self._i = i
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._cols.known:
+            raise KeyError(key)
+        return self._cols.value(key, self._i)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._cols.known
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._cols.names)
+
+    def __len__(self) -> int:
+        return len(self._cols.names)
+
+
 def _predicate_mask(table: pa.Table, pred: Callable[[Row], Any]) -> pa.Array:
     """Evaluate a Python predicate per row; SQL null semantics for comparisons with null.
 
     A predicate that raises ``TypeError`` after reading a null value (``None >= 8``) is false
-    for that row, as ``NULL >= 8`` is in SQL; any other error propagates.
+    for that row, as ``NULL >= 8`` is in SQL; any other error propagates. Only the columns the
+    predicate reads become Python objects (a runs row has a few hundred columns).
     """
     keep = []
-    for data in table.to_pylist():
-        row = Row(data)
+    cols = _Columns(table)
+    for i in range(table.num_rows):
+        row = Row(_RowView(cols, i))
         try:
             keep.append(bool(pred(row)))
         except TypeError:
@@ -126,15 +168,16 @@ def _runs_table(batches: Iterable[pa.RecordBatch], schema_: pa.Schema) -> pa.Tab
     column: an unpacked folder gives one batch per run, and filters over thousands of one-row
     chunks (each holding its file's memory map) cost more per run the more runs there are.
     """
-    groups: list[list[pa.RecordBatch]] = []
-    for batch in batches:
-        if groups and batch.schema.equals(groups[-1][0].schema):
-            groups[-1].append(batch)
-        else:
-            groups.append([batch])
-    if all(g[0].schema.equals(schema_) for g in groups):
-        table = pa.Table.from_batches([b for g in groups for b in g], schema=schema_)
-    else:
+    got = list(batches)
+    try:
+        table = pa.Table.from_batches(got, schema=schema_)
+    except pa.ArrowInvalid:  # a file of another schema version: group batches by schema
+        groups: list[list[pa.RecordBatch]] = []
+        for batch in got:
+            if groups and batch.schema.equals(groups[-1][0].schema):
+                groups[-1].append(batch)
+            else:
+                groups.append([batch])
         table = pa.concat_tables([schema_.empty_table(),
                                   *(pa.Table.from_batches(g) for g in groups)],
                                  promote_options="default")
