@@ -44,8 +44,10 @@ class WorkloadGpu:
 
     Attributes:
         cuda_index: the device number the workload uses (``cuda:<i>``).
-        nvml_index: the NVML index the sampler reads and settings apply to.
-        uuid: the raw NVML UUID (``GPU-...``); compared, never stored (rows hold a salted hash).
+        nvml_index: the NVML index the sampler reads and settings apply to (a MIG instance's
+            parent GPU).
+        uuid: the raw NVML UUID the workload's CUDA device has (``GPU-...``, or ``MIG-...`` for
+            a MIG instance); compared, never stored (rows hold a salted hash).
     """
 
     cuda_index: int
@@ -91,8 +93,15 @@ def resolve_workload_gpus(n: int, env: Mapping[str, str] | None = None) -> list[
         if len(selected) < n:
             raise GpuMismatch(f"the run needs {n} GPU(s) but only {len(selected)} are visible "
                               f"(CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES', 'unset')})")
-        return [WorkloadGpu(i, index, nvml.device_uuid(handle))
-                for i, (index, handle) in enumerate(selected[:n])]
+        entries = nvml.visible_entries(env) or []
+        out = []
+        for i, (index, handle) in enumerate(selected[:n]):
+            entry = entries[i] if i < len(entries) else ""
+            # A MIG instance: the workload sees the instance's UUID, the sampler reads its parent.
+            uuid = (nvml.mig_instance_uuid(entry) if entry.startswith("MIG-")
+                    else nvml.device_uuid(handle))
+            out.append(WorkloadGpu(i, index, uuid))
+        return out
 
 
 def normalise_uuid(uuid: object) -> str:

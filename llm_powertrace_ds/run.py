@@ -62,6 +62,12 @@ class DeviceSeries:
         gpu_uuid_hash: salted hash of the UUID.
         power_limit_w: enforced power limit.
         default_power_limit_w: default power limit.
+        kind: ``gpu``, or a RAPL zone of the node's CPUs (``cpu_package``, ``dram``): the
+            ``device_kind`` column. Such host devices live in ``Run.host_devices``, never in
+            ``Run.devices``.
+        driver_t_us: the device's own (driver) power samples: µs since t0, int64; ``None`` when
+            the source keeps none.
+        driver_power_w: their power, W (float64, same length as ``driver_t_us``).
     """
 
     gpu_index: int
@@ -73,9 +79,20 @@ class DeviceSeries:
     gpu_uuid_hash: str | None = None
     power_limit_w: float | None = None
     default_power_limit_w: float | None = None
+    kind: str = "gpu"
+    driver_t_us: np.ndarray | None = None
+    driver_power_w: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.t_ms = np.asarray(self.t_ms, dtype=np.int64)
+        if (self.driver_t_us is None) != (self.driver_power_w is None):
+            raise ValueError("driver_t_us and driver_power_w go together")
+        if self.driver_t_us is not None and self.driver_power_w is not None:
+            self.driver_t_us = np.asarray(self.driver_t_us, dtype=np.int64)
+            self.driver_power_w = np.asarray(self.driver_power_w, dtype=np.float64)
+            if len(self.driver_t_us) != len(self.driver_power_w):
+                raise ValueError(f"driver_t_us has {len(self.driver_t_us)} samples, "
+                                 f"driver_power_w {len(self.driver_power_w)}")
         for key in list(self.signals):
             if key not in SIGNAL_KEYS:
                 raise ValueError(f"unknown signal {key!r}; known: {', '.join(SIGNAL_KEYS)}")
@@ -100,12 +117,16 @@ class Run:
         devices: one ``DeviceSeries`` per device.
         events: run-level and per-rank events.
         requests: per-request rows of ``inference_requests`` (inference only).
+        host_devices: non-GPU devices measured on the same tick (RAPL CPU package and DRAM
+            zones, ``DeviceSeries.kind``): published as trace rows of their kind, never part
+            of ``devices``, so no metric or GPU power total ever includes them.
     """
 
     meta: dict[str, Any]
     devices: list[DeviceSeries]
     events: list[Event] = field(default_factory=list)
     requests: list[dict[str, Any]] | None = None
+    host_devices: list[DeviceSeries] = field(default_factory=list)
 
     @property
     def run_id(self) -> str:
@@ -137,7 +158,12 @@ class Run:
         self.meta["quality_flags"] = [f for f in schema.QUALITY_FLAGS if f in current]
 
     def device_events(self, device: DeviceSeries) -> list[Event]:
-        """Events a device's row carries: run-level ones and its own rank's."""
+        """Events a device's row carries: run-level ones and its own rank's.
+
+        A host device (RAPL), which belongs to no rank, carries the run-level ones.
+        """
+        if device.kind != "gpu":
+            return [e for e in self.events if e.rank is None]
         rank = device.gpu_index if device.rank is None else device.rank
         return [e for e in self.events if e.rank is None or e.rank == rank]
 

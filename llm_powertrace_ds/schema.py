@@ -71,7 +71,11 @@ SCHEMA_CHANGELOG: list[tuple[str, str]] = [
      "Also (issue 37, the campaign): random_weights, model_revision, weights_dtype_on_disk "
      "on every workload; finetune dataset_revision, sharding_strategy, checkpoint_storage, "
      "checkpoints_written, checkpoint_bytes, checkpoint_write_s; clock_alignment_error_ms "
-     "and num_nodes (multi-node runs)."),
+     "and num_nodes (multi-node runs). "
+     "Also (issue 36, the sampler on real NVML): trace columns device_kind (`gpu`, or the RAPL "
+     "zones `cpu_package` and `dram`, never in GPU totals), driver_power_t_us and "
+     "driver_power_w (the driver's own power samples, their own time base); "
+     "driver_power_period_ms; flag gpu_lost (one GPU's series ended, the others went on)."),
 ]
 
 TRACE_CONFIGS = ("finetune", "inference")
@@ -107,7 +111,7 @@ WARNING_FLAGS = (
     "form_factor_unknown", "cpu_proxy", "zero_power_samples", "duplicate_samples",
     "gpu_count_mismatch", "precision_unknown", "power_limit_from_spec", "summary_only",
     "power_limit_not_default", "stale_power", "implausible_value", "work_window_detected",
-    "checkpoint_dips_detected", "step_period_detected", "aggregate_series",
+    "checkpoint_dips_detected", "step_period_detected", "aggregate_series", "gpu_lost",
     "children_outlived",
 )
 QUALITY_FLAGS = ERROR_FLAGS + WARNING_FLAGS
@@ -161,6 +165,8 @@ FLAG_DESCRIPTIONS = {
     "detected from the autocorrelation of power (`llm_powertrace_ds/metrics/detect.py`)",
     "children_outlived": "the command recorded by `record` exited while processes it started "
     "still ran; the run ends 10 s later and what they did after is not measured",
+    "gpu_lost": "a GPU fell off the bus during the run: its series ends at its last row (fault "
+    "`gpu_lost`, the time of the loss); the other devices went on",
     "aggregate_series": "power_w is one published total of num_gpus devices (a node or a "
     "cluster, `import series`), not a device: per-device metrics are null",
 }
@@ -274,6 +280,10 @@ DEVICE = [
     _c("power_limit_w", "float32", "Enforced power limit during the run "
        "(for `cpu_proxy`, the model's max_w)", "W"),
     _c("default_power_limit_w", "float32", "Default power limit of the device", "W"),
+    _c("device_kind", "string", "What the row measures: `gpu` (null in rows written before "
+       "schema 1.3.0 means `gpu`), or a RAPL powercap zone of the node's CPUs, `cpu_package` "
+       "or `dram` (energy counter from /sys/class/powercap, power = its increase per tick). "
+       "Only `gpu` rows count in the runs metrics (GPU power totals)"),
 ]
 MODEL = [
     _c("model_family", "string", "Model family (fixed vocabulary: " + ", ".join(MODEL_FAMILIES) + ")"),
@@ -300,6 +310,8 @@ PROVENANCE = [
     _c("power_field", "string", "Which power reading `power_w` holds: "
        + "; ".join(f"`{k}` = {v}" for k, v in POWER_FIELDS.items())),
     _c("sample_period_ms", "float32", "Configured (or declared) sampling period", "ms"),
+    _c("driver_power_period_ms", "float32", "Median interval of the driver's own power samples "
+       "(driver_power_w), all GPUs; null when no GPU's driver keeps a power buffer", "ms"),
     _c("driver_version", "string", "GPU driver version"),
     _c("nvml_version", "string", "NVML library version"),
     _c("cuda_version", "string", "CUDA driver version"),
@@ -378,6 +390,19 @@ SIGNALS = [
     Column("clock_event_reasons", _List(_Value("int64")), "Per tick: NVML clock-event reasons bitmask"),
 ]
 SIGNAL_NAMES = tuple(c.name for c in SIGNALS)
+DRIVER_SERIES = [
+    Column("driver_power_t_us", _List(_Value("int64")), "The driver's own power samples "
+           "(NVML's buffer, nvmlDeviceGetSamples with NVML_TOTAL_POWER_SAMPLES), on their own time "
+           "base: µs since the run's t0, from the driver's CPU-clock timestamps placed on the run "
+           "clock by the start anchor (UTC vs CLOCK_MONOTONIC); finer than the tick where the "
+           "driver samples faster (driver_power_period_ms). What the power sensor reported, not "
+           "a continuous measurement: on A100/H100 the sensor covers about a quarter of the "
+           "runtime (arXiv 2312.02741), so spikes between its windows are absent. Null where the "
+           "driver keeps no buffer", "us"),
+    Column("driver_power_w", _List(_Value("float32")), "Power of each driver sample "
+           "(driver_power_t_us)", "W"),
+]
+DRIVER_SERIES_NAMES = tuple(c.name for c in DRIVER_SERIES)
 EVENT_FEATURE = (
     ("t_ms", _Value("int64")),
     ("kind", _Value("string")),
@@ -571,8 +596,9 @@ def _ramp_columns() -> list[Column]:
 
 RUN_METRICS = [
     # energy
-    _c("energy_j", "float64", "Sum over devices of each device's trapezoid integral of power_w "
-       "on its own timestamps (bridges gaps)", "J"),
+    _c("energy_j", "float64", "Sum over the GPUs (device_kind `gpu`: RAPL CPU/DRAM rows are "
+       "never in this or any node total) of each device's trapezoid integral of power_w on its "
+       "own timestamps (bridges gaps)", "J"),
     _c("energy_counter_j", "float64", "Sum over devices of the energy-counter increase "
        "(null when a device has no counter)", "J"),
     _c("energy_mismatch_pct", "float64", "100 * (energy_j - energy_counter_j) / energy_counter_j",
@@ -767,7 +793,7 @@ def _workload_columns(workload: str) -> list[Column]:
 def trace_columns(workload: str) -> list[Column]:
     """Columns of the trace config of ``workload`` (one row per run and device)."""
     return _dedupe(IDENTITY + DEVICE_IDENTITY + NUM_GPUS + DEVICE + MODEL + PROVENANCE
-                   + _workload_columns(workload) + SOURCE + SIGNALS + EVENTS)
+                   + _workload_columns(workload) + SOURCE + SIGNALS + DRIVER_SERIES + EVENTS)
 
 
 def runs_columns(workload: str) -> list[Column]:
@@ -812,8 +838,8 @@ FEATURES: Mapping[str, Features] = _Features()
 RUN_LEVEL_FIELDS: dict[str, frozenset[str]] = {
     wl: frozenset(
         c.name for c in COLUMNS[wl]
-        if c.name not in SIGNAL_NAMES and c.name not in ("events", "node_index", "gpu_index",
-                                                         "gpu_uuid_hash")
+        if c.name not in SIGNAL_NAMES and c.name not in DRIVER_SERIES_NAMES
+        and c.name not in ("events", "node_index", "gpu_index", "gpu_uuid_hash", "device_kind")
     )
     for wl in WORKLOADS
 }

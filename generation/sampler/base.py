@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
@@ -33,8 +34,10 @@ FAULT_FIELD_ERROR = 1 << 5
 """A field returned another error code this tick."""
 
 FAULT_STALE = 1 << 6
-"""The power reading carries the same NVML timestamp as the previous tick's: a repeated
-(stale) value, not a new measurement."""
+"""The power reading repeats the previous tick's: the driver took no new measurement in between
+(no newer sample in its power buffer, or — where the buffer is unavailable — the instant power
+and the 1 s average, or the energy counter without it, both unchanged). NVML's field timestamp is
+not evidence: it is when NVML fetched the value and changes on every call."""
 
 FAULT_NAMES = {
     FAULT_TRANSIENT: "transient",
@@ -45,6 +48,10 @@ FAULT_NAMES = {
     FAULT_FIELD_ERROR: "field_error",
     FAULT_STALE: "stale_power",
 }
+
+DEVICE_KINDS = ("gpu", "cpu_package", "dram")
+"""What a device is (the ``device_kind`` column): a GPU, or a RAPL powercap zone of the node's
+CPUs (package, DRAM). Only ``gpu`` devices count in GPU power totals."""
 
 
 class Reading(NamedTuple):
@@ -98,6 +105,7 @@ class DeviceInfo:
         default_power_limit_w: default power limit, W.
         details: anything else worth recording in the provenance (probe results, PCI bus id,
             limits' range, MIG mode, ``cpu_proxy`` pid).
+        kind: one of :data:`DEVICE_KINDS` (``gpu`` unless a host source says otherwise).
     """
 
     slot: int
@@ -108,13 +116,15 @@ class DeviceInfo:
     power_limit_w: float | None = None
     default_power_limit_w: float | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    kind: str = "gpu"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe form, as written to ``devices.json``."""
         return {"slot": self.slot, "gpu_index": self.gpu_index, "rank": self.rank,
                 "name": self.name, "uuid_hash": self.uuid_hash,
                 "power_limit_w": self.power_limit_w,
-                "default_power_limit_w": self.default_power_limit_w, "details": self.details}
+                "default_power_limit_w": self.default_power_limit_w, "details": self.details,
+                "kind": self.kind}
 
 
 class Source(ABC):
@@ -144,8 +154,37 @@ class Source(ABC):
         """Read one tick of device ``slot``.
 
         Raises:
-            GpuLost: the device is gone; the sampler ends cleanly.
+            GpuLost: the device is gone; its series ends here (the sampler reads it no more and
+                goes on with the others).
         """
+
+    def read_power(self, slot: int) -> Reading:
+        """The time-critical part of a tick: power and energy (default: the whole :meth:`read`).
+
+        The loop reads every device's power first, then :meth:`read_rest` of each, so that the
+        power readings of all devices are taken as close together as possible.
+
+        Raises:
+            GpuLost: as :meth:`read`.
+        """
+        return self.read(slot)
+
+    def read_rest(self, slot: int, reading: Reading) -> Reading:
+        """Complete ``reading`` (from :meth:`read_power`) with the slower signals.
+
+        Raises:
+            GpuLost: as :meth:`read`.
+        """
+        return reading
+
+    def driver_samples(self, slot: int) -> Sequence[tuple[int, float]]:
+        """The device's own power samples that arrived since the last call.
+
+        ``(timestamp_us, power_mw)`` pairs, oldest first, on the source's own clock (NVML: CPU
+        wall-clock µs); empty where the source keeps no such buffer. Called once per tick,
+        right after :meth:`read` of the same slot.
+        """
+        return ()
 
     def rescan(self) -> list[DeviceInfo]:
         """Periodic maintenance (about once a second); return devices found since ``open``."""

@@ -12,6 +12,8 @@ SOURCES = ("auto", "nvml", "cpu_proxy")
 PRIORITIES = ("auto", "fifo", "nice", "none")
 
 SourceName = Literal["auto", "nvml", "cpu_proxy"]
+HostPower = Literal["auto", "off"]
+HOST_POWER = ("auto", "off")
 Priority = Literal["auto", "fifo", "nice", "none"]
 
 
@@ -38,6 +40,11 @@ class SamplerConfig:
         allow_mig: sample a GPU in MIG mode (power is then whole-GPU, recorded); refused by
             default.
         start_timeout_s: how long ``Sampler.start`` waits for the first tick, s.
+        host_power: ``auto`` also samples the node's CPU package and DRAM power from the Linux
+            powercap interface (RAPL) on the same tick, as devices of kind ``cpu_package`` /
+            ``dram`` (never GPU power), where it is readable (else said once in the log);
+            ``off`` does not look.
+        powercap_dir: the powercap folder (``/sys/class/powercap``; tests use a fake tree).
 
     Raises:
         SamplerConfigError: any invalid field (named in the message).
@@ -58,6 +65,8 @@ class SamplerConfig:
     uuid_salt: str | None = None
     allow_mig: bool = False
     start_timeout_s: float = 60.0
+    host_power: HostPower = "auto"
+    powercap_dir: str = "/sys/class/powercap"
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
@@ -67,6 +76,9 @@ class SamplerConfig:
             raise SamplerConfigError(
                 f"sampler priority {self.priority!r} is unknown; choose one of "
                 f"{', '.join(PRIORITIES)}")
+        if self.host_power not in HOST_POWER:
+            raise SamplerConfigError(f"host_power {self.host_power!r} is unknown; choose one of "
+                                     f"{', '.join(HOST_POWER)}")
         _positive("period_ms", self.period_ms)
         if self.period_ms < 1.0:
             raise SamplerConfigError(f"period_ms={self.period_ms!r} is below 1 ms")

@@ -6,6 +6,12 @@ millisecond. Should two samples of one device fall in the same millisecond (a la
 at once by the next), the later one is moved 1 ms later so ``t_ms`` stays strictly increasing.
 ``energy_mj`` is the counter minus its first reading (energy since t0).
 
+The driver's own power samples (``driver_samples.bin``) become each device's second series:
+``driver_power_t_us = ts_us - utc(t0) / 1000``, the driver's CPU wall-clock timestamps placed on
+the run clock through the start anchor (UTC of t0 = anchor UTC + (t0 - anchor monotonic));
+samples before t0 are dropped. Devices of another kind than ``gpu`` (RAPL zones) become the
+run's ``host_devices``: published with their ``device_kind``, never among the GPUs.
+
 The dataset core (and so ``datasets``) is imported inside the functions: the sampler process
 imports this package but must not import ``datasets``.
 """
@@ -44,11 +50,40 @@ def _strictly_increasing(t: np.ndarray) -> tuple[np.ndarray, int]:
 
 
 def _start_time(spool: Spool, t0_ns: int) -> dt.datetime | None:
+    utc_ns = _t0_utc_ns(spool, t0_ns)
+    if utc_ns is None:
+        return None
+    return dt.datetime.fromtimestamp(utc_ns / 1e9, dt.timezone.utc)
+
+
+def _t0_utc_ns(spool: Spool, t0_ns: int) -> int | None:
     anchor = spool.anchors.get("start") or spool.anchors.get("stop")
     if not anchor:
         return None
-    utc_ns = int(anchor["utc_ns"]) + (t0_ns - int(anchor["monotonic_ns"]))
-    return dt.datetime.fromtimestamp(utc_ns / 1e9, dt.timezone.utc)
+    return int(anchor["utc_ns"]) + (t0_ns - int(anchor["monotonic_ns"]))
+
+
+def _driver_series(spool: Spool, slot: int, t0_utc_ns: int | None
+                   ) -> tuple[np.ndarray, np.ndarray] | None:
+    """A device's driver samples on the run clock (µs since t0, W); ``None`` without any."""
+    d = spool.driver_samples
+    if t0_utc_ns is None or len(d) == 0:
+        return None
+    mine = d[d["slot"] == slot]
+    if len(mine) == 0:
+        return None
+    mine = mine[np.argsort(mine["ts_us"], kind="stable")]
+    t_us = mine["ts_us"].astype(np.int64) - np.int64(t0_utc_ns // 1000)
+    keep = t_us >= 0
+    return t_us[keep], np.asarray(mine["power_w"], dtype=np.float64)[keep]
+
+
+def _median_interval_ms(series: list[np.ndarray]) -> float | None:
+    """Median interval of the driver samples over all devices, ms (``None``: too few)."""
+    gaps = [np.diff(t) for t in series if len(t) > 1]
+    flat = np.concatenate(gaps) if gaps else np.zeros(0)
+    flat = flat[flat > 0]
+    return float(np.median(flat)) / 1000.0 if len(flat) else None
 
 
 def _is_incomplete(spool: Spool) -> bool:
@@ -76,7 +111,7 @@ def provenance_meta(path_or_spool: str | os.PathLike[str] | Spool) -> dict[str, 
     sampler = prov.get("sampler") or spool.header.get("source")
     power_field = prov.get("power_field")
     flags: list[str] = []
-    names = [d.get("name") for d in spool.devices]
+    names = [d.get("name") for d in spool.devices if d.get("kind", "gpu") == "gpu"]
     if sampler == "cpu_proxy":
         platform = "cpu_proxy"
         flags.append("cpu_proxy")
@@ -102,7 +137,7 @@ def provenance_meta(path_or_spool: str | os.PathLike[str] | Spool) -> dict[str, 
         "nvml_version": prov.get("nvml_version"),
         "cuda_version": prov.get("cuda_version"),
         "platform": platform,
-        "num_gpus": len(spool.devices),
+        "num_gpus": len(names),
         "quality_flags": flags,
     }
     if t0 is not None:
@@ -138,7 +173,10 @@ def spool_to_run(path: str | os.PathLike[str], meta: dict[str, Any] | None = Non
     t0 = spool.t0_ns
     if t0 is None:
         raise SamplerError(f"the spool in '{spool.directory}' has no samples")
-    devices = []
+    devices: list[DeviceSeries] = []
+    host_devices: list[DeviceSeries] = []
+    driver_t: list[np.ndarray] = []
+    t0_utc = _t0_utc_ns(spool, t0)
     nudged_total = 0
     for info in spool.devices:
         rows = spool.device_samples(int(info["slot"]))
@@ -154,15 +192,23 @@ def spool_to_run(path: str | os.PathLike[str], meta: dict[str, Any] | None = Non
             if name == "energy_mj":
                 values = values - values[np.isfinite(values)][0]
             signals[name] = values
-        devices.append(DeviceSeries(
+        kind = str(info.get("kind") or "gpu")
+        driver = _driver_series(spool, int(info["slot"]), t0_utc) if kind == "gpu" else None
+        if driver is not None:
+            driver_t.append(driver[0])
+        series = DeviceSeries(
             gpu_index=int(info["gpu_index"]), t_ms=t_ms, signals=signals,
             node_index=node_index, rank=info.get("rank"), gpu_name=info.get("name"),
             gpu_uuid_hash=info.get("uuid_hash"), power_limit_w=info.get("power_limit_w"),
-            default_power_limit_w=info.get("default_power_limit_w")))
+            default_power_limit_w=info.get("default_power_limit_w"), kind=kind,
+            driver_t_us=driver[0] if driver else None,
+            driver_power_w=driver[1] if driver else None)
+        (devices if kind == "gpu" else host_devices).append(series)
     if nudged_total:
         log.info("%d samples shared a millisecond with the previous one and were moved 1 ms",
                  nudged_total)
     prov = provenance_meta(spool)
+    prov["driver_power_period_ms"] = _median_interval_ms(driver_t)
     meta = dict(meta or {})
     flags = list(dict.fromkeys(list(prov.pop("quality_flags")) + list(meta.pop("quality_flags",
                                                                                 []) or [])))
@@ -175,11 +221,13 @@ def spool_to_run(path: str | os.PathLike[str], meta: dict[str, Any] | None = Non
     if workload is not None:
         merged = coerce_meta(merged, str(workload), file=str(spool.directory))
     events = load_events(spool.directory, t0)
-    run = Run(meta=merged, devices=devices, events=events)
+    run = Run(meta=merged, devices=devices, events=events, host_devices=host_devices)
     run.meta["quality_flags"] = []
     run.add_flags(*flags)
-    if spool.summary.faults.get("stale_power"):  # NVML repeated a reading (same timestamp)
+    if spool.summary.faults.get("stale_power"):  # the driver measured nothing new
         run.add_flags("stale_power")
+    if spool.summary.faults.get("gpu_lost"):  # a series ended at its device's loss
+        run.add_flags("gpu_lost")
     from llm_powertrace_ds.schema import ENERGY_MISMATCH_PCT
 
     mismatches = [energy_mismatch_pct(d) for d in devices]

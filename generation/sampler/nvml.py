@@ -11,9 +11,11 @@ sampler's hierarchy — ``NotSupported``, ``NoPermission``, ``GpuLost``, ``Unkno
 raised ``from`` the original ``NVMLError``. Tests replace this module's ``pynvml`` attribute
 with a test double that keeps the real error classes and constants.
 
-Per tick and GPU: **one** ``nvmlDeviceGetFieldValues`` call for instant power (field 186), the
-1 s-average power (185) and the energy counter (191), each with its own return code; then
-utilisation, memory used, SM and memory clocks, temperature and clock-event reasons. Whatever the
+Per tick and GPU: **one** ``nvmlDeviceGetFieldValues`` call for every field-backed value at once
+— instant power (field 186), the 1 s-average power (185) and the energy counter (191), each with
+its own return code — and one ``nvmlDeviceGetSamples`` call for the driver's power buffer; then
+utilisation, memory used, SM and memory clocks, temperature and clock-event reasons, which NVML
+offers through no field id. Whatever the
 start-up probe finds unsupported (or forbidden) is never read again and stays null for the whole
 run. ``nvmlDeviceGetPowerUsage`` (a 1 s average on Ampere-non-GA100 and newer) is used only when
 field 186 fails at start-up on some GPU — with any code: NOT_SUPPORTED, NO_PERMISSION, or the
@@ -22,8 +24,21 @@ value; a run of null power labelled ``instant`` cannot happen. Clock-event reaso
 the older ``nvmlDeviceGetCurrentClocksThrottleReasons``.
 
 Each field value carries NVML's own timestamp (``c_nvmlFieldValue_t.timestamp``, CPU µs): it is
-kept per sample (``Reading.power_ts_us``, the spool's ``power_ts_us``), and a power value whose
-timestamp equals the previous tick's is a repeated (stale) reading: fault bit ``stale_power``.
+kept per sample (``Reading.power_ts_us``, the spool's ``power_ts_us``). That timestamp is when
+NVML *fetched* the value — it changes on every call — so it says nothing about whether the driver
+measured anything new. Staleness (fault bit ``stale_power``) is decided from the driver's own
+power buffer and the values: a tick whose power equals the previous tick's while the buffer
+received no newer sample is a repeat; where the buffer is unavailable, a tick whose instant
+power and 1 s average (or, without it, energy counter) are both unchanged is.
+
+The driver's buffer of its own power samples (``nvmlDeviceGetSamples(NVML_TOTAL_POWER_SAMPLES,
+last_seen_us)``, mW with CPU-µs timestamps) is read once per tick for the samples newer than the
+last one seen (NVML answers NOT_FOUND when there is none), and published as a second, finer
+series per device (``driver_power_t_us`` / ``driver_power_w``). What the buffer holds is what the
+power sensor reported at the driver's own rate — not a continuous measurement: on H100 the
+sensor covers only about a quarter of the runtime (Yang et al., arXiv 2312.02741), so short
+spikes between its windows are not in it. Samples already in the buffer when the source opens
+predate the run and are skipped.
 
 Small public device functions (raw units: mW, MHz) — :func:`session`, :func:`select_devices`,
 :func:`device_name`, :func:`compute_capability`, the power-limit getters and
@@ -87,12 +102,16 @@ NVML_SUCCESS = 0
 NVML_ERROR_UNINITIALIZED = 1
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_DRIVER_NOT_LOADED = 9
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_ERROR_GPU_IS_LOST = 15
 NVML_ERROR_RESET_REQUIRED = 16
 NVML_ERROR_UNKNOWN = 999
+
+NVML_TOTAL_POWER_SAMPLES = 0
+"""``nvmlSamplingType_t`` of the driver's total-power sample buffer (nvml.h; stable ABI)."""
 
 ERROR_TABLE: Mapping[int, type[SourceError]] = {
     NVML_ERROR_NOT_SUPPORTED: NotSupported,
@@ -292,6 +311,21 @@ def _mig_parent_index(mig_uuid: str) -> int:
                                  "whole GPU: make the whole GPU visible") from exc
 
 
+def visible_entries(env: Mapping[str, str] | None = None) -> list[str] | None:
+    """``CUDA_VISIBLE_DEVICES`` of ``env`` (default ``os.environ``) as entries; ``None`` if unset."""
+    return _visible_entries(os.environ if env is None else env)
+
+
+def mig_instance_uuid(entry: str) -> str:
+    """The full UUID NVML gives the MIG instance ``entry`` (``MIG-...``; in a session).
+
+    A workload on a MIG instance sees that instance's UUID (``torch.cuda`` reports it), not its
+    parent GPU's: the run-start check must compare it with this, while power is read from the
+    parent (:func:`select_devices`).
+    """
+    return _text(_call("nvmlDeviceGetUUID", _call("nvmlDeviceGetHandleByUUID", entry)))
+
+
 def _mig_enabled(handle: Any) -> bool:
     try:
         current, _pending = _call("nvmlDeviceGetMigMode", handle)
@@ -350,8 +384,7 @@ def _cuda_version(raw: int) -> str:
 
 def field_value(fv: Any) -> float:
     """The numeric value of a ``c_nvmlFieldValue_t`` according to its ``valueType``."""
-    attr = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal",
-            6: "usVal"}.get(int(fv.valueType))
+    attr = _VALUE_ATTR.get(int(fv.valueType))
     if attr is None:
         return NAN
     return float(getattr(fv.value, attr))
@@ -505,7 +538,11 @@ class _Gpu:
     mem_clock: bool = False
     temp: bool = False
     reasons_fn: str | None = None
-    last_power_ts_us: int | None = None
+    samples: bool = False
+    last_sample_ts_us: int = 0
+    pending: list[tuple[int, float]] = field(default_factory=list)
+    new_samples: bool | None = None
+    last_values: tuple[float, float, float] | None = None
 
 
 def _probe(what: str, fn: Callable[[], Any], probes: dict[str, str]) -> bool:
@@ -550,6 +587,7 @@ class NvmlSource(Source):
         self.power_field = "instant"
         self._gpus: list[_Gpu] = []
         self._facts: dict[str, Any] = {}
+        self._sample_interval_ms: dict[int, float | None] = {}
         self._open = False
 
     # -- start-up ---------------------------------------------------------------------------
@@ -600,6 +638,7 @@ class NvmlSource(Source):
                 transform=lambda c: [_mw_to_w(c[0]), _mw_to_w(c[1])])
             self._probe_gpu(gpu)
             details["probes"] = gpu.probes
+            details["driver_power_sample_interval_ms"] = self._sample_interval_ms.get(index)
             self._gpus.append(gpu)
             infos.append(DeviceInfo(
                 slot=slot, gpu_index=index, rank=slot, name=name,
@@ -669,6 +708,7 @@ class NvmlSource(Source):
             _call, "nvmlDeviceGetClockInfo", h, pynvml.NVML_CLOCK_MEM), probes)
         gpu.temp = _probe("temperature", functools.partial(
             _call, "nvmlDeviceGetTemperature", h, pynvml.NVML_TEMPERATURE_GPU), probes)
+        self._probe_samples(gpu)
         # The newer name first; drivers/bindings without it answer the older throttle-reasons
         # call (same bitmask).
         for fn in ("nvmlDeviceGetCurrentClocksEventReasons",
@@ -680,8 +720,66 @@ class NvmlSource(Source):
                 probes["clock_event_reasons"] = f"ok ({fn})"
                 break
 
+    def _probe_samples(self, gpu: _Gpu) -> None:
+        """Probe the driver's power buffer; skip what it holds already (it predates the run).
+
+        Records ``driver_power_samples`` in the probes and, from the buffer's own timestamps,
+        the driver's sample interval (median, ms) in ``gpu.probes``'s sibling fact
+        ``driver_power_sample_interval_ms`` (``None`` with fewer than three samples).
+        """
+        try:
+            samples = _samples_since(gpu.handle, 0)
+        except NotSupported:
+            gpu.probes["driver_power_samples"] = "not_supported"
+            return
+        except NoPermission:
+            gpu.probes["driver_power_samples"] = "no_permission"
+            return
+        except UnknownError as exc:
+            gpu.probes["driver_power_samples"] = f"error at probe (not used): {exc}"
+            return
+        gpu.samples = True
+        gpu.probes["driver_power_samples"] = "ok"
+        stamps = sorted(ts for ts, _ in samples)
+        if stamps:
+            gpu.last_sample_ts_us = stamps[-1]
+        gaps = sorted(b - a for a, b in zip(stamps, stamps[1:], strict=False) if b > a)
+        self._sample_interval_ms[gpu.index] = (gaps[len(gaps) // 2] / 1000.0
+                                               if len(gaps) >= 2 else None)
+
     # -- per tick ---------------------------------------------------------------------------
+    def driver_samples(self, slot: int) -> list[tuple[int, float]]:
+        """The driver's power samples (CPU µs, mW) that arrived since the previous tick."""
+        gpu = self._gpus[slot]
+        out, gpu.pending = gpu.pending, []
+        return out
+
+    def _read_buffer(self, gpu: _Gpu) -> int:
+        """Fetch the buffer's new samples into ``gpu.pending``; return fault bits."""
+        gpu.new_samples = None  # unknown until the buffer answers
+        try:
+            samples = _samples_since(gpu.handle, gpu.last_sample_ts_us)
+        except NoPermission:
+            return FAULT_NO_PERMISSION
+        except (NotSupported, UnknownError):
+            return FAULT_TRANSIENT
+        gpu.new_samples = False
+        fresh = sorted((ts, mw) for ts, mw in samples if ts > gpu.last_sample_ts_us)
+        if fresh:
+            gpu.new_samples = True
+            gpu.last_sample_ts_us = fresh[-1][0]
+            gpu.pending.extend(fresh)
+        return 0
+
     def read(self, slot: int) -> Reading:
+        return self.read_rest(slot, self.read_power(slot))
+
+    def read_power(self, slot: int) -> Reading:
+        """The power phase of a tick: one field-values call, the driver's buffer, staleness.
+
+        ``nvmlDeviceGetPowerUsage`` / ``nvmlDeviceGetTotalEnergyConsumption`` replace fields
+        the start-up probe found unusable.
+        """
         gpu = self._gpus[slot]
         h = gpu.handle
         faults = 0
@@ -707,20 +805,31 @@ class NvmlSource(Source):
                     faults |= {NotSupported: FAULT_FIELD_NOT_SUPPORTED,
                                NoPermission: FAULT_NO_PERMISSION}.get(cls, FAULT_FIELD_ERROR)
         out = [NAN] * 10
-        power_ts_us = NAN
-        if FI_POWER_INSTANT in stamps:
-            ts = stamps[FI_POWER_INSTANT]
-            power_ts_us = float(ts)
-            if ts > 0 and ts == gpu.last_power_ts_us:
-                faults |= FAULT_STALE
-            gpu.last_power_ts_us = ts
+        power_ts_us = float(stamps[FI_POWER_INSTANT]) if FI_POWER_INSTANT in stamps else NAN
         out[0] = vals.get(FI_POWER_INSTANT, NAN)
         out[1] = vals.get(FI_POWER_AVERAGE, NAN)
         out[2] = vals.get(FI_ENERGY, NAN)
-        calls: list[tuple[bool, str, tuple[Any, ...], Callable[[Any], None]]] = [
+        faults |= _read_calls(out, [
             (gpu.power_usage, "nvmlDeviceGetPowerUsage", (h,), lambda v: _set(out, 0, v)),
             (gpu.energy_call, "nvmlDeviceGetTotalEnergyConsumption", (h,),
              lambda v: _set(out, 2, v)),
+        ])
+        if gpu.samples:
+            faults |= self._read_buffer(gpu)
+        if _stale(gpu, out[0], out[1], out[2]):
+            faults |= FAULT_STALE
+        return Reading._make([*out, faults, power_ts_us])  # field order of Reading
+
+    def read_rest(self, slot: int, reading: Reading) -> Reading:
+        """Complete ``reading`` with the slow signals (one call each).
+
+        Utilisation, memory, clocks, temperature and clock-event reasons: NVML has no field id
+        for them.
+        """
+        gpu = self._gpus[slot]
+        h = gpu.handle
+        out = list(reading[:10])
+        faults = _read_calls(out, [
             (gpu.util, "nvmlDeviceGetUtilizationRates", (h,),
              lambda v: _set_util(out, v)),
             (gpu.memory, "nvmlDeviceGetMemoryInfo", (h,), lambda v: _set(out, 5, v.used)),
@@ -731,19 +840,8 @@ class NvmlSource(Source):
             (gpu.temp, "nvmlDeviceGetTemperature", (h, pynvml.NVML_TEMPERATURE_GPU),
              lambda v: _set(out, 8, v)),
             (gpu.reasons_fn is not None, gpu.reasons_fn or "", (h,), lambda v: _set(out, 9, v)),
-        ]
-        for enabled, fn, args, store in calls:
-            if not enabled:
-                continue
-            try:
-                store(_call(fn, *args))
-            except NoPermission:
-                faults |= FAULT_NO_PERMISSION
-            except NotSupported:
-                faults |= FAULT_FIELD_NOT_SUPPORTED
-            except UnknownError:
-                faults |= FAULT_TRANSIENT
-        return Reading._make([*out, faults, power_ts_us])  # field order of Reading
+        ])
+        return Reading._make([*out, reading.faults | faults, reading.power_ts_us])
 
     # -- the rest ---------------------------------------------------------------------------
     def provenance(self) -> dict[str, Any]:
@@ -753,6 +851,68 @@ class NvmlSource(Source):
         if self._open:
             self._open = False
             _shutdown()
+
+
+def _read_calls(out: list[float],
+                calls: list[tuple[bool, str, tuple[Any, ...], Callable[[Any], None]]]) -> int:
+    """Make the enabled calls, storing each value; return the fault bits of those that failed.
+
+    ``GpuLost`` propagates (the device's series ends).
+    """
+    faults = 0
+    for enabled, fn, args, store in calls:
+        if not enabled:
+            continue
+        try:
+            store(_call(fn, *args))
+        except NoPermission:
+            faults |= FAULT_NO_PERMISSION
+        except NotSupported:
+            faults |= FAULT_FIELD_NOT_SUPPORTED
+        except UnknownError:
+            faults |= FAULT_TRANSIENT
+    return faults
+
+
+def _samples_since(handle: Any, last_seen_us: int) -> list[tuple[int, float]]:
+    """The driver's total-power samples newer than ``last_seen_us``: ``(CPU µs, mW)`` pairs.
+
+    NVML answers NOT_FOUND when the buffer holds nothing newer: that is an empty list, not an
+    error.
+    """
+    try:
+        value_type, samples = _call("nvmlDeviceGetSamples", handle, NVML_TOTAL_POWER_SAMPLES,
+                                    int(last_seen_us))
+    except UnknownError as exc:
+        if exc.code == NVML_ERROR_NOT_FOUND:
+            return []
+        raise
+    attr = _VALUE_ATTR.get(int(value_type), "uiVal")
+    return [(int(x.timeStamp), float(getattr(x.sampleValue, attr))) for x in samples]
+
+
+def _stale(gpu: _Gpu, power: float, average: float, energy: float) -> bool:
+    """Whether this tick's power repeats the previous tick's measurement (see the docstring).
+
+    With the driver's buffer: the value is unchanged and no newer sample arrived. Without it (or
+    when the buffer failed this tick): the instant value and the 1 s average (or, without it,
+    the energy counter) are both unchanged — one value alone repeats legitimately on a flat
+    load.
+    """
+    previous, gpu.last_values = gpu.last_values, (power, average, energy)
+    if previous is None or power != power or power != previous[0]:  # NaN or a new value
+        return False
+    if gpu.samples and gpu.new_samples is not None:
+        return not gpu.new_samples
+    # The 1 s average moves with any new measurement; the energy counter stands in without it.
+    for now, before in ((average, previous[1]), (energy, previous[2])):
+        if now == now and before == before:  # both reported (not NaN)
+            return now == before
+    return False
+
+
+_VALUE_ATTR = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal",
+               6: "usVal"}
 
 
 def _set(out: list[float], i: int, value: Any) -> None:

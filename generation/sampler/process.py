@@ -11,12 +11,16 @@ The child's loop (:class:`TickLoop`) ticks on absolute deadlines ``t_start + k *
 time before and after its reads (``t_after`` is the sample's time: the end of the interval an
 averaged reading covers). A tick that wakes after the *next* deadline has passed is recorded late
 (one row, never back-dated) and the deadlines it overran are counted as missed; the schedule moves
-on to the next future deadline. The spool is flushed every ``flush_s`` (<= 1 s). A
+on to the next future deadline. A tick reads the power of every device first, then the slower
+signals, then the driver's own power samples (a second spool file). A device that is lost (fell
+off the bus) ends its own series with a ``gpu_lost`` row; the others go on, and the loop ends
+only when every device is lost. The spool is flushed every ``flush_s`` (<= 1 s). A
 (monotonic, UTC) anchor pair is written at start and at stop.
 
 The child stops cleanly on ``STOP`` (state ``stopped``), when its stdin reaches EOF or its parent
-changes (the workload process died: ``parent_gone``), on SIGTERM (``terminated``) and when a GPU
-is lost (``gpu_lost``); each writes ``summary.json``. SIGKILL loses at most the last ``flush_s``.
+changes (the workload process died: ``parent_gone``), on SIGTERM (``terminated``) and when every
+device is lost (``gpu_lost``); each writes ``summary.json`` (with the devices lost on the way).
+SIGKILL loses at most the last ``flush_s``.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from .base import (
     FAULT_GPU_LOST,
     PIDS_DIR,
     DeviceInfo,
+    Reading,
     Source,
 )
 from .config import SamplerConfig
@@ -115,6 +120,8 @@ class TickLoop:
         self.message = ""
         self.ticks = 0
         self.missed = 0
+        self.lost: dict[int, str] = {}
+        """slot -> what happened, for each device lost during the run."""
         self.t_start_ns: int | None = None
 
     def request_stop(self, state: str = "stopped", message: str = "") -> None:
@@ -134,7 +141,7 @@ class TickLoop:
         return True
 
     def run(self) -> None:
-        """Tick until a stop is requested or a device is lost."""
+        """Tick until a stop is requested or every GPU is lost."""
         period = self.period_ns
         start = self.clock()
         self.t_start_ns = start
@@ -167,25 +174,49 @@ class TickLoop:
         self.writer.flush()
 
     def _tick(self, tick: int, deadline: int, missed: int) -> str | None:
-        """Read every device once; return a message when a GPU was lost."""
-        lost = None
+        """Read every device still present once; return a message when the last one was lost.
+
+        Two phases: the power of every device (``read_power``; its before/after times are the
+        sample's), then the slower signals of each (``read_rest``), then the driver's own
+        samples. A device that is lost gets one row with the ``gpu_lost`` fault and is read no
+        more; the others go on.
+        """
         append = self.writer.append
-        for dev in self.devices:
-            t_before = self.clock()
+        clock = self.clock
+        source = self.source
+        active = [d for d in self.devices if d.slot not in self.lost]
+        readings = []
+        for dev in active:
+            t_before = clock()
             try:
-                r = self.source.read(dev.slot)
+                r = source.read_power(dev.slot)
             except GpuLost as exc:
-                r = EMPTY_READING._replace(faults=FAULT_GPU_LOST)
-                lost = f"GPU {dev.gpu_index} (slot {dev.slot}) was lost at tick {tick}: {exc}"
-                log.error("%s", lost)
-            t_after = self.clock()
+                r = self._lose(dev, tick, exc)
+            readings.append((dev, t_before, clock(), r))
+        for dev, t_before, t_after, r in readings:
+            if dev.slot not in self.lost:
+                try:
+                    r = source.read_rest(dev.slot, r)
+                except GpuLost as exc:
+                    self._lose(dev, tick, exc)
+                    r = r._replace(faults=r.faults | FAULT_GPU_LOST)
+                for ts_us, power_mw in source.driver_samples(dev.slot):
+                    self.writer.append_driver(dev.slot, tick, ts_us, power_mw / 1000.0)
             append(tick, dev.slot, missed, deadline, t_before, t_after, r.faults,
                    r.power_mw / 1000.0, r.power_avg_mw / 1000.0, r.energy_mj, r.gpu_util_pct,
                    r.mem_util_pct, r.mem_used_bytes / 1048576.0, r.sm_clock_mhz,
                    r.mem_clock_mhz, r.temp_c, r.clock_event_reasons, r.power_ts_us)
-            if lost is not None:
-                break
-        return lost
+        gpus = [d for d in self.devices if d.kind == "gpu"] or self.devices
+        if active and all(d.slot in self.lost for d in gpus):
+            return "; ".join(self.lost.values())
+        return None
+
+    def _lose(self, dev: DeviceInfo, tick: int, exc: BaseException) -> Reading:
+        """Record that a device was lost at ``tick``; its last (empty) reading."""
+        message = f"GPU {dev.gpu_index} (slot {dev.slot}) was lost at tick {tick}: {exc}"
+        self.lost[dev.slot] = message
+        log.error("%s", message)
+        return EMPTY_READING._replace(faults=FAULT_GPU_LOST)
 
     def _rescan(self) -> None:
         new = self.source.rescan()
@@ -332,7 +363,7 @@ def child_main(argv: Sequence[str] | None = None) -> int:
             log.warning("closing the source failed: %s", exc)
         writer.write_json("summary.json", {
             "state": loop.state, "message": loop.message, "ticks": loop.ticks,
-            "missed_ticks": loop.missed,
+            "missed_ticks": loop.missed, "lost_devices": loop.lost,
             "heavy_modules_loaded": sorted(m for m in HEAVY_MODULES if m in sys.modules)})
         log.info("sampler ended: %s (%s); %d ticks, %d missed", loop.state, loop.message,
                  loop.ticks, loop.missed)

@@ -59,7 +59,21 @@ def resolve_source(config: SamplerConfig) -> str:
 
 def make_source(name: str, config: SamplerConfig, staging_dir: Path,
                 exclude_pids: tuple[int, ...] = ()) -> Source:
-    """Construct (not open) the source ``name`` for ``config``."""
+    """Construct (not open) the source ``name`` for ``config``.
+
+    The node's RAPL zones join as host devices unless ``config.host_power`` is ``off``.
+    """
+    primary = _primary(name, config, staging_dir, exclude_pids)
+    if config.host_power == "off":
+        return primary
+    from .composite import WithHostDevices
+    from .rapl import RaplSource
+
+    return WithHostDevices(primary, RaplSource(config.powercap_dir))
+
+
+def _primary(name: str, config: SamplerConfig, staging_dir: Path,
+             exclude_pids: tuple[int, ...]) -> Source:
     if name == "nvml":
         from .nvml import NvmlSource
 

@@ -8,6 +8,10 @@ Layout of ``<staging>/spool/``:
   per tick, appended with one ``write`` per flush (every ``flush_s`` <= 1 s) and ``fsync``-ed
   every :data:`FSYNC_S`. A killed writer leaves at most a partial last record, which readers
   drop.
+* ``driver_samples.bin`` — the devices' own power samples (NVML's driver buffer), fixed-size
+  records (:data:`DRIVER_FIELDS`): slot, the tick that fetched them, the driver's CPU-clock
+  timestamp (µs) and the power (W). Written with the samples; absent where no device has a
+  buffer.
 * ``anchors.json`` — (CLOCK_MONOTONIC ns, UTC ns) pairs taken at start and at stop.
 * ``summary.json`` — written at a clean end: ``state`` and what happened.
 * ``sampler.log`` — the sampler process's log (stderr).
@@ -64,6 +68,17 @@ RECORD_DTYPE = np.dtype([(n, t) for n, t, _ in RECORD_FIELDS])
 RECORD_STRUCT = struct.Struct("<" + "".join(c for _, _, c in RECORD_FIELDS))
 assert RECORD_DTYPE.itemsize == RECORD_STRUCT.size
 
+DRIVER_FIELDS: tuple[tuple[str, str, str], ...] = (
+    ("slot", "<i4", "i"),         # device slot
+    ("tick", "<i8", "q"),         # the tick whose read fetched the sample
+    ("ts_us", "<i8", "q"),        # the driver's timestamp (CPU wall clock, µs)
+    ("power_w", "<f8", "d"),      # the sample's power, W
+)
+DRIVER_DTYPE = np.dtype([(n, t) for n, t, _ in DRIVER_FIELDS])
+DRIVER_STRUCT = struct.Struct("<" + "".join(c for _, _, c in DRIVER_FIELDS))
+assert DRIVER_DTYPE.itemsize == DRIVER_STRUCT.size
+DRIVER_FILE = "driver_samples.bin"
+
 STATES = ("stopped", "gpu_lost", "parent_gone", "terminated", "error", "unfinished")
 """``stopped`` = a clean stop on request; ``gpu_lost``; ``parent_gone`` (the workload process
 died); ``terminated`` (SIGTERM); ``error``; ``unfinished`` (no summary: the sampler was killed
@@ -105,7 +120,9 @@ class SpoolWriter:
         self.header = header
         self.fsync_ns = int(fsync_s * 1e9)
         self._pending: list[bytes] = []
+        self._pending_driver: list[bytes] = []
         self._fd: int | None = None
+        self._driver_fd: int | None = None
         self._last_fsync = 0
         self.records = 0
 
@@ -133,30 +150,51 @@ class SpoolWriter:
         self._pending.append(RECORD_STRUCT.pack(*values))
         self.records += 1
 
+    def append_driver(self, slot: int, tick: int, ts_us: int, power_w: float) -> None:
+        """Pack one driver sample (:data:`DRIVER_FIELDS`); written with the next flush."""
+        self._pending_driver.append(DRIVER_STRUCT.pack(slot, tick, int(ts_us), power_w))
+
     def flush(self, *, fsync: bool = False) -> None:
         """Write pending records (one ``write``); ``fsync`` if asked or :data:`FSYNC_S` passed."""
         if self._fd is None:
             return
-        if self._pending:
-            data = b"".join(self._pending)
-            self._pending.clear()
-            view = memoryview(data)
-            while view:
-                n = os.write(self._fd, view)
-                view = view[n:]
+        _write_all(self._fd, self._pending)
+        if self._pending_driver:
+            if self._driver_fd is None:
+                self._driver_fd = os.open(self.directory / DRIVER_FILE,
+                                          os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            _write_all(self._driver_fd, self._pending_driver)
         now = time.monotonic_ns()
         if fsync or now - self._last_fsync >= self.fsync_ns:
             self._last_fsync = now
-            try:
-                os.fsync(self._fd)
-            except OSError as exc:  # pragma: no cover - disk trouble
-                log.warning("fsync of the spool failed: %s", exc)
+            for fd in (self._fd, self._driver_fd):
+                if fd is None:
+                    continue
+                try:
+                    os.fsync(fd)
+                except OSError as exc:  # pragma: no cover - disk trouble
+                    log.warning("fsync of the spool failed: %s", exc)
 
     def close(self) -> None:
         if self._fd is not None:
             self.flush(fsync=True)
             os.close(self._fd)
             self._fd = None
+            if self._driver_fd is not None:
+                os.close(self._driver_fd)
+                self._driver_fd = None
+
+
+def _write_all(fd: int, pending: list[bytes]) -> None:
+    """Write and clear ``pending`` with one ``write`` (more if the kernel takes less)."""
+    if not pending:
+        return
+    data = b"".join(pending)
+    pending.clear()
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -182,6 +220,11 @@ class SamplerSummary:
         faults: fault name -> number of device-ticks with it.
         devices: number of devices.
         priority: the scheduling priority the sampler obtained.
+        lost_devices: slot (as text) -> what happened, for each device lost during the run (its
+            series ends there; the others went on).
+        read_phase_p99_ms: 99th percentile over ticks of the power phase's span: first device's
+            ``t_before`` to the last device's ``t_after`` (how far apart the devices' power
+            readings of one tick are).
     """
 
     state: str
@@ -197,6 +240,8 @@ class SamplerSummary:
     faults: dict[str, int] = field(default_factory=dict)
     devices: int = 0
     priority: str | None = None
+    lost_devices: dict[str, str] = field(default_factory=dict)
+    read_phase_p99_ms: float | None = None
 
     @property
     def complete(self) -> bool:
@@ -216,6 +261,8 @@ class Spool:
         header: ``header.json``.
         devices: ``devices.json`` (one dict per slot).
         samples: structured array of records (:data:`RECORD_DTYPE`), in write order.
+        driver_samples: the devices' own power samples (:data:`DRIVER_DTYPE`), in write order
+            (empty when none was recorded).
         anchors: ``{"start": pair, "stop": pair}`` (stop absent after a crash).
         summary: the :class:`SamplerSummary`.
         provenance: ``provenance.json`` of the folder (empty if absent).
@@ -230,6 +277,7 @@ class Spool:
     summary: SamplerSummary
     provenance: dict[str, Any]
     dropped_bytes: int = 0
+    driver_samples: np.ndarray = field(default_factory=lambda: np.zeros(0, DRIVER_DTYPE))
 
     @property
     def t0_ns(self) -> int | None:
@@ -290,8 +338,13 @@ def read_spool(path: str | os.PathLike[str]) -> Spool:
     written = _read_json(sdir / "summary.json", None)
     summary = summarize(samples, header, written, n_devices=len(devices))
     provenance = _read_json(base / PROVENANCE_FILE, {})
+    driver_raw = b""
+    if (sdir / DRIVER_FILE).exists():
+        driver_raw = (sdir / DRIVER_FILE).read_bytes()
+    whole = len(driver_raw) - len(driver_raw) % DRIVER_DTYPE.itemsize
+    driver = np.frombuffer(driver_raw[:whole], dtype=DRIVER_DTYPE).copy()
     return Spool(base, header, devices, samples, anchors, summary, provenance,
-                 dropped_bytes=len(raw) - usable)
+                 dropped_bytes=len(raw) - usable, driver_samples=driver)
 
 
 def _record_dtype(header: dict[str, Any]) -> np.dtype:
@@ -324,6 +377,9 @@ def summarize(samples: np.ndarray, header: dict[str, Any], written: dict[str, An
         ticks = s[first]
         late_ms = (ticks["t_after_ns"] - ticks["deadline_ns"]) / 1e6
         read_ms = (s["t_after_ns"] - s["t_before_ns"]) / 1e6
+        starts = np.flatnonzero(first)  # rows sorted by tick: each tick's first row
+        phase_ms = (np.maximum.reduceat(s["t_after_ns"], starts)
+                    - np.minimum.reduceat(s["t_before_ns"], starts)) / 1e6
         kw = {
             "ticks": int(len(ticks)),
             "missed_ticks": int(ticks["missed"].sum()),
@@ -333,12 +389,14 @@ def summarize(samples: np.ndarray, header: dict[str, Any], written: dict[str, An
             "lateness_max_ms": float(late_ms.max()),
             "read_latency_mean_ms": float(read_ms.mean()),
             "read_latency_max_ms": float(read_ms.max()),
+            "read_phase_p99_ms": float(np.percentile(phase_ms, 99)),
         }
         for bit, name in FAULT_NAMES.items():
             n = int(((s["faults"] & bit) != 0).sum())
             if n:
                 faults[name] = n
-    return SamplerSummary(state=state, message=message, faults=faults,
+    lost = {str(k): str(v) for k, v in (written.get("lost_devices") or {}).items()}
+    return SamplerSummary(state=state, message=message, faults=faults, lost_devices=lost,
                           devices=n_devices, priority=header.get("priority"), **kw)
 
 
@@ -388,7 +446,7 @@ def wait_sampler_exit(staging_dir: str | os.PathLike[str], *, wait_s: float = 10
 
 
 __all__ = [
-    "EVENTS_DIR", "PIDS_DIR", "PROVENANCE_FILE", "RECORD_DTYPE", "RECORD_FIELDS", "SPOOL_DIR",
+    "DRIVER_DTYPE", "DRIVER_FIELDS", "EVENTS_DIR", "PIDS_DIR", "PROVENANCE_FILE", "RECORD_DTYPE", "RECORD_FIELDS", "SPOOL_DIR",
     "SPOOL_SIGNALS", "SamplerSummary", "Spool", "SpoolWriter", "anchor_pair", "read_spool",
     "summarize", "wait_sampler_exit",
 ]

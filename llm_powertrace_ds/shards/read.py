@@ -204,7 +204,7 @@ def iter_runs(root: str | Path) -> Iterator[Run]:
 
 
 _PER_DEVICE = ("node_index", "gpu_index", "gpu_name", "gpu_uuid_hash", "power_limit_w",
-               "default_power_limit_w", "events")
+               "default_power_limit_w", "events", "device_kind", *schema.DRIVER_SERIES_NAMES)
 
 
 def _signal_values(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -256,7 +256,7 @@ def _run_from_slice(part: pa.Table, start: int, scalar_names: list[str], t_flat:
                     root: str | Path | None) -> Run:
     meta = {k: v for k, v in part.select(scalar_names).slice(0, 1).to_pylist()[0].items()}
     per_dev = part.select([c for c in _PER_DEVICE if c in part.column_names]).to_pylist()
-    devices = []
+    devices: list[DeviceSeries] = []
     events: dict[tuple, Any] = {}
     for i, r in enumerate(per_dev):
         row = start + i
@@ -272,10 +272,28 @@ def _run_from_slice(part: pa.Table, start: int, scalar_names: list[str], t_flat:
             gpu_index=r["gpu_index"], t_ms=t_ms, signals=signals,
             node_index=r.get("node_index") or 0, gpu_name=r.get("gpu_name"),
             gpu_uuid_hash=r.get("gpu_uuid_hash"), power_limit_w=r.get("power_limit_w"),
-            default_power_limit_w=r.get("default_power_limit_w")))
+            default_power_limit_w=r.get("default_power_limit_w"), **_device_extras(r)))
         for e in events_from_dicts(r.get("events") or []):
             events.setdefault((e.t_ms, e.kind, e.step, e.rank, e.request_id, e.label), e)
-    run = Run(meta=meta, devices=devices, events=sorted(events.values(), key=lambda e: e.t_ms))
+    return _assemble(meta, devices, events, root)
+
+
+def _device_extras(r: dict[str, Any]) -> dict[str, Any]:
+    """A row's ``device_kind`` (null = ``gpu``, rows before schema 1.3.0) and driver series."""
+    out: dict[str, Any] = {"kind": r.get("device_kind") or "gpu"}
+    t_us, w = r.get("driver_power_t_us"), r.get("driver_power_w")
+    if t_us is not None and w is not None:
+        out["driver_t_us"] = np.asarray(t_us, dtype=np.int64)
+        out["driver_power_w"] = np.array([np.nan if v is None else v for v in w], dtype=float)
+    return out
+
+
+def _assemble(meta: dict[str, Any], devices: list[DeviceSeries], events: dict[tuple, Any],
+              root: str | Path | None) -> Run:
+    """A ``Run`` of its rows' devices: GPUs in ``devices``, host (RAPL) rows in ``host_devices``."""
+    run = Run(meta=meta, devices=[d for d in devices if d.kind == "gpu"],
+              events=sorted(events.values(), key=lambda e: e.t_ms),
+              host_devices=[d for d in devices if d.kind != "gpu"])
     _attach_requests(run, root)
     return run
 
@@ -293,7 +311,7 @@ def _attach_requests(run: Run, root: str | Path | None) -> None:
 def run_from_rows(rows: list[dict[str, Any]], root: str | Path | None = None) -> Run:
     """Rebuild a ``Run`` from its trace-config rows (one per device, as Python dicts)."""
     first = rows[0]
-    per_device = {*_PER_DEVICE, *schema.SIGNAL_NAMES}
+    per_device = {*_PER_DEVICE, *schema.SIGNAL_NAMES}  # device_kind, driver series included
     meta = {k: v for k, v in first.items() if k not in per_device}
     devices = []
     events: dict[tuple, Any] = {}
@@ -307,12 +325,10 @@ def run_from_rows(rows: list[dict[str, Any]], root: str | Path | None = None) ->
             gpu_index=r["gpu_index"], t_ms=np.asarray(r["t_ms"], dtype=np.int64),
             signals=signals, node_index=r["node_index"] or 0, gpu_name=r["gpu_name"],
             gpu_uuid_hash=r["gpu_uuid_hash"], power_limit_w=r["power_limit_w"],
-            default_power_limit_w=r["default_power_limit_w"]))
+            default_power_limit_w=r["default_power_limit_w"], **_device_extras(r)))
         for e in events_from_dicts(r["events"] or []):
             events.setdefault((e.t_ms, e.kind, e.step, e.rank, e.request_id, e.label), e)
-    run = Run(meta=meta, devices=devices, events=sorted(events.values(), key=lambda e: e.t_ms))
-    _attach_requests(run, root)
-    return run
+    return _assemble(meta, devices, events, root)
 
 
 def file_schema(path: str | Path) -> pa.Schema:

@@ -94,10 +94,12 @@ class ScriptedSource(Source):
 
 def drive_loop(source: Source, staging: Path, *, ticks: int, period_ms: float = 100.0,
                clock: FakeClock | None = None, flush_s: float = 0.5, rescan_s: float = 1.0,
-               header: dict | None = None, devices: list[DeviceInfo] | None = None) -> TickLoop:
+               header: dict | None = None, devices: list[DeviceInfo] | None = None,
+               between_ticks: Callable[[int], None] | None = None) -> TickLoop:
     """Run a ``TickLoop`` on a fake clock until ``ticks`` ticks were taken.
 
-    ``source`` is opened here unless its ``devices`` (from an earlier ``open``) are given.
+    ``source`` is opened here unless its ``devices`` (from an earlier ``open``) are given;
+    ``between_ticks(ticks_taken)`` runs at every sleep (e.g. to move a fake sysfs counter).
     """
     clock = clock or FakeClock()
     if devices is None:
@@ -110,12 +112,15 @@ def drive_loop(source: Source, staging: Path, *, ticks: int, period_ms: float = 
                     rescan_ns=int(rescan_s * 1e9), clock=clock, sleep=clock.sleep)
 
     def maybe_stop() -> None:
+        if between_ticks is not None:
+            between_ticks(loop.ticks)
         if loop.ticks >= ticks:
             loop.request_stop("stopped", "test")
 
     clock.on_sleep = maybe_stop
     loop.run()
-    writer.write_json("summary.json", {"state": loop.state, "message": loop.message})
+    writer.write_json("summary.json", {"state": loop.state, "message": loop.message,
+                                       "lost_devices": loop.lost})
     writer.write_json("anchors.json", {"start": {"monotonic_ns": loop.t_start_ns,
                                                  "utc_ns": 1_767_225_600_000_000_000}})
     writer.close()

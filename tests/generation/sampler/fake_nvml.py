@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import pynvml as real
 
@@ -65,8 +66,15 @@ class FakeGpu:
         locked_clocks_mhz: ``(min, max)`` of a clock lock, ``None`` when unlocked.
         max_sm_clock_mhz: the highest SM clock.
         ts0_us: NVML timestamp (CPU µs) of the first field-values call; each call adds
-            ``ts_step_us`` to it, except on the ticks listed in ``stale_ticks`` (the driver
-            returns the previous value again, with the previous timestamp).
+            ``ts_step_us`` to it — as on real NVML, the field timestamp is when NVML fetched the
+            value, so it advances on every call, stale or not.
+        stale_ticks: field-values calls (ticks) on which the driver has taken no new
+            measurement: the power fields repeat the previous call's values and the driver's
+            buffer receives no sample.
+        driver_samples_per_tick: samples the driver's power buffer receives between two
+            field-values calls, evenly spaced (``None``: ``nvmlDeviceGetSamples`` is not
+            supported); each is the tick's power plus its position in mW, so samples differ.
+        driver_buffer_len: samples the buffer keeps (the oldest are dropped).
         call_code: a code the whole ``nvmlDeviceGetFieldValues`` call fails with (``None``).
         mig_uuids: UUIDs (``MIG-...``) of the MIG instances on this GPU.
         persistence: persistence mode enabled.
@@ -94,12 +102,17 @@ class FakeGpu:
     call_code: int | None = None
     mig_uuids: tuple[str, ...] = ()
     persistence: bool = True
+    driver_samples_per_tick: int | None = None
+    driver_buffer_len: int = 100
     tick: int = -1
     ts_us: int = 0
     energy_mj: float = 0.0
+    measured_tick: int = 0
+    buffer: list[tuple[int, int]] = field(default_factory=list)
 
     def power_mw(self) -> int:
-        return self.base_power_mw + self.step_mw * max(self.tick, 0)
+        """The power the driver last measured (repeated on stale ticks)."""
+        return self.base_power_mw + self.step_mw * max(self.measured_tick, 0)
 
 
 class _Handle:
@@ -112,10 +125,16 @@ class _Handle:
 
 
 class FakeNvml:
-    """Module-like double of ``pynvml``. ``calls`` counts every function call."""
+    """Module-like double of ``pynvml``. ``calls`` counts every function call.
+
+    With ``clock`` (a test's fake monotonic clock, an object with an integer ``t`` in ns), every
+    device call advances it by ``call_latency_ns``: the sampler's read phase then takes as long
+    as its calls would on real NVML at that latency.
+    """
 
     def __init__(self, gpus: list[FakeGpu] | None = None, *, init_code: int | None = None,
-                 driver: str = "550.54.15", cuda: int = 12040) -> None:
+                 driver: str = "550.54.15", cuda: int = 12040,
+                 clock: Any = None, call_latency_ns: int = 0) -> None:
         for name in dir(real):
             if name.startswith(("NVML_", "NVMLError", "c_nvml", "nvmlPciInfo")):
                 setattr(self, name, getattr(real, name))
@@ -127,10 +146,14 @@ class FakeNvml:
         self.calls: Counter[str] = Counter()
         self._per_gpu: Counter[tuple[str, int]] = Counter()
         self.initialised = 0
+        self.clock = clock
+        self.call_latency_ns = call_latency_ns
 
     # -- helpers ----------------------------------------------------------------------------
     def _gpu(self, handle: _Handle, fn: str) -> FakeGpu:
         self.calls[fn] += 1
+        if self.clock is not None:  # every device call takes call_latency_ns of the fake clock
+            self.clock.t += self.call_latency_ns
         gpu = self.gpus[handle.index]
         n = self._per_gpu[(fn, handle.index)]
         self._per_gpu[(fn, handle.index)] += 1
@@ -197,7 +220,8 @@ class FakeNvml:
         return self._gpu(handle, "nvmlDeviceGetName").name
 
     def nvmlDeviceGetUUID(self, handle):
-        return self._gpu(handle, "nvmlDeviceGetUUID").uuid
+        gpu = self._gpu(handle, "nvmlDeviceGetUUID")
+        return handle.mig if handle.mig is not None else gpu.uuid
 
     def nvmlDeviceGetPciInfo(self, handle):
         self._gpu(handle, "nvmlDeviceGetPciInfo")
@@ -248,6 +272,8 @@ class FakeNvml:
     def nvmlDeviceGetFieldValues(self, handle, fieldIds):
         gpu = self.gpus[handle.index]
         gpu.tick += 1
+        if gpu.tick not in gpu.stale_ticks:
+            gpu.measured_tick = gpu.tick
         if gpu.tick == 0:
             gpu.energy_mj = float(gpu.energy0_mj)
         else:
@@ -257,8 +283,14 @@ class FakeNvml:
             raise real.NVMLError(gpu.call_code)
         if gpu.tick == 0:
             gpu.ts_us = gpu.ts0_us
-        elif gpu.tick not in gpu.stale_ticks:
+        else:
             gpu.ts_us += gpu.ts_step_us
+        if gpu.tick not in gpu.stale_ticks:
+            n = gpu.driver_samples_per_tick or 0
+            for k in range(n):  # evenly spaced in (previous call, this call]
+                ts = gpu.ts_us - gpu.ts_step_us + (k + 1) * gpu.ts_step_us // n
+                gpu.buffer.append((ts, gpu.power_mw() + k))
+            del gpu.buffer[:-gpu.driver_buffer_len]
         values = (real.c_nvmlFieldValue_t * len(fieldIds))()
         for i, fid in enumerate(fieldIds):
             v = values[i]
@@ -279,6 +311,19 @@ class FakeNvml:
             else:
                 v.nvmlReturn = NOT_SUPPORTED
         return values
+
+    def nvmlDeviceGetSamples(self, device, sampling_type, timeStamp):  # noqa: N803
+        gpu = self._gpu(device, "nvmlDeviceGetSamples")
+        if gpu.driver_samples_per_tick is None or sampling_type != real.NVML_TOTAL_POWER_SAMPLES:
+            raise real.NVMLError(NOT_SUPPORTED)
+        newer = [(ts, mw) for ts, mw in gpu.buffer if ts > timeStamp]
+        if not newer:
+            raise real.NVMLError(real.NVML_ERROR_NOT_FOUND)
+        samples = (real.c_nvmlSample_t * len(newer))()
+        for i, (ts, mw) in enumerate(newer):
+            samples[i].timeStamp = ts
+            samples[i].sampleValue.uiVal = mw
+        return real.NVML_VALUE_TYPE_UNSIGNED_INT, samples[0:len(newer)]
 
     def nvmlDeviceGetPowerUsage(self, handle):
         gpu = self._gpu(handle, "nvmlDeviceGetPowerUsage")

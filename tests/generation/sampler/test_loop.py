@@ -175,29 +175,37 @@ def test_each_signal_is_stored_in_its_column_unit(tmp_path):
     assert s[s["slot"] == 0]["power_w"][0] == 250.5
 
 
-def test_a_lost_gpu_ends_the_loop_with_its_reason_and_a_fault_row(tmp_path):
+def test_a_lost_gpu_ends_its_own_series_and_the_others_go_on(tmp_path):
+    # Before the fix one lost GPU ended the whole run (state gpu_lost at tick 4).
     from generation.sampler.base import FAULT_GPU_LOST
 
     source = _FullReading(3, lose_slot=1, lose_at=4)
-    clock = FakeClock()
-    devices = source.open()
-    from generation.sampler.spool import SpoolWriter
+    loop = drive_loop(source, tmp_path, ticks=10)
+    assert loop.state == "stopped" and loop.ticks == 10
+    assert loop.lost[1].startswith("GPU 1 (slot 1) was lost at tick 4: fell off the bus")
+    spool = read_spool(tmp_path)
+    s = spool.samples
+    assert len(spool.device_samples(0)) == 10 and len(spool.device_samples(2)) == 10
+    one = spool.device_samples(1)
+    assert one["tick"].tolist() == [0, 1, 2, 3, 4]  # its series ends at the loss
+    assert one["faults"][-1] == FAULT_GPU_LOST and np.isnan(one["power_w"][-1])
+    assert (s[s["slot"] != 1]["faults"] == 0).all()
+    assert spool.summary.lost_devices == {"1": loop.lost[1]}
+    assert spool.summary.faults == {"gpu_lost": 1}
 
-    writer = SpoolWriter(tmp_path / "spool", {"source": "cpu_proxy", "period_ms": 100.0})
-    writer.open()
-    loop = TickLoop(source, writer, devices, PERIOD_NS, clock=clock, sleep=clock.sleep)
-    clock.on_sleep = lambda: loop.ticks >= 50 and loop.request_stop()  # a safety net only
-    loop.run()
-    writer.close()
-    assert loop.state == "gpu_lost"
-    assert loop.message.startswith("GPU 1 (slot 1) was lost at tick 4: fell off the bus")
-    assert loop.ticks == 5  # the tick of the loss is the last one
-    s = read_spool(tmp_path).samples
-    last = s[s["tick"] == 4]
-    assert last["slot"].tolist() == [0, 1]  # slot 2 is not read after the loss
-    lost_row = last[last["slot"] == 1][0]
-    assert lost_row["faults"] == FAULT_GPU_LOST and np.isnan(lost_row["power_w"])
-    assert (s[s["tick"] < 4]["faults"] == 0).all()
+
+def test_the_loop_ends_when_every_gpu_is_lost(tmp_path):
+    from generation.sampler.errors import GpuLost
+
+    class AllLost(_FullReading):
+        def read(self, slot: int):  # noqa: ANN201
+            if self.per_slot.get(slot, 0) >= 3:
+                raise GpuLost("fell off the bus")
+            return super().read(slot)
+
+    loop = drive_loop(AllLost(2), tmp_path, ticks=50)
+    assert loop.state == "gpu_lost" and loop.ticks == 4
+    assert set(loop.lost) == {0, 1}
 
 
 def test_first_tick_callback_once_with_t0_after_the_first_tick_is_on_disk(tmp_path):

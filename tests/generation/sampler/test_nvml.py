@@ -315,24 +315,37 @@ def test_field_not_supported_mid_run_is_null_that_tick(fake_nvml, tmp_path):
     assert r.faults & FAULT_FIELD_NOT_SUPPORTED
 
 
-def test_gpu_lost_mid_run_ends_cleanly_keeping_everything(fake_nvml, tmp_path):
+def test_gpu_lost_mid_run_ends_its_series_the_other_gpu_goes_on(fake_nvml, tmp_path):
+    # Before the fix one GPU falling off the bus ended the whole run at its loss.
     fake_nvml([FakeGpu(), FakeGpu(lost_from_tick=6)])
     source = NvmlSource()
     devices = source.open()
-    loop = drive_loop(source, tmp_path, devices=devices, ticks=50)
-    assert loop.state == "gpu_lost"
-    assert "GPU 1" in loop.message
+    loop = drive_loop(source, tmp_path, devices=devices, ticks=20)
+    assert loop.state == "stopped" and "GPU 1" in loop.lost[1]
     spool = read_spool(tmp_path)
-    assert spool.summary.state == "gpu_lost" and not spool.summary.complete
-    assert spool.summary.ticks == 6
+    assert spool.summary.ticks == 20 and spool.summary.complete
     assert spool.summary.faults == {"gpu_lost": 1}
-    # everything before the loss is kept: 5 full ticks of both GPUs, then the lost tick
-    assert len(spool.device_samples(0)) == 6 and len(spool.device_samples(1)) == 6
+    # GPU 0 on to the end; GPU 1: 5 full ticks, then the tick of its loss, then nothing
+    assert len(spool.device_samples(0)) == 20 and len(spool.device_samples(1)) == 6
+    assert np.isfinite(spool.device_samples(0)["power_w"]).all()
     assert np.isfinite(spool.device_samples(1)["power_w"][:5]).all()
     assert np.isnan(spool.device_samples(1)["power_w"][5])
     run = spool_to_run(tmp_path, META)
-    assert "incomplete" in run.flags
-    assert len(run.devices[0]) == 6
+    assert "gpu_lost" in run.flags and "incomplete" not in run.flags
+    assert len(run.devices[0]) == 20 and len(run.devices[1]) == 6
+    lost_at_ms = run.devices[1].t_ms[-1]
+    assert run.devices[0].t_ms[5] == lost_at_ms  # its series ends at the time of the loss
+
+
+def test_every_gpu_lost_ends_the_run_incomplete(fake_nvml, tmp_path):
+    fake_nvml([FakeGpu(lost_from_tick=4), FakeGpu(lost_from_tick=6)])
+    source = NvmlSource()
+    devices = source.open()
+    loop = drive_loop(source, tmp_path, devices=devices, ticks=50)
+    assert loop.state == "gpu_lost" and loop.ticks == 6
+    spool = read_spool(tmp_path)
+    assert spool.summary.state == "gpu_lost" and not spool.summary.complete
+    assert "incomplete" in spool_to_run(tmp_path, META).flags
 
 
 def test_nvml_run_end_to_end(fake_nvml, tmp_path):

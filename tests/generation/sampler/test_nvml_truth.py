@@ -26,16 +26,36 @@ def test_each_sample_keeps_the_fields_own_nvml_timestamp(fake_nvml, tmp_path):
     assert spool.summary.faults == {}
 
 
-def test_a_repeated_nvml_timestamp_is_a_stale_reading(fake_nvml, tmp_path):
+def test_a_repeated_measurement_is_stale_though_the_nvml_timestamp_moves(fake_nvml, tmp_path):
+    # The field timestamp is when NVML fetched the value: it advances on every call, so the old
+    # rule (timestamp equal to the previous tick's) never fired. No driver buffer here: the
+    # instant power and the 1 s average both repeat on ticks 2 and 3 (calls 3 and 4).
     fake_nvml([FakeGpu(stale_ticks=frozenset({3, 4}))])
     source = NvmlSource()
     devices = source.open()
     drive_loop(source, tmp_path, devices=devices, ticks=6)
     spool = read_spool(tmp_path)
+    assert (np.diff(spool.samples["power_ts_us"]) > 0).all()
     stale = (spool.samples["faults"] & FAULT_STALE) != 0
-    assert stale.tolist() == [False, False, True, True, False, False]  # calls 3, 4 = ticks 2, 3
+    assert stale.tolist() == [False, False, True, True, False, False]
     assert spool.summary.faults == {"stale_power": 2}
     assert "stale_power" in spool_to_run(tmp_path, META).flags
+
+
+def test_stale_from_the_driver_buffer_and_a_flat_load_is_not_stale(fake_nvml, tmp_path):
+    # With the driver's buffer, staleness is "no newer sample and the same value"; a load so flat
+    # that the value repeats while the driver keeps measuring is not stale.
+    fake_nvml([FakeGpu(stale_ticks=frozenset({3, 4}), driver_samples_per_tick=4),
+               FakeGpu(step_mw=0, driver_samples_per_tick=4)])
+    source = NvmlSource()
+    devices = source.open()
+    assert devices[0].details["probes"]["driver_power_samples"] == "ok"
+    drive_loop(source, tmp_path, devices=devices, ticks=6)
+    spool = read_spool(tmp_path)
+    stale = (spool.device_samples(0)["faults"] & FAULT_STALE) != 0
+    assert stale.tolist() == [False, False, True, True, False, False]
+    flat = spool.device_samples(1)
+    assert len(set(flat["power_w"].tolist())) == 1 and not (flat["faults"] & FAULT_STALE).any()
 
 
 def test_invalid_argument_per_field_at_start_falls_back_to_power_usage(fake_nvml, tmp_path):
