@@ -43,6 +43,7 @@ import glob
 import html
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -559,6 +560,37 @@ def main(argv: Sequence[str] | None = None, *, api: Any = None) -> int:
         return EXIT_FAILURE
 
 
+WORK_PREFIX = "llm-powertrace-"
+"""Prefix of upload.py's temporary work folders: ``<prefix>{upload,space}-<pid>-<random>``."""
+_WORK_RE = re.compile(rf"^{re.escape(WORK_PREFIX)}(?:upload|space)-(\d+)-")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_stale_work_dirs() -> list[Path]:
+    """Remove the work folders of upload.py runs that were killed (their pid is gone).
+
+    A killed upload leaves its packed copy in the temporary folder; the next upload removes it.
+    Folders of a live process (another upload running now) are left alone.
+    """
+    removed = []
+    base = Path(tempfile.gettempdir())
+    for entry in base.glob(f"{WORK_PREFIX}*"):
+        m = _WORK_RE.match(entry.name)
+        if m and entry.is_dir() and not entry.is_symlink() and not _pid_alive(int(m.group(1))):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
+
+
 def _offline() -> bool:
     from huggingface_hub import constants
 
@@ -613,7 +645,8 @@ def _hf_api(token: str | None) -> Any:
 
 def _run_dataset(args: argparse.Namespace, api: Any, printer: _Printer,
                  token: str | None) -> int:
-    with tempfile.TemporaryDirectory(prefix="llm-powertrace-upload-") as tmp:
+    _remove_stale_work_dirs()
+    with tempfile.TemporaryDirectory(prefix=f"{WORK_PREFIX}upload-{os.getpid()}-") as tmp:
         plan, upload_root = _prepare(args, Path(tmp))
         if _show_plan(plan, args, printer,
                       "dry run: nothing was uploaded and no network call was made"):
@@ -717,7 +750,8 @@ def _prepare_space(args: argparse.Namespace, work: Path) -> tuple[SpacePlan, Pat
 def _run_space(args: argparse.Namespace, api: Any, printer: _Printer,
                token: str | None) -> int:
     as_json = args.format == "json"
-    with tempfile.TemporaryDirectory(prefix="llm-powertrace-space-") as tmp:
+    _remove_stale_work_dirs()
+    with tempfile.TemporaryDirectory(prefix=f"{WORK_PREFIX}space-{os.getpid()}-") as tmp:
         plan, site = _prepare_space(args, Path(tmp))
         if _show_plan(plan, args, printer,
                       "dry run: the Space was not uploaded and no network call was made"):

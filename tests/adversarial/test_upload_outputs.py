@@ -37,3 +37,22 @@ def test_dry_run_with_repo_and_space_prints_one_json_document(tmp_path, make_run
     data = json.loads(capsys.readouterr().out)  # one document, or this raises
     assert set(data) == {"dataset", "space"}
     assert data["space"]["repo_type"] == "space"
+
+
+def test_the_work_folder_of_a_killed_upload_is_removed_by_the_next(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a pid that no longer runs
+    stale = tmp_path / f"{upload.WORK_PREFIX}space-{dead.pid}-abc"
+    (stale / "space").mkdir(parents=True)
+    (stale / "space" / "index.html").write_text("x", encoding="utf-8")
+    live = tmp_path / f"{upload.WORK_PREFIX}upload-{__import__('os').getpid()}-def"
+    live.mkdir()
+    other = tmp_path / "someone-elses-folder"
+    other.mkdir()
+    assert upload._remove_stale_work_dirs() == [stale]
+    assert not stale.exists() and live.exists() and other.exists()
