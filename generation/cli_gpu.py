@@ -20,18 +20,33 @@ def register(sub: argparse._SubParsersAction) -> None:
         "whose settings a generate process changed and did not restore (it was killed). The "
         "originals come from the journal written before any setting changed (path: "
         "$LLM_POWERTRACE_GPU_JOURNAL, else $XDG_STATE_HOME/llm-powertrace/"
-        "gpu-settings-journal.json). Entries of running processes are left alone. Needs root, "
-        "like the settings themselves.",
-        epilog="example:\n  sudo llm-powertrace restore-gpu-settings")
+        "gpu-settings-journal-<host>.json: one file per node). Entries of running processes "
+        "and of other hosts are left alone. Needs root, like the settings themselves.",
+        epilog="examples:\n  sudo llm-powertrace restore-gpu-settings\n"
+        "  llm-powertrace restore-gpu-settings --all-mine   # Slurm epilog (README)")
+    p.add_argument("--all-mine", action="store_true",
+                   help="restore every entry of this host written by the job's user "
+                   "($SLURM_JOB_USER when run as root in an epilog, else the calling user)")
     add_format(p)
     p.set_defaults(func=cmd_restore)
+
+
+def _job_uid() -> int:
+    """The uid whose entries ``--all-mine`` restores: the Slurm job's user for root, else mine."""
+    import os
+    import pwd
+
+    user = os.environ.get("SLURM_JOB_USER")
+    if os.getuid() == 0 and user:
+        return pwd.getpwnam(user).pw_uid
+    return os.getuid()
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
     """Restore, print one row per GPU; exit 1 when a GPU could not be restored."""
     from generation.sampler.journal import journal_path, restore_orphans
 
-    done = restore_orphans()
+    done = restore_orphans(uid=_job_uid() if args.all_mine else None)
     if not done:
         print(f"nothing to restore ({journal_path()} has no entry of a dead process)")
         return 0

@@ -8,9 +8,15 @@ with the writing process's pid; a clean restore removes them again. At start-up 
 restores whatever a dead process left (:func:`restore_orphans`), and ``llm-powertrace
 restore-gpu-settings`` does the same by hand.
 
-The journal is machine-local state, never published: ``$LLM_POWERTRACE_GPU_JOURNAL``, else
-``$XDG_STATE_HOME/llm-powertrace/gpu-settings-journal.json`` (``~/.local/state/...``). It is
-rewritten atomically (temporary name, fsync, rename) under a file lock.
+The journal is node-local state, never published, and keyed by **host**: a home folder shared by
+the nodes of a cluster holds one file per node, ``$LLM_POWERTRACE_GPU_JOURNAL``, else
+``$XDG_STATE_HOME/llm-powertrace/gpu-settings-journal-<host>.json`` (``~/.local/state/...``), and
+every entry names its host and its user (uid). A pid means something only on its own host: a
+restore acts only on entries of the host it runs on and leaves the others (their GPUs are not
+this node's, their processes cannot be checked from here). A Slurm epilog runs
+``llm-powertrace restore-gpu-settings --all-mine`` on each node after a job (README), so a job
+killed with SIGKILL leaves no cap on the node. The file is rewritten atomically (temporary name,
+fsync, rename) under a file lock.
 
 Vendor-free: NVML is reached through ``generation.sampler.nvml``'s public functions.
 
@@ -27,6 +33,7 @@ import contextlib
 import json
 import logging
 import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -44,14 +51,25 @@ INDEX_KEY_PREFIX = "nvml-index-"
 """Key of a GPU whose UUID NVML cannot report (the NVML index instead)."""
 
 
+def this_host() -> str:
+    """This node's host name (short form: Slurm's node name)."""
+    return socket.gethostname().split(".")[0]
+
+
 def journal_path() -> Path:
-    """Where the journal lives (see the module docstring)."""
+    """Where this host's journal lives (see the module docstring)."""
     explicit = os.environ.get(JOURNAL_ENV)
     if explicit:
         return Path(explicit)
     state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local",
                                                              "state")
-    return Path(state) / "llm-powertrace" / "gpu-settings-journal.json"
+    return Path(state) / "llm-powertrace" / f"gpu-settings-journal-{this_host()}.json"
+
+
+def _here(entry: dict[str, Any]) -> bool:
+    """Whether an entry was written on this host (entries without a host are older, local)."""
+    host = entry.get("host")
+    return host is None or host == this_host()
 
 
 @contextlib.contextmanager
@@ -105,6 +123,10 @@ def record(uuid: str, *, nvml_index: int, power_limit_mw: int | None, clocks_loc
     with _locked(path):
         entries = read_entries(path)
         old = entries.get(uuid)
+        if old is not None and not _here(old):
+            raise SamplerError(
+                f"'{path}': GPU {nvml_index} has journalled settings of host {old.get('host')!r}, "
+                f"not this host {this_host()!r}: set {JOURNAL_ENV} to a file of this node")
         if old is not None and int(old.get("pid", -1)) != os.getpid():
             alive = _pid_alive(int(old.get("pid", -1)))
             raise SamplerError(
@@ -113,7 +135,8 @@ def record(uuid: str, *, nvml_index: int, power_limit_mw: int | None, clocks_loc
                 + ("another run is changing this GPU" if alive else
                    "run `llm-powertrace restore-gpu-settings` first"))
         entry = dict(old or {})
-        entry.update(pid=os.getpid(), nvml_index=int(nvml_index))
+        entry.update(pid=os.getpid(), nvml_index=int(nvml_index), host=this_host(),
+                     uid=os.getuid())
         if power_limit_mw is not None and entry.get("power_limit_mw") is None:
             entry["power_limit_mw"] = int(power_limit_mw)
         entry["clocks_locked"] = bool(entry.get("clocks_locked")) or bool(clocks_locked)
@@ -136,15 +159,17 @@ def clear(uuids: list[str], path: Path | None = None) -> None:
 
 
 
-def restore_orphans(*, include_own: bool = False, path: Path | None = None
-                    ) -> list[dict[str, Any]]:
-    """Restore the settings a dead process journalled, then drop those entries.
+def restore_orphans(*, include_own: bool = False, path: Path | None = None,
+                    uid: int | None = None) -> list[dict[str, Any]]:
+    """Restore the settings a dead process of this host journalled, then drop those entries.
 
-    Cheap when there is no journal (NVML is not even initialised).
+    Cheap when there is no journal (NVML is not even initialised). Entries of another host are
+    left alone (logged once): their pids say nothing here and their GPUs are not this node's.
 
     Args:
         include_own: also restore this process's own entries (after a signal handler ran).
         path: the journal (default :func:`journal_path`).
+        uid: only entries written by this user (``--all-mine``); ``None`` = every user's.
 
     Returns:
         What was done, one dict per GPU: ``gpu`` (``GPU <nvml index>``), ``power_limit_w``
@@ -159,7 +184,13 @@ def restore_orphans(*, include_own: bool = False, path: Path | None = None
     done: list[dict[str, Any]] = []
     with _locked(path):
         entries = read_entries(path)
-        orphans = {u: e for u, e in entries.items()
+        elsewhere = sorted({str(e.get("host")) for e in entries.values() if not _here(e)})
+        if elsewhere:
+            log.warning("'%s' holds entries of host(s) %s: left alone on %s (restore them there)",
+                        path, ", ".join(elsewhere), this_host())
+        mine = {u: e for u, e in entries.items() if _here(e)
+                and (uid is None or e.get("uid") is None or int(e["uid"]) == uid)}
+        orphans = {u: e for u, e in mine.items()
                    if not _pid_alive(int(e.get("pid", -1)))
                    or (include_own and int(e.get("pid", -1)) == os.getpid())}
         if not orphans:

@@ -161,3 +161,55 @@ def test_sigterm_to_a_capped_generate_process_restores_and_exits_143(tmp_path, m
     assert child.wait(timeout=30) == 128 + signal.SIGTERM
     assert json.loads(state.read_text())["power_limit_mw"] == 700_000  # restored
     assert not journal_path().exists()  # and the journal entry cleared
+
+
+def _journal_of(host: str, uuid: str, *, uid: int, limit_mw: int = 700_000) -> dict:
+    return {uuid: {"pid": _dead_pid(), "nvml_index": 0 if uuid == UUID0 else 1,
+                   "power_limit_mw": limit_mw, "clocks_locked": False, "host": host,
+                   "uid": uid}}
+
+
+def test_a_journal_written_on_another_host_is_restored_only_there(gpus, monkeypatch, caplog):
+    # A home folder shared by the nodes: node-a's job was SIGKILLed while GPU 0 was capped.
+    # On node-b that pid means nothing and the GPUs are another node's: left alone. Before the
+    # fix node-b judged node-a's pid by its own processes and "restored" its own GPU 0.
+    from generation.sampler import journal
+
+    gpus[0].power_limit_mw = 250_000
+    journal_path().write_text(json.dumps({
+        "format": "llm-powertrace-gpu-settings-journal/1",
+        "entries": _journal_of("node-a", UUID0, uid=os.getuid())}))
+    monkeypatch.setattr(journal, "this_host", lambda: "node-b")
+    assert restore_orphans() == []
+    assert gpus[0].power_limit_mw == 250_000 and UUID0 in read_entries()
+    assert "node-a" in caplog.text
+    with pytest.raises(SamplerError, match="host 'node-a'"):
+        record(UUID0, nvml_index=0, power_limit_mw=250_000, clocks_locked=False)
+    monkeypatch.setattr(journal, "this_host", lambda: "node-a")  # the epilog on node-a
+    assert restore_orphans()[0]["power_limit_w"] == 700.0
+    assert gpus[0].power_limit_mw == 700_000 and not journal_path().exists()
+
+
+def test_the_journal_file_is_per_host(monkeypatch, tmp_path):
+    from generation.sampler import journal
+
+    monkeypatch.delenv("LLM_POWERTRACE_GPU_JOURNAL")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    monkeypatch.setattr(journal, "this_host", lambda: "gpu-node-07")
+    assert journal_path() == tmp_path / "llm-powertrace" / "gpu-settings-journal-gpu-node-07.json"
+
+
+def test_all_mine_restores_only_the_job_users_entries(gpus, monkeypatch, capsys):
+    from generation.sampler import journal
+    from llm_powertrace_ds.cli import main
+
+    monkeypatch.setattr(journal, "this_host", lambda: "node-a")
+    gpus[0].power_limit_mw = gpus[1].power_limit_mw = 300_000
+    journal_path().write_text(json.dumps({
+        "format": "llm-powertrace-gpu-settings-journal/1",
+        "entries": {**_journal_of("node-a", UUID0, uid=os.getuid()),
+                    **_journal_of("node-a", UUID1, uid=os.getuid() + 4242)}}))
+    assert main(["restore-gpu-settings", "--all-mine", "--format", "json"]) == 0
+    assert [d["gpu"] for d in json.loads(capsys.readouterr().out)] == ["GPU 0"]
+    assert gpus[0].power_limit_mw == 700_000 and gpus[1].power_limit_mw == 300_000
+    assert set(read_entries()) == {UUID1}  # another user's entry stays for its own epilog
