@@ -498,6 +498,29 @@ def set_power_limit_mw(handle: Any, limit_mw: int) -> None:
     _call("nvmlDeviceSetPowerManagementLimit", handle, int(limit_mw))
 
 
+def power_readings_mw(handle: Any) -> tuple[float, float, float, float]:
+    """Every power reading of a GPU now, for checks that compare them.
+
+    Returns:
+        Instant power (field 186), 1 s average (185), ``nvmlDeviceGetPowerUsage`` (mW), the
+        energy counter (field 191, mJ); ``NaN`` for any that fails.
+    """
+    out = [NAN, NAN, NAN, NAN]
+    try:
+        fvs = _call("nvmlDeviceGetFieldValues", handle, list(FIELD_IDS))
+        for fid, fv in zip(FIELD_IDS, fvs, strict=True):
+            if int(fv.nvmlReturn) == NVML_SUCCESS:
+                out[{FI_POWER_INSTANT: 0, FI_POWER_AVERAGE: 1, FI_ENERGY: 3}[fid]] = \
+                    field_value(fv)
+    except (NotSupported, NoPermission, UnknownError):
+        pass
+    try:
+        out[2] = float(_call("nvmlDeviceGetPowerUsage", handle))
+    except (NotSupported, NoPermission, UnknownError):
+        pass
+    return out[0], out[1], out[2], out[3]
+
+
 def sm_clock_mhz(handle: Any) -> int:
     """The current SM clock in MHz."""
     return int(_call("nvmlDeviceGetClockInfo", handle, pynvml.NVML_CLOCK_SM))
