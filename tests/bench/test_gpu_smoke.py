@@ -1,5 +1,8 @@
-"""``bench/gpu_smoke.py``: its plan fits the first GPU job, its load does not decay, its report
-survives a kill, and (slow) its runner steps run on CPU so the GPU check cannot rot."""
+"""``bench/gpu_smoke.py``: fit, load, a report that survives a kill, the CPU self-test.
+
+Its plan fits the first GPU job, its load does not decay, its report survives a kill, and (slow)
+its runner steps run on CPU so the GPU check cannot rot.
+"""
 
 from __future__ import annotations
 
