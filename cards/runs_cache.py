@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from llm_powertrace_ds.arrow_numpy import strings, to_arrow
 from llm_powertrace_ds.shards import write_table_atomic
 
 log = logging.getLogger(__name__)
@@ -114,12 +115,19 @@ def _write(folder: Path, files: list[RunsFile]) -> None:
     counts = np.array([f.table.num_rows for f in files])
     keys = [f.key for f in files]
     rows = pa.concat_tables([f.table for f in files]).combine_chunks()
+
+    def ints(values: list[int]) -> pa.Array:  # arrow_numpy: no pa.array, which loads pandas
+        return to_arrow(np.repeat(np.array(values, np.int64), counts), pa.int64())
+
+    def texts(values: list[str]) -> pa.Array:
+        return strings([str(v) for v in np.repeat(np.array(values, object), counts)])
+
     extra = {
-        "__file": pa.array(np.repeat([f.path.name for f in files], counts), pa.string()),
-        "__size": pa.array(np.repeat([k[0] for k in keys], counts), pa.int64()),
-        "__mtime_ns": pa.array(np.repeat([k[1] for k in keys], counts), pa.int64()),
-        "__ino": pa.array(np.repeat([k[2] for k in keys], counts), pa.int64()),
-        "__sha256": pa.array(np.repeat([f.sha256 for f in files], counts), pa.string()),
+        "__file": texts([f.path.name for f in files]),
+        "__size": ints([k[0] for k in keys]),
+        "__mtime_ns": ints([k[1] for k in keys]),
+        "__ino": ints([k[2] for k in keys]),
+        "__sha256": texts([str(f.sha256) for f in files]),
     }
     for name, arr in extra.items():
         rows = rows.append_column(name, arr)

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from llm_powertrace_ds import layout, schema
+from llm_powertrace_ds.arrow_numpy import table_rows
 from llm_powertrace_ds.errors import ShardError
 from llm_powertrace_ds.shards import iter_file_batches, write_text_atomic
 
@@ -145,7 +146,7 @@ class _Rows:
 
     def flush(self) -> list[dict[str, Any]]:
         if self._pending:
-            self.rows.extend(pa.concat_tables(self._pending).combine_chunks().to_pylist())
+            self.rows.extend(table_rows(pa.concat_tables(self._pending).combine_chunks()))
             self._pending = []
         return self.rows
 

@@ -15,6 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..arrow_numpy import strings, to_arrow, to_numpy
+
 NULL_WORDS = ("", "n/a", "na", "nan", "none", "null", "unknown")
 """Cells that mean *not reported* (besides nvidia-smi's ``[...]`` notes); as in ``common``."""
 NUMBER_PATTERN = (r"^(?P<num>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*"
@@ -39,16 +41,16 @@ def trimmed(values: Cells) -> Cells:
 
 def null_mask(cells: Cells) -> np.ndarray:
     """Whether each (trimmed) cell means *not reported*: a null word or ``[...]``."""
-    words = pc.is_in(pc.utf8_lower(cells), value_set=pa.array(NULL_WORDS))
+    words = pc.is_in(pc.utf8_lower(cells), value_set=strings(NULL_WORDS))
     note = pc.and_(pc.starts_with(cells, "["), pc.ends_with(cells, "]"))
-    return np.asarray(pc.or_(words, note).to_numpy(zero_copy_only=False), dtype=bool)
+    return to_numpy(pc.or_(words, note), null_value=False)  # a null cell: not a null word
 
 
 def float_view(chunk: pa.Array) -> np.ndarray:
     """The values of a float64 array without nulls as a read-only numpy view (no copy).
 
     ``pyarrow.Array.to_numpy`` does the same but imports ``pandas`` the first time (≈ 0.2 s a
-    process).
+    process; ``llm_powertrace_ds.arrow_numpy``).
     """
     if not pa.types.is_float64(chunk.type) or chunk.null_count:
         raise ValueError(f"a float64 array without nulls, not {chunk.type} with "
@@ -68,7 +70,7 @@ def _to_float(arr: Cells) -> np.ndarray:
     """
     chunks = arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr]
     if not all(pa.types.is_float64(c.type) for c in chunks):
-        out = np.asarray(arr.to_numpy(zero_copy_only=False), dtype=np.float64)
+        out = to_numpy(pc.cast(arr, pa.float64()))  # nulls become NaN
         return out if out.flags.writeable else out.copy()  # writable, copied only when needed
     out = np.empty(len(arr), np.float64)
     pos = 0
@@ -81,7 +83,7 @@ def _to_float(arr: Cells) -> np.ndarray:
         elif chunk.null_count == 0:
             out[pos:pos + n] = float_view(chunk)
         else:
-            out[pos:pos + n] = chunk.to_numpy(zero_copy_only=False)
+            out[pos:pos + n] = to_numpy(chunk)  # NaN at the nulls
         pos += n
     return out
 
@@ -105,13 +107,13 @@ def numbers(values: Cells, units: frozenset[str] | None) -> np.ndarray | None:
         pass
     cells = trimmed(raw)
     nulls = null_mask(cells)
-    kept = pc.if_else(pa.array(nulls), pa.scalar(None, pa.string()),
+    kept = pc.if_else(to_arrow(nulls), pa.scalar(None, pa.string()),
                       cells.combine_chunks() if isinstance(cells, pa.ChunkedArray) else cells)
     try:
         out = _to_float(pc.cast(kept, pa.float64()))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         parts = pc.extract_regex(kept, NUMBER_PATTERN)
-        if (np.asarray(parts.is_null().to_numpy(zero_copy_only=False), bool) & ~nulls).any():
+        if (to_numpy(parts.is_null(), null_value=False) & ~nulls).any():
             return None
         found = {u for u in pc.unique(parts.field("unit")).to_pylist() if u}
         if units is not None and not found <= units:
@@ -175,8 +177,9 @@ def _cast_ms(cells: Cells) -> np.ndarray | None:
         stamps = pc.cast(text, pa.timestamp("ns"))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
-    ns = np.asarray(stamps.cast(pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
-    return ns // 1_000_000
+    # a null cell reads as the smallest int64 (what its NaN became through float64 before);
+    # the exact int64 values otherwise, no float round trip
+    return to_numpy(stamps.cast(pa.int64()), null_value=np.iinfo(np.int64).min) // 1_000_000
 
 
 def _offsets(chunk: pa.Array) -> np.ndarray:
@@ -247,8 +250,9 @@ def distinct(values: Cells) -> tuple[list[str], np.ndarray]:
 
 def _hashed(values: Cells) -> tuple[list[str], np.ndarray]:
     uniq = pc.unique(values)
-    inverse = np.asarray(pc.index_in(values, value_set=uniq).to_numpy(zero_copy_only=False),
-                         dtype=np.int64)
+    index = pc.index_in(values, value_set=uniq)
+    inverse = (np.asarray(index.to_numpy(zero_copy_only=False), dtype=np.int64)
+               if index.null_count else to_numpy(index).astype(np.int64))
     return uniq.to_pylist(), inverse
 
 
@@ -267,7 +271,7 @@ def _mostly_empty(values: Cells) -> tuple[list[str], np.ndarray] | None:
     if len(rows) == 0:
         inverse[:] = 0
         return [""], inverse
-    levels, sub = _hashed(values.take(pa.array(rows)))
+    levels, sub = _hashed(values.take(to_arrow(rows)))
     first_rows = rows[np.unique(sub, return_index=True)[1]]  # row where each level first shows
     rank = int(np.searchsorted(first_rows, int(np.argmin(filled))))  # levels before the first ""
     levels.insert(rank, "")

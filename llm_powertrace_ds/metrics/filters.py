@@ -16,12 +16,15 @@ better (floating-point summation order), far inside what the synchrony metrics r
   ``HighPass.carry`` blocks its weight is below 1e-20).
 - :func:`sliding_max`, :func:`sliding_min` — window extremes in O(n) (van Herk / Gil–Werman).
 - :func:`running_median` — ``scipy.ndimage.median_filter(x, size, mode="nearest")``.
+- :func:`chi2_ppf` — ``scipy.stats.chi2.ppf`` (the spectral peak's threshold), by Newton's
+  method on the incomplete gamma function: ``scipy.special`` alone costs ≈ 0.15 s of imports.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import statistics
 
 import numpy as np
 
@@ -182,3 +185,93 @@ def running_median(x: np.ndarray, size: int) -> np.ndarray:
     padded = np.concatenate([np.full(half, x[0]), x, np.full(half, x[-1])])
     windows = np.lib.stride_tricks.sliding_window_view(padded, size)
     return np.partition(windows, half, axis=1)[:, half].copy()
+
+
+def chi2_ppf(p: float, dof: float) -> float:
+    """The ``p`` quantile of the chi-square distribution with ``dof`` degrees of freedom.
+
+    ``scipy.stats.chi2.ppf(p, dof)`` = 2·y where P(dof/2, y) = p, P the regularised lower
+    incomplete gamma function. Solved by Newton's method on P (safeguarded by bisection) from
+    the Wilson–Hilferty start x ≈ dof·(1 − 2/(9 dof) + z·√(2/(9 dof)))³, z the normal
+    quantile; for ``p`` > 0.5 on the upper tail Q = 1 − P, which keeps the digits of a small
+    1 − p (a false-alarm rate). P and Q are :func:`_gamma_p_q`. Agrees with SciPy to 1e-12
+    relative or better over the thresholds the spectrum uses (tested).
+
+    Raises:
+        ValueError: ``p`` outside (0, 1) or ``dof`` <= 0.
+    """
+    if not (0.0 < p < 1.0) or not dof > 0.0:
+        raise ValueError(f"chi2_ppf needs 0 < p < 1 and dof > 0, not p={p}, dof={dof}")
+    a = dof / 2.0
+    upper = p > 0.5
+    target = 1.0 - p if upper else p  # exact for p in (0.5, 1) (Sterbenz)
+    lgamma_a = math.lgamma(a)
+    z = statistics.NormalDist().inv_cdf(p)
+    c = 2.0 / (9.0 * dof)
+    y = max(a * (1.0 - c + z * math.sqrt(c)) ** 3, 1e-300)
+    lo, hi = 0.0, math.inf  # a bracket of the root, narrowed at every step
+    for _ in range(200):
+        lower_p, upper_q = _gamma_p_q(a, y, lgamma_a)
+        f = (target - upper_q) if upper else (lower_p - target)  # increasing in y
+        if f > 0:
+            hi = y
+        else:
+            lo = y
+        if f == 0.0:
+            break
+        density = math.exp((a - 1.0) * math.log(y) - y - lgamma_a)  # dP/dy
+        step = f / density if density > 0 else math.inf
+        new = min(y - step, 2.0 * max(y, 1.0))  # at most doubling while no upper bound is known
+        if not (lo < new < hi):  # Newton left the bracket: grow it, or bisect it
+            if not math.isfinite(hi):
+                new = 2.0 * max(y, 1.0)
+            else:  # geometrically while it spans orders of magnitude
+                new = math.sqrt(lo * hi) if 0.0 < 4.0 * lo < hi else 0.5 * (lo + hi)
+        if abs(new - y) <= 1e-15 * y:
+            y = new
+            break
+        y = new
+    return 2.0 * y
+
+
+def _gamma_p_q(a: float, x: float, lgamma_a: float) -> tuple[float, float]:
+    """Regularised incomplete gamma functions (P(a, x), Q(a, x)), P + Q = 1.
+
+    Below x = a + 1 the power series P = xᵃe⁻ˣ/Γ(a+1) · Σₖ xᵏ / ((a+1)…(a+k)) converges fast;
+    above, Q = xᵃe⁻ˣ/Γ(a) · 1/(x+1−a− 1(1−a)/(x+3−a− 2(2−a)/(x+5−a− …))), the continued
+    fraction of the upper function, evaluated by the modified Lentz method. The other one is 1
+    minus it.
+    """
+    if x <= 0.0:
+        return 0.0, 1.0
+    log_front = a * math.log(x) - x - lgamma_a  # log of xᵃe⁻ˣ/Γ(a)
+    if x < a + 1.0:
+        term = total = 1.0 / a
+        k = a
+        for _ in range(10_000):
+            k += 1.0
+            term *= x / k
+            total += term
+            if term < total * 1e-17:
+                break
+        lower = math.exp(log_front) * total
+        return lower, 1.0 - lower
+    tiny = 1e-300
+    b = x + 1.0 - a
+    c = 1.0 / tiny
+    d = 1.0 / b
+    h = d
+    for i in range(1, 10_000):
+        an = -i * (i - a)
+        b += 2.0
+        d = an * d + b
+        d = tiny if abs(d) < tiny else d
+        c = b + an / c
+        c = tiny if abs(c) < tiny else c
+        d = 1.0 / d
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-17:
+            break
+    upper = math.exp(log_front) * h
+    return 1.0 - upper, upper
