@@ -20,8 +20,9 @@ def _folder(tmp_path, make_run, n=6):
     src = tmp_path / "src"
     for i in range(n):
         shards.publish_run(src, make_run(f"r{i}", seed=i), refresh_card=False)
-    shards.publish_run(src, make_run("i0", workload="inference", with_requests=True),
-                       refresh_card=False)
+    for i in range(2):
+        shards.publish_run(src, make_run(f"i{i}", workload="inference", with_requests=True,
+                                         seed=10 + i), refresh_card=False)
     return src
 
 
@@ -73,7 +74,7 @@ def test_pack_merges_runs_rows_into_one_uncompressed_batch(packed):
     # a small table stays uncompressed (COMPRESS_MIN_BYTES): read without decompressing
     assert _zero_copy(runs_shard)
     [requests_shard] = layout.shard_files(dst, "inference_requests")
-    assert _batches(requests_shard) == [5]
+    assert _batches(requests_shard) == [10]  # two runs' request logs in one batch
     assert sorted(r["run_id"] for r in shards.list_runs(dst)) == \
         sorted(r["run_id"] for r in shards.list_runs(packed[0]))
 
@@ -110,9 +111,9 @@ def test_reading_runs_decodes_only_their_batches(packed, monkeypatch):
 def test_packed_runs_equal_unpacked_ones_requests_too(packed):
     src, dst = packed
     reader = shards.RunReader(dst)
-    for run_id in ("r0", "r5", "i0"):
+    for run_id in ("r0", "r5", "i0", "i1"):
         _same_run(reader.read(run_id), shards.read_run(src, run_id))
-    assert len(reader.read("i0").requests) == 5
+    assert len(reader.read("i1").requests) == 5  # its rows only, out of a two-run batch
     with pytest.raises(RunNotFound, match="'nope'"):
         reader.read("nope")
     assert [r.run_id for r in reader.read_many(["nope", "r2"])] == ["r2"]
@@ -184,3 +185,19 @@ def test_metrics_recompute_on_a_packed_folder_equals_unpacked(packed):
 
     src, dst = packed
     assert run_metrics_rows(dst, recompute=True) == run_metrics_rows(src, recompute=True)
+
+
+def test_merged_batches_are_bounded_by_packed_batch_bytes(tmp_path, make_run, monkeypatch):
+    import importlib
+
+    pack_mod = importlib.import_module("llm_powertrace_ds.shards.pack")  # not the function
+    src = _folder(tmp_path, make_run, n=6)
+    one = layout.shard_files(src, "finetune_runs")[0]
+    with pa.memory_map(str(one), "r") as source:
+        row_bytes = ipc.open_stream(source).read_next_batch().get_total_buffer_size()
+    monkeypatch.setattr(pack_mod, "PACKED_BATCH_BYTES", 2 * row_bytes)  # two runs a batch
+    dst = tmp_path / "packed2"
+    shards.pack(src, dst, refresh_card=False)
+    [runs_shard] = layout.shard_files(dst, "finetune_runs")
+    assert _batches(runs_shard) == [2, 2, 2]
+    assert shards.list_runs(dst) == shards.list_runs(src)
