@@ -57,7 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog="examples:\n  llm-powertrace generate generation/sweeps/demo-finetune.yaml "
         "--out llm-powertrace\n  llm-powertrace generate sweep.yaml --out ds --dry-run\n"
         + SLURM_EXAMPLE)
-    p.add_argument("sweep", type=Path, help="sweep YAML file")
+    p.add_argument("sweep", type=Path, help="sweep YAML file, or a campaign file (a list of "
+                   "sweeps with a budget: generation/campaigns/)")
     p.add_argument("--out", type=Path, default=Path("llm-powertrace"),
                    help="dataset folder (default: llm-powertrace)")
     p.add_argument("--task-index", type=int, default=0,
@@ -68,6 +69,23 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="print the expanded runs (done/todo) and run nothing (default: off)")
     p.add_argument("--fail-fast", action="store_true",
                    help="stop at the first failed run (default: record it and go on)")
+    p.add_argument("--plan", action="store_true",
+                   help="campaign: print runs and GPU-hours per sweep and in total against the "
+                   "budget, and run nothing (default: off)")
+    p.add_argument("--slurm", type=Path, metavar="FILE",
+                   help="with --plan: write the campaign's Slurm array script to FILE")
+    p.add_argument("--parallel-runs", metavar="N|auto",
+                   help="run independent runs side by side on this node, each pinned to its "
+                   "own GPUs with its own trace (auto: one per group of GPUs a run needs; "
+                   "default: one run at a time)")
+    p.add_argument("--nnodes", type=int, help="multi-node: nodes of each run (default: "
+                   "$SLURM_NNODES, else 1)")
+    p.add_argument("--node-rank", type=int, help="multi-node: this node's rank (default: "
+                   "$SLURM_NODEID, else 0); node 0 plans, samples its GPUs and publishes")
+    p.add_argument("--master-addr", help="multi-node: host of node 0 (default: $MASTER_ADDR, "
+                   "else the first host of $SLURM_JOB_NODELIST)")
+    p.add_argument("--master-port", type=int, help="multi-node: rendezvous port on node 0 "
+                   "(default: $MASTER_PORT, else 29511)")
     p.add_argument("--redo-salvaged", action="store_true",
                    help="re-measure runs that were salvaged (their attempts are kept; default: "
                    "a salvaged run counts as done)")
@@ -107,6 +125,20 @@ def cmd_generate(args: argparse.Namespace) -> int:
     runner = _import_generation("runner")
     if not args.sweep.exists():
         raise InputError(f"sweep file '{args.sweep}' does not exist")
+    campaign = _import_generation("campaign")
+    if campaign.is_campaign(args.sweep):
+        return cmd_campaign(args, campaign, runner)
+    if args.plan or args.slurm:
+        raise UsageError("--plan and --slurm take a campaign file (generation/campaigns/), "
+                         f"not the sweep '{args.sweep}'")
+    if getattr(args, "parallel_runs", None) and not args.dry_run:
+        parallel = _import_generation("parallel_runs")
+        return parallel.run_parallel(args)
+    multinode = _import_generation("multinode")
+    node = multinode.node_settings(args.nnodes, args.node_rank, args.master_addr,
+                                   args.master_port)
+    if node.nnodes > 1 and not args.dry_run:
+        return multinode.run_multinode(args, node)
     if args.num_tasks < 1 or not 0 <= args.task_index < args.num_tasks:
         raise UsageError(f"--task-index {args.task_index} must be in [0, --num-tasks "
                          f"{args.num_tasks})")
@@ -139,9 +171,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
         rebuild_card(args.out)  # once per command (publishing keeps only the configs block)
     rows = [o.row() for o in report.outcomes]
-    emit(rows, args.format, GENERATE_COLUMNS if not args.dry_run else
-         ["index", "run_id", "status", "model", "method", "batch_size", "seq_len", "precision",
-          "gradient_checkpointing", "parallelism", "dp_size"])
+    emit(rows, args.format, GENERATE_COLUMNS if not args.dry_run else DRY_RUN_COLUMNS)
     if not quiet and args.format == "table":
         print(f"{report.sweep}: {len(report.outcomes)} of {report.total_runs} runs on "
               f"{report.machine.platform} ({report.machine.source}): "
@@ -149,6 +179,62 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if not quiet and args.dry_run:
         print(dry_run_summary(report), file=sys.stderr)
     return 1 if report.failed else 0
+
+
+DRY_RUN_COLUMNS = ["index", "run_id", "status", "model", "method", "batch_size", "seq_len",
+                   "precision", "gradient_checkpointing", "parallelism", "dp_size", "mem_gib",
+                   "gpu_gib", "error"]
+
+
+def cmd_campaign(args: argparse.Namespace, campaign: Any, runner: Any) -> int:
+    """A campaign file: ``--plan`` (with ``--slurm``), ``--dry-run``, or every sweep in turn."""
+    import json
+
+    if args.slurm and not args.plan:
+        raise UsageError("--slurm is written with --plan")
+    if args.plan:
+        plan = campaign.plan_campaign(args.sweep)
+        if args.slurm:
+            from llm_powertrace_ds.atomic import write_text_atomic
+
+            write_text_atomic(args.slurm, campaign.slurm_script(args.sweep, plan))
+        if args.format == "json":
+            print(json.dumps(plan.as_dict(), indent=2))
+        else:
+            emit([{"sweep": s.name, "workload": s.workload, "runs": s.runs,
+                   "gpu_hours": round(s.gpu_hours, 1), "max_gpus": s.max_gpus,
+                   "too_big": len(s.too_big)} for s in plan.sweeps], args.format,
+                 ["sweep", "workload", "runs", "gpu_hours", "max_gpus", "too_big"])
+            if args.format == "table":
+                d = plan.as_dict()
+                print(f"{d['campaign']}: {d['runs']} runs, {d['gpu_hours']} GPU-hours of a "
+                      f"{d['budget_gpu_hours']:g} budget on {d['platform']} "
+                      f"({'fits' if d['fits_budget'] else 'OVER BUDGET'}); families "
+                      f"{', '.join(d['families'])}; {d['too_big']} cells too big (--dry-run "
+                      "lists them)" + (f"; Slurm script: {args.slurm}" if args.slurm else ""))
+        return 0 if plan.gpu_hours <= plan.budget_gpu_hours else 1
+    loaded = campaign.load_campaign(args.sweep)
+    rows: list[dict[str, Any]] = []
+    failed = 0
+    for sweep_path in loaded.sweeps:
+        try:
+            report = runner.generate(sweep_path, args.out, dry_run=args.dry_run,
+                                     fail_fast=args.fail_fast, progress=not args.dry_run,
+                                     assume_platform=loaded.platform)
+        except MissingExtra as exc:  # an engine sweep without its engine: say so, go on
+            if not args.dry_run:
+                raise
+            rows.append({"sweep": sweep_path.stem, "status": "needs_extra", "error": str(exc)})
+            continue
+        rows += [{"sweep": report.sweep, **o.row()} for o in report.outcomes]
+        failed += len(report.failed)
+    if not args.dry_run and args.out.is_dir():
+        from llm_powertrace_ds.hooks import rebuild_card
+
+        rebuild_card(args.out)
+    emit(rows, args.format, ["sweep", *DRY_RUN_COLUMNS] if args.dry_run
+         else ["sweep", *GENERATE_COLUMNS])
+    return 1 if failed else 0
 
 
 def dry_run_summary(report: Any) -> str:

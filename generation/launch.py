@@ -43,6 +43,10 @@ from llm_powertrace_ds.errors import PowerTraceError
 from llm_powertrace_ds.procs import pid_alive as _pid_alive
 
 LAUNCH_DIR = "launch"
+NODE_RANK_ENV = "LLM_POWERTRACE_NODE_RANK"
+"""The node of a launched rank (set by the launcher of a multi-node run; absent = node 0)."""
+RUNNER_PID_ENV = "LLM_POWERTRACE_RUNNER_PID"
+"""The pid a rank watches (its own node's launcher); absent = the spec's ``runner_pid``."""
 POLL_S = 0.02
 
 
@@ -64,11 +68,45 @@ def _touch(path: Path) -> None:
 
 
 
-def torchrun_command(nproc: int, staging_dir: Path) -> list[str]:
-    """The command that starts ``nproc`` ranks of the worker on this node."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where the nodes of a multi-node run meet (``torchrun``'s static rendezvous).
+
+    Attributes:
+        nnodes: nodes of the run.
+        node_rank: this node (0 = the node that plans, samples and publishes).
+        master_addr: host of node 0.
+        master_port: its port.
+    """
+
+    nnodes: int
+    node_rank: int
+    master_addr: str
+    master_port: int
+
+
+def torchrun_command(nproc: int, staging_dir: Path,
+                     rendezvous: Rendezvous | None = None) -> list[str]:
+    """The command that starts ``nproc`` ranks of the worker on this node.
+
+    One node: ``--standalone``. Several: ``--nnodes``, ``--node_rank`` and node 0's address;
+    global rank = node_rank x nproc + local rank.
+    """
+    where = ["--standalone"] if rendezvous is None else [
+        "--nnodes", str(rendezvous.nnodes), "--node_rank", str(rendezvous.node_rank),
+        "--master_addr", rendezvous.master_addr, "--master_port", str(rendezvous.master_port)]
+    return [sys.executable, "-m", "torch.distributed.run", *where,
             "--nproc_per_node", str(nproc), "-m", "generation.launch",
             "--staging", str(staging_dir)]
+
+
+def node_dir(staging_dir: Path, node_rank: int) -> Path:
+    """Where node ``node_rank`` keeps its spool, events and pids.
+
+    Node 0: the staging folder itself; another node: ``node-<rank>/`` in it (its own clock
+    until node 0 merges it).
+    """
+    return Path(staging_dir) if node_rank == 0 else Path(staging_dir) / f"node-{node_rank}"
 
 
 @dataclass
@@ -105,19 +143,34 @@ class Launched:
     """
 
     def __init__(self, spec: LaunchSpec, staging_dir: Path, nproc: int,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None,
+                 rendezvous: Rendezvous | None = None) -> None:
         self.spec = spec
         self.staging_dir = Path(staging_dir)
         self.dir = launch_dir(self.staging_dir)
         self.nproc = int(nproc)
+        self.rendezvous = rendezvous
         self.env = env or {}
         self.proc: subprocess.Popen[bytes] | None = None
-        self.log_path = self.dir / "torchrun.log"
+        node = rendezvous.node_rank if rendezvous is not None else 0
+        self.log_path = self.dir / ("torchrun.log" if node == 0 else f"torchrun-node-{node}.log")
+
+    @property
+    def world_size(self) -> int:
+        """Ranks of the run on every node."""
+        return self.nproc * (self.rendezvous.nnodes if self.rendezvous is not None else 1)
+
+    @property
+    def local_ranks(self) -> list[int]:
+        """The global ranks started on this node."""
+        node = self.rendezvous.node_rank if self.rendezvous is not None else 0
+        return [node * self.nproc + r for r in range(self.nproc)]
 
     def start(self) -> None:
-        """Write the spec and start torchrun (returns at once)."""
+        """Write the spec (node 0) and start torchrun (returns at once)."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        _write_json(self.dir / "spec.json", self.spec.__dict__)
+        if self.rendezvous is None or self.rendezvous.node_rank == 0:
+            _write_json(self.dir / "spec.json", self.spec.__dict__)
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[1])
         env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]]
@@ -126,10 +179,14 @@ class Launched:
         from .gpu_devices import pci_bus_order_env
 
         pci_bus_order_env(env)  # CUDA numbers devices as NVML does (issue 11, item 5)
-        if self.nproc > 1 and self.spec.device == "cpu":
+        if self.world_size > 1 and self.spec.device == "cpu":
             env.setdefault("OMP_NUM_THREADS", "1")
+        if self.rendezvous is not None:
+            env[NODE_RANK_ENV] = str(self.rendezvous.node_rank)
+            env[RUNNER_PID_ENV] = str(os.getpid())  # pids mean nothing on another machine
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(torchrun_command(self.nproc, self.staging_dir),
+            self.proc = subprocess.Popen(torchrun_command(self.nproc, self.staging_dir,
+                                                          self.rendezvous),
                                          stdout=log, stderr=subprocess.STDOUT, env=env,
                                          start_new_session=True)
 
@@ -142,10 +199,12 @@ class Launched:
             raise LaunchError(f"torchrun exited with code {self.proc.returncode} {what}: "
                               f"{self.log_tail()}")
 
-    def _wait_all(self, prefix: str, what: str, timeout_s: float | None) -> None:
+    def _wait_all(self, prefix: str, what: str, timeout_s: float | None,
+                  ranks: list[int] | None = None) -> None:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        ranks = list(range(self.world_size)) if ranks is None else ranks
         while True:
-            if all((self.dir / f"{prefix}-{r}").exists() for r in range(self.nproc)):
+            if all((self.dir / f"{prefix}-{r}").exists() for r in ranks):
                 return
             self._check_alive(what)
             if deadline is not None and time.monotonic() > deadline:
@@ -154,15 +213,21 @@ class Launched:
             time.sleep(POLL_S)
 
     def wait_ready(self, timeout_s: float = 600.0) -> list[int]:
-        """Wait until every rank has imported its libraries; return their pids by rank."""
-        self._wait_all("ready", "while starting", timeout_s)
+        """Wait until every rank of this node has built its workload; return their pids.
+
+        Node 0 of a multi-node run waits for every node's ranks (the collectives' set-up
+        needs them all), and returns its own ranks' pids.
+        """
+        node0 = self.rendezvous is None or self.rendezvous.node_rank == 0
+        self._wait_all("ready", "while starting", timeout_s,
+                       None if node0 else self.local_ranks)
         return [int(json.loads((self.dir / f"ready-{r}").read_text())["pid"])
-                for r in range(self.nproc)]
+                for r in self.local_ranks]
 
     def device_uuids(self) -> list[str | None]:
-        """The CUDA device UUID each rank reported when ready (``None``: no CUDA device)."""
+        """The CUDA device UUID each rank of this node reported when ready (``None``: CPU)."""
         return [json.loads((self.dir / f"ready-{r}").read_text()).get("cuda_uuid")
-                for r in range(self.nproc)]
+                for r in self.local_ranks]
 
     def go(self) -> None:
         """Let the ranks start their work."""
@@ -258,7 +323,8 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    threading.Thread(target=_watch_runner, args=(spec.runner_pid,), daemon=True,
+    runner_pid = int(os.environ.get(RUNNER_PID_ENV, spec.runner_pid))
+    threading.Thread(target=_watch_runner, args=(runner_pid,), daemon=True,
                      name="runner-watch").start()
     try:
         from generation.events import EventRecorder
@@ -267,7 +333,9 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
 
         workload = get_workload(spec.workload)
         workload.prepare()
-        recorder = EventRecorder(staging, rank=rank)
+        node = node_dir(staging, int(os.environ.get(NODE_RANK_ENV, "0")))
+        node.mkdir(parents=True, exist_ok=True)
+        recorder = EventRecorder(node, rank=rank)  # this node's clock; merged by node 0
         ctx = RunContext(run_id=spec.run_id, staging_dir=staging,
                          mark=lambda kind, **kw: recorder.mark(kind, **kw), rank=rank,
                          world_size=world, local_rank=local_rank,
@@ -275,10 +343,10 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
                          progress=spec.progress, device=spec.device)
         # Model, data, trainer, CUDA context: built before "ready", so before the sampler starts.
         ctx.prepared = workload.setup(spec.settings, ctx)
-        register_pid(staging, rank)
+        register_pid(node, local_rank)  # this node's sampler numbers its own ranks
         _write_json(ldir / f"ready-{rank}", {"t_ns": time.monotonic_ns(), "pid": os.getpid(),
                                              "cuda_uuid": _cuda_uuid(spec.device, local_rank)})
-        _wait_for(ldir / "go", spec.runner_pid)
+        _wait_for(ldir / "go", runner_pid)
         result = workload.run(spec.settings, ctx)
         recorder.close()
         if rank == 0:
@@ -289,7 +357,7 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
             "rank": rank, "error": f"{type(exc).__name__}: {exc}",
             "traceback": traceback.format_exc()})
         return 1
-    _wait_for(ldir / "exit", spec.runner_pid)
+    _wait_for(ldir / "exit", runner_pid)
     return 0
 
 

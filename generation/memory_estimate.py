@@ -227,3 +227,11 @@ def too_big(settings: dict[str, Any], platform: str) -> str | None:
     return (f"needs ~{t['total']} GiB per device > {memory / GIB:.0f} GiB ({platform}): "
             f"weights {t['weights']}, gradients {t['gradients']}, optimizer {t['optimizer']}, "
             f"activations {t['activations']}, logits {t['logits']} GiB")
+
+
+def memory_columns(settings: dict[str, Any], platform: str) -> dict[str, float | None]:
+    """``mem_gib`` (the estimate's total) and ``gpu_gib`` (the device's memory) for a dry run."""
+    est = estimate_run(settings)
+    memory = device_memory_bytes(platform)
+    return {"mem_gib": est.terms_gib()["total"] if est is not None else None,
+            "gpu_gib": round(memory / GIB, 1) if memory is not None else None}

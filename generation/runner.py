@@ -152,7 +152,8 @@ def _installed_version(dist: str) -> str | None:
 def generate(sweep_path: str | Path, out: str | Path, *, task_index: int = 0, num_tasks: int = 1,
              dry_run: bool = False, fail_fast: bool = False, progress: bool = True,
              on_outcome: Callable[[Outcome], None] | None = None,
-             progress_lines: bool = False, redo_salvaged: bool = False) -> Report:
+             progress_lines: bool = False, redo_salvaged: bool = False,
+             assume_platform: str | None = None) -> Report:
     """Run a sweep file into a dataset folder (resume, task split, dry run).
 
     Args:
@@ -167,6 +168,7 @@ def generate(sweep_path: str | Path, out: str | Path, *, task_index: int = 0, nu
         progress_lines: log one line per finished run with the sweep's ETA (for output that
             is not a terminal: CI, nohup, Slurm, where bars print nothing useful).
         redo_salvaged: re-measure runs that were salvaged (their attempts are kept).
+        assume_platform: the platform a dry run plans for when no GPU is here (a campaign's).
 
     Returns:
         A :class:`Report`.
@@ -184,9 +186,16 @@ def generate(sweep_path: str | Path, out: str | Path, *, task_index: int = 0, nu
     if dry_run:  # plans on any machine: an assumed GPU machine when NVML is not usable here
         from .planning import planning_machine
 
-        machine = planning_machine(sweep.sampler)
+        machine = planning_machine(sweep.sampler, platform=assume_platform)
     else:
         machine = detect_machine(sweep.sampler)
+        from .multinode import active_node
+
+        node = active_node()
+        if node is not None:  # a multi-node launch: every node's devices serve each run
+            import dataclasses
+
+            machine = dataclasses.replace(machine, num_devices=machine.num_devices * node.nnodes)
     runs = plan(sweep, machine)
     for run in runs:  # an engine that is an optional extra: one line, before anything runs
         missing = sweep.spec.missing_extra(run.settings)
@@ -202,7 +211,14 @@ def generate(sweep_path: str | Path, out: str | Path, *, task_index: int = 0, nu
             on_outcome(outcome)
 
     todo = []
+    from .memory_estimate import memory_columns, too_big
+
     for run in mine:
+        reason = too_big(run.settings, machine.platform) if machine.source == "nvml" else None
+        if reason is not None:  # refused before the GPU is spent (issue 37)
+            emit(Outcome(run.index, run.run_id, "too_big", error=reason,
+                         info={**_info(run), **memory_columns(run.settings, machine.platform)}))
+            continue
         if redo_salvaged and not dry_run:
             request_redo(out, run.run_id)
         if is_done(out, run.run_id, published) and not (
@@ -211,7 +227,8 @@ def generate(sweep_path: str | Path, out: str | Path, *, task_index: int = 0, nu
             emit(Outcome(run.index, run.run_id, "done" if dry_run else "skipped",
                          info=_info(run)))
         elif dry_run:
-            emit(Outcome(run.index, run.run_id, "todo", info=_info(run)))
+            emit(Outcome(run.index, run.run_id, "todo",
+                         info={**_info(run), **memory_columns(run.settings, machine.platform)}))
         else:
             todo.append(run)
     if todo:
@@ -391,6 +408,9 @@ def _planned_meta(sweep: Sweep, run: PlannedRun) -> dict[str, Any]:
     for col in ("model_revision", "weights_dtype_on_disk"):  # pinned by fetch.fetch_inputs
         if col in names and run.settings.get(f"_{col}") is not None:
             meta[col] = run.settings[f"_{col}"]
+    from .parallel_runs import parallel_columns
+
+    meta.update(parallel_columns())  # a slot of `generate --parallel-runs`
     if sweep.spec.in_process(run.settings):  # a served run's libraries are the server's
         for col, dist in (("torch_version", "torch"), ("transformers_version", "transformers"),
                           ("peft_version", "peft"), ("trl_version", "trl")):
@@ -444,6 +464,12 @@ def _cap_indices(config: SamplerConfig, nproc: int) -> list[int]:
 def _measure(sweep: Sweep, machine: MachineInfo, run: PlannedRun, sdir: Path, *,
              progress: bool) -> dict[str, Any]:
     """Sampler, idle padding, workload, idle padding; returns the workload's result."""
+    from .multinode import active_node
+
+    if active_node() is not None:  # one launcher and one sampler per node (generation/multinode)
+        from .multinode import measure_multinode
+
+        return measure_multinode(sweep, machine, run, sdir, progress=progress)
     nproc = run.num_processes
     # a served run's GPUs are the engine's (num_gpus), not the runner's processes
     ngpu = nproc if sweep.spec.in_process(run.settings) else int(
@@ -671,6 +697,10 @@ def _build_run(sdir: Path, meta: dict[str, Any], result: dict[str, Any]) -> Run:
     full = dict(meta)
     full.update({k: v for k, v in result.items() if k in names and v is not None})
     record = spool_to_run(sdir, full)
+    from .multinode import active_node, merge_nodes
+
+    if active_node() is not None:
+        merge_nodes(record, sdir, full)
     if "_requests" in result:
         record.requests = result["_requests"]
     return record

@@ -71,7 +71,7 @@ SCHEMA_CHANGELOG: list[tuple[str, str]] = [
      "Also (issue 37, the campaign): random_weights, model_revision, weights_dtype_on_disk "
      "on every workload; finetune dataset_revision, sharding_strategy, checkpoint_storage, "
      "checkpoints_written, checkpoint_bytes, checkpoint_write_s; clock_alignment_error_ms "
-     "and num_nodes (multi-node runs). "
+     "and num_nodes (multi-node runs); parallel_runs and parallel_slot (runs side by side). "
      "Also (issue 36, the sampler on real NVML): trace columns device_kind (`gpu`, or the RAPL "
      "zones `cpu_package` and `dram`, never in GPU totals), driver_power_t_us and "
      "driver_power_w (the driver's own power samples, their own time base); "
@@ -328,6 +328,10 @@ PROVENANCE = [
        "offset from start to end| + the NTP/chrony estimated error when readable (null for a "
        "single node)", "ms"),
     _c("num_nodes", "int16", "Nodes (machines) of the run", "nodes"),
+    _c("parallel_runs", "int16", "Runs measured side by side on the node "
+       "(`generate --parallel-runs`: they share CPU, PCIe and power supply); null = alone",
+       "runs"),
+    _c("parallel_slot", "int16", "This run's slot among the parallel runs (its own GPUs)"),
     _c("seed", "int64", "Random seed of the workload"),
     _c("grid_region", "string", "Optional user-given electricity-grid zone (no carbon figure baked in)"),
     _c("program", "string", "File name of the program run under `llm-powertrace record` (never "
