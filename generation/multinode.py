@@ -175,9 +175,12 @@ def active_node() -> NodeSettings | None:
 
 @contextlib.contextmanager
 def _activated(node: NodeSettings, control: Path) -> Iterator[None]:
+    from .node_context import MultiNode, leading
+
     _ACTIVE.update(node=node, control=control, seq=0)
     try:
-        yield
+        with leading(MultiNode(node.nnodes, measure_multinode, merge_nodes)):
+            yield
     finally:
         _ACTIVE.clear()
 

@@ -33,17 +33,9 @@ from typing import Any
 from llm_powertrace_ds.atomic import write_json_atomic
 from llm_powertrace_ds.errors import UsageError
 
-SLOT_ENV = "LLM_POWERTRACE_PARALLEL_SLOT"
-RUNS_ENV = "LLM_POWERTRACE_PARALLEL_RUNS"
+from .node_context import RUNS_ENV, SLOT_ENV
+
 NODE_TRACES_DIR = ".node-traces"
-
-
-def parallel_columns(env: dict[str, str] | None = None) -> dict[str, int]:
-    """``parallel_runs`` and ``parallel_slot`` of a run measured in a slot (empty otherwise)."""
-    env = dict(os.environ) if env is None else env
-    if SLOT_ENV not in env or RUNS_ENV not in env:
-        return {}
-    return {"parallel_runs": int(env[RUNS_ENV]), "parallel_slot": int(env[SLOT_ENV])}
 
 
 @dataclass(frozen=True)

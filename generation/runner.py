@@ -189,9 +189,9 @@ def generate(sweep_path: str | Path, out: str | Path, *, task_index: int = 0, nu
         machine = planning_machine(sweep.sampler, platform=assume_platform)
     else:
         machine = detect_machine(sweep.sampler)
-        from .multinode import active_node
+        from .node_context import multi_node
 
-        node = active_node()
+        node = multi_node()
         if node is not None:  # a multi-node launch: every node's devices serve each run
             import dataclasses
 
@@ -408,7 +408,7 @@ def _planned_meta(sweep: Sweep, run: PlannedRun) -> dict[str, Any]:
     for col in ("model_revision", "weights_dtype_on_disk"):  # pinned by fetch.fetch_inputs
         if col in names and run.settings.get(f"_{col}") is not None:
             meta[col] = run.settings[f"_{col}"]
-    from .parallel_runs import parallel_columns
+    from .node_context import parallel_columns
 
     meta.update(parallel_columns())  # a slot of `generate --parallel-runs`
     if sweep.spec.in_process(run.settings):  # a served run's libraries are the server's
@@ -464,12 +464,11 @@ def _cap_indices(config: SamplerConfig, nproc: int) -> list[int]:
 def _measure(sweep: Sweep, machine: MachineInfo, run: PlannedRun, sdir: Path, *,
              progress: bool) -> dict[str, Any]:
     """Sampler, idle padding, workload, idle padding; returns the workload's result."""
-    from .multinode import active_node
+    from .node_context import multi_node
 
-    if active_node() is not None:  # one launcher and one sampler per node (generation/multinode)
-        from .multinode import measure_multinode
-
-        return measure_multinode(sweep, machine, run, sdir, progress=progress)
+    node = multi_node()
+    if node is not None:  # one launcher and one sampler per node (generation/multinode)
+        return node.measure(sweep, machine, run, sdir, progress=progress)
     nproc = run.num_processes
     # a served run's GPUs are the engine's (num_gpus), not the runner's processes
     ngpu = nproc if sweep.spec.in_process(run.settings) else int(
@@ -697,10 +696,11 @@ def _build_run(sdir: Path, meta: dict[str, Any], result: dict[str, Any]) -> Run:
     full = dict(meta)
     full.update({k: v for k, v in result.items() if k in names and v is not None})
     record = spool_to_run(sdir, full)
-    from .multinode import active_node, merge_nodes
+    from .node_context import multi_node
 
-    if active_node() is not None:
-        merge_nodes(record, sdir, full)
+    node = multi_node()
+    if node is not None:
+        node.merge(record, sdir, full)
     if "_requests" in result:
         record.requests = result["_requests"]
     return record

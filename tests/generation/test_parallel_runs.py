@@ -35,9 +35,10 @@ def test_slots():
     assert parallel_runs.plan_slots("3", 8, 2) == 3
     with pytest.raises(UsageError, match="hold at most 4 slot"):
         parallel_runs.plan_slots("5", 8, 2)
-    assert parallel_runs.parallel_columns({}) == {}
-    assert parallel_runs.parallel_columns({parallel_runs.SLOT_ENV: "1",
-                                           parallel_runs.RUNS_ENV: "2"}) == {
+    from generation.node_context import RUNS_ENV, SLOT_ENV, parallel_columns
+
+    assert parallel_columns({}) == {}
+    assert parallel_columns({SLOT_ENV: "1", RUNS_ENV: "2"}) == {
         "parallel_runs": 2, "parallel_slot": 1}
 
 
