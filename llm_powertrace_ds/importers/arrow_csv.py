@@ -62,11 +62,29 @@ def _plain(col: pa.ChunkedArray) -> bool:
     return True
 
 
-CSV_BLOCK_BYTES = 64 << 20
-"""Bytes of CSV text per parsed block, so per Arrow chunk of every column. Large: each column
-converter pays a fixed cost per chunk (a dozen numpy calls), and at ``pyarrow``'s default of
-1 MiB a 6 MB log is 7 chunks; the parse itself runs at the same speed at either size. Bounded,
-so that no string column's chunk comes near the 2 GiB of a 32-bit offset."""
+CSV_BLOCK_BYTES = 4 << 20
+"""Bytes of CSV text per parsed block, so per Arrow chunk of every column. Not small: each
+column converter pays a fixed cost per chunk (a dozen numpy calls), and at ``pyarrow``'s
+default of 1 MiB a 6 MB log is 7 chunks. Not large either: the parser's working buffers are
+a block's size, so a block as large as the file (64 MiB was tried) makes a 20 MB log's parse
+touch ≈ 30 MB more fresh memory (74 against 37 MiB at the pool's peak) and cost ≈ 30 % more
+CPU, page faults included (``bench/scale.py``, ``cli_import_marginal_samples_per_cpu_s``).
+Bounded, so that no string column's chunk comes near the 2 GiB of a 32-bit offset."""
+
+
+def _count_newlines(data: bytes, part_bytes: int = 1 << 20) -> int:
+    """LF bytes in ``data``, compared 1 MiB at a time into one reused mask.
+
+    SIMD, and no temporary of the file's size (a 20 MB mask's fresh pages cost as much as the
+    comparison); ``bytes.count`` is 4× slower.
+    """
+    raw = np.frombuffer(data, dtype=np.uint8)
+    mask = np.empty(min(len(raw), part_bytes), dtype=bool)
+    count = 0
+    for start in range(0, len(raw), part_bytes):
+        part = raw[start:start + part_bytes]
+        count += int(np.count_nonzero(np.equal(part, _NL, out=mask[:len(part)])))
+    return count
 
 
 class _Fallback(Exception):
@@ -141,7 +159,7 @@ class ArrowCsvReader:
         :meth:`_scanned_lines` when blank lines were skipped.
         """
         terminated = data.endswith(b"\n")
-        newlines = int(np.count_nonzero(np.frombuffer(data, dtype=np.uint8) == _NL))  # SIMD
+        newlines = _count_newlines(data)
         total = newlines + (0 if terminated or not data else 1)
         first = self.header_line  # 1-based header line = 0-based first body line
         end = total  # body lines are [first, end), 0-based

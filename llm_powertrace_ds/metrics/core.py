@@ -132,6 +132,10 @@ class Aligned:
     _values: np.ndarray | None = field(default=None, repr=False)
     levels: Any = field(default=None, repr=False)  # metrics.levels.Levels, set by the caller
     _segs: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
+    memo: dict[Any, Any] = field(default_factory=dict, repr=False)
+    """Results computed from this total (levels, ramps, ranges, spectrum), by name: a run
+    whose work window is the whole trace computes its ``work_*`` twins from the same total,
+    and reads them here instead of computing them twice (set ``levels`` before the first)."""
 
     def values(self) -> np.ndarray:
         """The node total at the gap-free points, in no particular order.
@@ -335,13 +339,18 @@ def _sliding_range(al: Aligned, k: int) -> float | None:
     """Largest max − min over windows of k+1 grid points inside one gap-free segment."""
     from .filters import sliding_max, sliding_min
 
+    key = ("sliding_range", k)
+    if key in al.memo:
+        return al.memo[key]
     ok = al.lag_pairs(k)
     if not ok.any():
+        al.memo[key] = None
         return None
     x = al.total if al.valid.all() else np.where(al.valid, al.total, 0.0)
     rng = sliding_max(x, k + 1)  # window j covers [j, j + k]
     rng -= sliding_min(x, k + 1)
-    return float(rng.max() if ok.all() else rng[ok].max())
+    al.memo[key] = value = float(rng.max() if ok.all() else rng[ok].max())
+    return value
 
 
 def _capacity_w(run: Run) -> float | None:

@@ -99,13 +99,15 @@ def detect_step_period(al: Aligned) -> tuple[float | None, float, str]:
     var = float(np.dot(x, x))
     if var <= 1e-12 * max(1.0, float(np.mean(np.abs(al.total[a:b])))) ** 2 * n:
         return None, 0.0, "flat power"
-    size = 1 << int(np.ceil(np.log2(2 * n)))
-    spec = np.fft.rfft(x, size)
-    r = np.fft.irfft(spec * np.conj(spec), size)[:n] / var
     kmin = max(2, int(np.ceil(MIN_STEP_S / al.step_s)))
     kmax = min(int(MAX_STEP_S / al.step_s), n // 3)
     if kmax <= kmin + 1:
         return None, 0.0, "the stretch is too short for the shortest step period"
+    # r(0..kmax) only: zero padding to n + kmax + 1 points keeps the circular correlation of
+    # those lags free of wrap-around (not to 2n: half the transform for a long stretch)
+    size = 1 << int(np.ceil(np.log2(n + kmax + 1)))
+    spec = np.fft.rfft(x, size)
+    r = np.fft.irfft(spec * np.conj(spec), size)[:kmax + 1] / var
     neg = np.flatnonzero(r[1:kmax] < 0)
     if not neg.size:
         return None, 0.0, "the autocorrelation never falls below zero (a trend, no rhythm)"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -72,22 +73,15 @@ def _group_level(run: Run, devs: list[_Dev | None], al: Aligned | None, cap: flo
     if al is None or not al.valid.any():
         out.null(shape, "no gap-free node total (devices share no common span)")
         return
-    x = al.levels.values.copy() if al.levels is not None else al.values()
-    peak = float(x.max())
-    p5, p50, p95, p99 = _percentiles(x, (5, 50, 95, 99))
+    peak, p5, p50, p95, p99, window_peaks = _level_stats(al)
     out.set("p5_power_w", p5)
     out.set("p50_power_w", p50)
     out.set("p95_power_w", p95)
     out.set("p99_power_w", p99)
     out.set("peak_power_w", peak)
-    starts, stops = al.segments()
-    cs = np.zeros(len(al.total) + 1)  # cs[0] = 0: the sum before the first point
-    np.cumsum(al.total if al.valid.all() else np.where(al.valid, al.total, 0.0), out=cs[1:])
     for name, seconds in (("peak_power_1s_w", 1.0), ("peak_power_60s_w", 60.0)):
-        w = max(1, int(round(seconds / al.step_s)))
-        means = _window_means(cs, starts, stops, w)
-        if means.size:
-            out.set(name, means.max())
+        if window_peaks[name] is not None:
+            out.set(name, window_peaks[name])
         else:
             out.null(name, f"no gap-free {seconds:g} s window")
     for name, num in (("par", "peak_power_w"), ("par_1s", "peak_power_1s_w"),
@@ -102,6 +96,42 @@ def _group_level(run: Run, devs: list[_Dev | None], al: Aligned | None, cap: flo
         out.null("load_factor", "mean_power_w is null or peak is 0")
     else:
         out.set("load_factor", value)
+
+
+def _level_stats(al: Aligned) -> tuple[float, float, float, float, float, dict[str, Any]]:
+    """(peak, p5, p50, p95, p99, {peak_power_1s_w, peak_power_60s_w}) of :func:`_group_level`.
+
+    They depend on the node total alone: computed once per total (``Aligned.memo``).
+    """
+    if "level_stats" in al.memo:
+        return al.memo["level_stats"]  # type: ignore[no-any-return]
+    x = al.levels.values.copy() if al.levels is not None else al.values()
+    peak = float(x.max())
+    p5, p50, p95, p99 = _percentiles(x, (5, 50, 95, 99))
+    starts, stops = al.segments()
+    cs = np.zeros(len(al.total) + 1)  # cs[0] = 0: the sum before the first point
+    np.cumsum(al.total if al.valid.all() else np.where(al.valid, al.total, 0.0), out=cs[1:])
+    window_peaks: dict[str, Any] = {}
+    for name, seconds in (("peak_power_1s_w", 1.0), ("peak_power_60s_w", 60.0)):
+        w = max(1, int(round(seconds / al.step_s)))
+        means = _window_means(cs, starts, stops, w)
+        window_peaks[name] = means.max() if means.size else None
+    al.memo["level_stats"] = stats = (peak, p5, p50, p95, p99, window_peaks)
+    return stats
+
+
+def _ramp_stats(al: Aligned, k: int) -> list[float] | None:
+    """[up max, down max, |r| p95, |r| p99] of r over k grid steps (None: no pair); memoised."""
+    key = ("ramp_stats", k)
+    if key in al.memo:
+        return al.memo[key]  # type: ignore[no-any-return]
+    r = al.lag_diff(k) / (k * al.step_s)
+    vals = None
+    if r.size:
+        vals = [max(0.0, float(r.max())), max(0.0, float(-r.min()))]
+        vals += _percentiles(np.abs(r, out=r), (95, 99))
+    al.memo[key] = vals
+    return vals
 
 
 def _group_ramps(al: Aligned | None, cap: float | None, out: _Out) -> None:
@@ -131,12 +161,10 @@ def _group_ramps(al: Aligned | None, cap: float | None, out: _Out) -> None:
         if k < 1:
             out.null(names + pct, f"grid step {al.step_s:g} s is longer than δ")
             continue
-        r = al.lag_diff(k) / (k * al.step_s)
-        if not r.size:
+        vals = _ramp_stats(al, k)
+        if vals is None:
             out.null(names + pct, f"no gap-free stretch of {delta:g} s")
             continue
-        vals = [max(0.0, float(r.max())), max(0.0, float(-r.min()))]
-        vals += _percentiles(np.abs(r, out=r), (95, 99))
         for n, v in zip(names, vals, strict=True):
             out.set(n, v)
         if cap is None:

@@ -199,7 +199,11 @@ def _spectrum_metrics(al: Aligned | None, out: _Out) -> None:
     """Set the Welch-spectrum metrics of :func:`_group_oscillations` (formulas there)."""
     spectral = ("dominant_freq_hz", "dominant_amplitude_w", "band_rms_low_w", "band_rms_mid_w",
                 "band_rms_high_w", "band_fraction_low", "band_fraction_mid", "band_fraction_high")
-    spec = welch_psd(al) if al is not None else None
+    spec = None
+    if al is not None:  # once per total (Aligned.memo): the work window may be this total
+        if "welch_psd" not in al.memo:
+            al.memo["welch_psd"] = welch_psd(al)
+        spec = al.memo["welch_psd"]
     if spec is None:
         out.null(spectral, f"no gap-free stretch of {MIN_SPECTRUM_S:g} s")
     else:
@@ -222,7 +226,12 @@ def _spectrum_metrics(al: Aligned | None, out: _Out) -> None:
             out.null(("dominant_freq_hz", "dominant_amplitude_w"),
                      "flat spectrum (no oscillation in 0.05-5 Hz)")
         else:
-            peak, reason = _dominant_peak(freqs, psd, welch_windows(al) if al is not None else 1)
+            if al is None:
+                peak, reason = _dominant_peak(freqs, psd, 1)
+            else:
+                if "dominant_peak" not in al.memo:
+                    al.memo["dominant_peak"] = _dominant_peak(freqs, psd, welch_windows(al))
+                peak, reason = al.memo["dominant_peak"]
             if peak is None:
                 out.null(("dominant_freq_hz", "dominant_amplitude_w"), reason)
             else:
