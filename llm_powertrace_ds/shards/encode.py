@@ -77,12 +77,16 @@ def _signal_array(devices: list[DeviceSeries], name: str, dtype: str) -> pa.Arra
         values = to_arrow(np.concatenate(parts) if parts else np.zeros(0, np.int64),
                           pa.int64())
     else:
-        raw = np.concatenate(parts) if parts else np.zeros(0)
+        # a float column is concatenated straight into its dtype (astype's rounding, one copy
+        # fewer); an integer one is rounded from the float64 values first
+        floating = not dtype.startswith("int")
+        raw = (np.concatenate(parts, dtype=dtype if floating else None) if parts
+               else np.zeros(0, dtype if floating else np.float64))
         # a sum is NaN when any value is: the mask is built only for a column with gaps
         mask = np.isnan(raw) if raw.size and np.isnan(np.add.reduce(raw)) else None
-        if dtype.startswith("int"):
+        if not floating:
             raw = np.rint(raw) if mask is None else np.where(mask, 0, np.rint(raw))
-        arr_np = raw.astype(dtype)
+        arr_np = raw.astype(dtype, copy=False)
         values = to_arrow(arr_np, _ARROW_TYPES[dtype],
                           valid=~mask if mask is not None and mask.any() else None)
     return pa.ListArray.from_arrays(to_arrow(offsets, pa.int32()), values,

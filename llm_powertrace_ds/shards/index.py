@@ -19,7 +19,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
-import pyarrow.parquet as pq
 
 from ..errors import ShardError
 
@@ -55,6 +54,8 @@ def batch_run_ids(path: str | Path) -> list[list[str]]:
 
 
 def _parquet_run_ids(path: Path) -> list[list[str]]:
+    import pyarrow.parquet as pq  # Parquet shards only: an import of a log never reads one
+
     pf = pq.ParquetFile(str(path))
     names = pf.schema_arrow.names
     if "run_id" not in names:
@@ -90,6 +91,8 @@ def read_parts(path: str | Path, parts: Collection[int], columns: list[str] | No
         return
     try:
         if path.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
             pf = pq.ParquetFile(str(path))
             for i in sorted(wanted):
                 yield from pf.read_row_group(i, columns=columns).to_batches()
