@@ -74,7 +74,23 @@ def _intro(summary: FolderSummary, options: CardOptions) -> list[str]:
         f"Schema version `{schema.SCHEMA_VERSION}`.",
         "",
     ]
-    return lines + _proxy_warning(summary)
+    return lines + _proxy_warning(summary) + _random_weights_note(summary)
+
+
+def _random_weights_note(summary: FolderSummary) -> list[str]:
+    """How many runs ran random (untrained) weights, counted apart from the trained ones."""
+    random = [r for r in summary.all_runs if r.get("random_weights") is True]
+    if not random:
+        return []
+    trained = sum(1 for r in summary.all_runs if r.get("random_weights") is False)
+    return [
+        f"> **{plural(len(random), 'run')} used random (untrained) weights** "
+        f"(`random_weights = true`, `model_source = zoo`: the demo, tests and `cpu_proxy`), "
+        f"against {plural(trained, 'run')} with trained checkpoints (`random_weights = false`). "
+        "Power and speed depend on the operands, not only on the shapes: analyse the two "
+        "groups apart.",
+        "",
+    ]
 
 
 def _configs_section(summary: FolderSummary) -> list[str]:
