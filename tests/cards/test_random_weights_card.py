@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from cards.builder import refresh_card
 from conftest import synthetic_run
+
+from cards.builder import refresh_card
 from llm_powertrace_ds import shards
 
 
