@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
+from ..arrow_numpy import to_arrow
 from ..errors import InputError
 from . import arrow_values
 from .common import Converter, CsvReader, Table, one_line, sniff_encoding
@@ -141,13 +142,15 @@ class ArrowCsvReader:
         return data
 
     def _read_fast(self, converters: Mapping[str, tuple[int, Converter]]) -> Table:
-        data = self._bytes()
-        has_cr = b"\r" in data  # memchr: no numpy pass over the bytes for the usual LF file
+        # the file's bytes in a holder that :meth:`_parse` empties once the rows are parsed,
+        # so that the columns' arrays reuse their memory (not a file's size of fresh pages)
+        held = [self._bytes()]
+        has_cr = b"\r" in held[0]  # memchr: no numpy pass over the bytes for the usual LF file
         if has_cr:
-            return self._parse(data, *self._scanned_lines(data, has_cr), converters)
+            return self._parse(held, *self._scanned_lines(held[0], has_cr), converters)
         # no CR: assume no blank line either (the usual logger file); when the parser finds
         # fewer rows than lines, blank lines were skipped and the numpy scan numbers the rows
-        return self._parse(data, *self._plain_lines(data), converters)
+        return self._parse(held, *self._plain_lines(held[0]), converters)
 
     def _plain_lines(self, data: bytes) -> tuple[np.ndarray, int, int, int]:
         """The body's line numbers and byte span of a file without CR, if it has no blank line.
@@ -221,9 +224,14 @@ class ArrowCsvReader:
             return rows + 1, 0, 0, len(starts)
         return rows + 1, int(starts[rows[0]]), int(ends[rows[-1]]), len(starts)
 
-    def _parse(self, data: bytes, lines: np.ndarray, lo: int, hi: int, last_line: int,
-               converters: Mapping[str, tuple[int, Converter]]) -> Table:
-        """Parse the rows in ``data[lo:hi]`` (one per entry of ``lines``) and convert them."""
+    def _parse(self, held: bytes | list[bytes], lines: np.ndarray, lo: int, hi: int,
+               last_line: int, converters: Mapping[str, tuple[int, Converter]]) -> Table:
+        """Parse the rows in ``data[lo:hi]`` (one per entry of ``lines``) and convert them.
+
+        ``held`` is ``data``, the file's bytes, or a one-item list holding them, which is
+        emptied before the conversion (the bytes are freed when nothing else holds them).
+        """
+        data = held[0] if isinstance(held, list) else held
         width = len(self.header)
         if len(lines) == 0:
             return self._table(lines, np.zeros(0, np.int32), {}, converters, last_line)
@@ -263,10 +271,13 @@ class ArrowCsvReader:
                 [c.view(pa.string()) for c in col.chunks], type=pa.string())
                 for i, col in columns.items()}
         repeated = self._repeated_headers(columns[0], data, lines)
+        if isinstance(held, list):
+            held.clear()  # the parsed columns hold copies: the bytes are not read again
+        del data, chunk
         segments = np.cumsum(repeated).astype(np.int32)
         keep = ~repeated
         if not keep.all():
-            keep_idx = pa.array(np.flatnonzero(keep))
+            keep_idx = to_arrow(np.flatnonzero(keep))  # arrow_numpy: pa.array loads pandas
             columns = {i: col.take(keep_idx) for i, col in columns.items()}  # type: ignore[misc]
             lines, segments = lines[keep], segments[keep]
         return self._table(lines, segments, columns, converters, last_line)
