@@ -332,6 +332,11 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
         from generation.workloads import RunContext, get_workload
 
         workload = get_workload(spec.workload)
+        if int(os.environ.get(NODE_RANK_ENV, "0")) > 0:
+            from generation.fetch import fetch_inputs
+
+            # node 0's local paths mean nothing here: this node's own copy, before "ready"
+            fetch_inputs([spec.settings])
         workload.prepare()
         node = node_dir(staging, int(os.environ.get(NODE_RANK_ENV, "0")))
         node.mkdir(parents=True, exist_ok=True)
