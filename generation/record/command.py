@@ -118,6 +118,7 @@ class _Forwarder:
         self.released = False
         self.signum: int | None = None
         self.count = 0
+        self.kill_at: float | None = None
         self._previous: dict[int, Any] = {}
 
     def install(self) -> None:
@@ -146,9 +147,7 @@ class _Forwarder:
                 os.killpg(self.child.pid, signum)
             elif self.count == 2:
                 os.killpg(self.child.pid, signal.SIGTERM)
-                timer = threading.Timer(KILL_GRACE_S, self._kill)
-                timer.daemon = True
-                timer.start()
+                self.kill_at = time.monotonic() + KILL_GRACE_S  # the wait loop enforces it
             else:
                 self._kill()
         except ProcessLookupError:
@@ -185,6 +184,17 @@ def _wait_for_group(pgid: int, limit_s: float) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def _wait_escalating(child: subprocess.Popen[bytes], forwarder: _Forwarder) -> int:
+    """Wait for the command; SIGKILL its group once a second signal's grace has run out."""
+    while True:
+        try:
+            return child.wait(timeout=0.2)
+        except subprocess.TimeoutExpired:
+            if forwarder.kill_at is not None and time.monotonic() >= forwarder.kill_at:
+                forwarder._kill()
+                forwarder.kill_at = None
 
 
 def _terminate(child: subprocess.Popen[bytes]) -> None:
@@ -274,7 +284,7 @@ def record_command(cmd: Sequence[str], config: RecordConfig, *,
                 forwarder.released = True
                 os.write(write_fd, b"1")
             os.close(write_fd)
-            returncode = child.wait()
+            returncode = _wait_escalating(child, forwarder)
             child_end = time.monotonic_ns()
             if forwarder.signum is None and _wait_for_group(child.pid, CHILDREN_WAIT_S):
                 # processes of the command (sh -c 'worker & exit 0') still run: measured up to
