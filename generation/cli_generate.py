@@ -69,6 +69,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="print the expanded runs (done/todo) and run nothing (default: off)")
     p.add_argument("--fail-fast", action="store_true",
                    help="stop at the first failed run (default: record it and go on)")
+    p.add_argument("--assume-platform", metavar="SLUG",
+                   help="with --dry-run on a machine without a GPU: plan for this platform "
+                   "(e.g. h100_sxm_80gb; its memory decides which cells are too big; "
+                   "default: unknown)")
     p.add_argument("--plan", action="store_true",
                    help="campaign: print runs and GPU-hours per sweep and in total against the "
                    "budget, and run nothing (default: off)")
@@ -157,7 +161,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
                                  fail_fast=args.fail_fast,
                                  progress=not quiet and sys.stderr.isatty(),
                                  progress_lines=not quiet and not sys.stderr.isatty(),
-                                 redo_salvaged=getattr(args, "redo_salvaged", False))
+                                 redo_salvaged=getattr(args, "redo_salvaged", False),
+                                 assume_platform=getattr(args, "assume_platform", None))
     except KeyboardInterrupt:
         # One line, no traceback; the run in progress is marked ``interrupted`` (its spool is
         # kept: the same command resumes, `salvage` publishes what was measured).

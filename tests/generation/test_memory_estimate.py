@@ -70,3 +70,23 @@ def test_lora_and_model_counts_equal_what_peft_and_transformers_instantiate(name
 def test_device_memory_from_the_platform_slug():
     assert me.device_memory_bytes("h100_sxm_80gb") == 80 * me.GIB
     assert me.device_memory_bytes("cpu_proxy") is None
+
+
+def test_dry_run_prints_the_estimate_next_to_the_gpu_memory_and_refuses(tmp_path, capsys):
+    import csv
+    import io
+    from pathlib import Path
+
+    from llm_powertrace_ds import cli
+
+    sweep = Path(tmp_path, "s.yaml")
+    sweep.write_text("name: big\nworkload: finetune\nsampler: {source: nvml}\n"
+                     "base: {model: Llama-3.1-8B, model_source: hub, method: lora,\n"
+                     "       precision: bf16, gradient_checkpointing: false, batch_size: 8}\n"
+                     "grid: {seq_len: [512, 8192]}\n")
+    cli.main(["generate", str(sweep), "--out", str(tmp_path / "ds"), "--dry-run",
+              "--assume-platform", "h100_sxm_80gb", "--format", "csv"])
+    small, big = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert small["status"] == "todo" and float(small["mem_gib"]) < float(small["gpu_gib"]) == 80
+    assert big["status"] == "too_big" and "logits" in big["error"]
+    assert float(big["mem_gib"]) > 80
