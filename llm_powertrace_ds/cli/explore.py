@@ -44,6 +44,9 @@ def cmd_explore(args: argparse.Namespace) -> int:
     print(f"explorer: {report.out / 'index.html'}")
     print(f"runs: {report.runs}" + (f" ({report.proxy_runs} cpu_proxy)" if report.proxy_runs
                                     else ""))
+    if report.skipped_runs:
+        print(f"skipped: {report.skipped_runs} summary-only run(s): published summaries without "
+              "a power trace have nothing to draw")
     print(f"size: data {report.data_bytes / 1e6:.2f} MB ({ratio} the dataset's trace bytes, "
           f"{report.trace_bytes / 1e6:.2f} MB) + pages and BokehJS "
           f"{report.library_bytes / 1e6:.2f} MB")

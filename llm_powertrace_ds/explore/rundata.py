@@ -69,16 +69,17 @@ def _unshuffle(raw: bytes, n: int) -> bytes:
 def encode_chunk(payload: dict[str, Any]) -> dict[str, Any]:
     """The chunk file's form of a chunk: every array in one deflated, base64 binary blob.
 
-    Times (``t``, int32 ms) are stored as differences from the previous sample (the first from
-    0), values as float32 bit patterns; each array is byte-shuffled (:func:`_shuffle`), then all
+    Times (``t``, ms) are stored as int32 differences from the previous sample (the first from
+    the chunk's own base time, kept in the layout, so a run longer than 24.8 days never wraps),
+    values as float32 bit patterns; each array is byte-shuffled (:func:`_shuffle`), then all
     are concatenated and deflated (zlib). Nothing is rounded: :func:`decode_chunk` (and the
-    browser's ``unpack`` in ``explorer.js``) give back the same int32 and float32 bits, NaN
+    browser's ``unpack`` in ``explorer.js``) give back the same times and float32 bits, NaN
     included.
 
     Returns:
         ``payload`` without ``series``, plus ``layout`` (``[key, signal, slot, n]`` per array, in
         blob order; ``slot`` is ``-1`` for a raw array, ``0``/``1`` for a bucket's first/second
-        extremum) and ``z`` (the base64 blob).
+        extremum; a time array adds its base time as a fifth item) and ``z`` (the base64 blob).
     """
     layout: list[list[Any]] = []
     parts: list[bytes] = []
@@ -86,12 +87,17 @@ def encode_chunk(payload: dict[str, Any]) -> dict[str, Any]:
         for name, value in sig.items():
             arrays = list(enumerate(value)) if isinstance(value, tuple) else [(-1, value)]
             for slot, arr in arrays:
+                base = 0
                 if name == "t":
                     t = np.asarray(arr, dtype=np.int64)
-                    words = np.diff(t, prepend=0).astype("<i4").tobytes()
+                    base = int(t[0]) if len(t) else 0
+                    deltas = np.diff(t, prepend=base)  # from the chunk's first time: a month-
+                    if len(deltas) and (deltas.max() > 2**31 - 1 or deltas.min() < -(2**31)):
+                        raise ValueError("a gap between two samples does not fit 24.8 days")
+                    words = deltas.astype("<i4").tobytes()  # long run never wraps
                 else:
                     words = np.ascontiguousarray(arr, dtype="<f4").tobytes()
-                layout.append([key, name, slot, len(arr)])
+                layout.append([key, name, slot, len(arr), base])
                 parts.append(_shuffle(words))
     out = {k: v for k, v in payload.items() if k != "series"}
     out["layout"] = layout
@@ -105,11 +111,13 @@ def decode_chunk(encoded: dict[str, Any]) -> dict[str, Any]:
     series: dict[str, dict[str, Any]] = {}
     offset = 0
     pairs: dict[tuple[str, str], list[np.ndarray]] = {}
-    for key, name, slot, n in encoded["layout"]:
+    for entry in encoded["layout"]:
+        key, name, slot, n = entry[:4]
+        base = int(entry[4]) if len(entry) > 4 else 0
         words = _unshuffle(blob[offset:offset + 4 * n], n)
         offset += 4 * n
         if name == "t":
-            arr: np.ndarray = np.cumsum(np.frombuffer(words, "<i4"), dtype=np.int64).astype(np.int32)
+            arr: np.ndarray = base + np.cumsum(np.frombuffer(words, "<i4"), dtype=np.int64)
         else:
             arr = np.frombuffer(words, "<f4")
         if slot < 0:
@@ -305,7 +313,7 @@ class RunData:
     def chunks(self) -> Iterator[tuple[str, dict[str, Any]]]:
         """``(name, payload)`` for every chunk file: ``L<level>-<chunk>``.
 
-        ``payload["series"]`` maps a series key to its arrays: at level 0 ``t`` (int32 ms, with
+        ``payload["series"]`` maps a series key to its arrays: at level 0 ``t`` (int64 ms, with
         a mid-gap time where a line breaks) and one float32 array per signal (NaN at the
         breaks); at level k >= 1 a ``(first, second)`` float32 pair per signal. The files hold
         :func:`encode_chunk` of it.
@@ -323,7 +331,7 @@ class RunData:
                     continue
                 tt = t[a:b]
                 pos, mid = pyramid.gap_breaks(tt, gap_ms)
-                entry: dict[str, Any] = {"t": np.insert(tt, pos, mid).astype(np.int32)}
+                entry: dict[str, Any] = {"t": np.insert(tt, pos, mid).astype(np.int64)}
                 for s, values in sig.items():
                     entry[s] = np.insert(values[a:b], pos, np.nan).astype(np.float32)
                 out[key] = entry

@@ -40,6 +40,7 @@ from typing import Any
 
 from .. import layout, schema, shards
 from ..errors import InputError, MissingExtra
+from ..formatting import safe_text
 from ..metrics import metric_formulas
 from ..run import Run
 from .catalog import catalog, packed_rows, run_dir, run_folder
@@ -85,6 +86,8 @@ class SiteReport:
         trace_bytes: bytes of the dataset's trace shards (``data/finetune``, ``data/inference``).
         library_bytes: bytes of the pages, BokehJS and the glue code (fixed, whatever the data).
         proxy_runs: how many runs are ``cpu_proxy`` (modelled, not measured).
+        skipped_runs: runs left out of the site, with the reason (published summaries without a
+            power trace: nothing to draw).
     """
 
     out: Path
@@ -93,6 +96,7 @@ class SiteReport:
     trace_bytes: int
     library_bytes: int
     proxy_runs: int
+    skipped_runs: int = 0
 
     @property
     def ratio(self) -> float | None:
@@ -125,8 +129,24 @@ def bokeh_js() -> dict[str, Path]:
     return files
 
 
+def _clean(value: Any) -> Any:
+    """Every string through the output sanitiser: no control or bidi character reaches a page.
+
+    A dataset from elsewhere may hold them; they would spoof how names look.
+    """
+    if isinstance(value, str):
+        return safe_text(value)
+    if isinstance(value, dict):
+        return {_clean(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
 def _js(key: str, payload: Any) -> str:
-    return f"LPT.got({json.dumps(key)},{json.dumps(payload, separators=(',', ':'))});\n"
+    """One site data file: ``LPT.got(key, payload)`` with every string sanitised."""
+    return (f"LPT.got({json.dumps(_clean(key))},"
+            f"{json.dumps(_clean(payload), separators=(',', ':'))});\n")
 
 
 def _folder_bytes(path: Path) -> int:
@@ -177,8 +197,13 @@ def requests_by_run(root: Path) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def _write_site(root: Path, tmp: Path, name: str) -> tuple[int, int]:
+def _write_site(root: Path, tmp: Path, name: str) -> tuple[int, int, int]:
     rows = shards.list_runs(root)
+    # a published summary (ML.ENERGY) has no trace to draw: listed as skipped, never fatal
+    skipped = [{"run_id": str(r["run_id"]), "reason": "summary_only: a published summary "
+                "without a power trace"} for r in rows
+               if "summary_only" in (r.get("quality_flags") or [])]
+    rows = [r for r in rows if "summary_only" not in (r.get("quality_flags") or [])]
     by_id = {str(r["run_id"]): r for r in rows}
     formulas = metric_formulas()
     cat = catalog(rows)
@@ -190,7 +215,7 @@ def _write_site(root: Path, tmp: Path, name: str) -> tuple[int, int]:
     for run in iter_runs(root):
         run_id = run.run_id
         if run_id not in by_id:
-            continue  # a trace without its runs row is not a published run
+            continue  # a trace without its runs row (or a summary's) is not drawn
         if run_id in written:  # rows of one run split across shards: read it whole
             reader = reader or shards.RunReader(root)
             run = reader.read(run_id)
@@ -213,6 +238,7 @@ def _write_site(root: Path, tmp: Path, name: str) -> tuple[int, int]:
         raise InputError(f"run(s) {', '.join(missing[:5])} of {root} have a runs row but no "
                          "trace rows", field="run_id")
     about = {"dataset": name, "columns": cat["columns"], "runs": len(cat["rows"]),
+             "skipped": skipped,
              "formulas": formulas, "flags": schema.FLAG_DESCRIPTIONS,
              "schema_version": schema.SCHEMA_VERSION}
     (data / "site.js").write_text(_js("site", about), encoding="utf-8")
@@ -228,7 +254,7 @@ def _write_site(root: Path, tmp: Path, name: str) -> tuple[int, int]:
     template = string.Template(src.joinpath("page.html").read_text(encoding="utf-8"))
     for page in PAGES:
         (tmp / page).write_text(template.substitute(_PAGE_PARTS[page]), encoding="utf-8")
-    return len(rows), sum(1 for r in cat["rows"] if r["cpu_proxy"])
+    return len(rows), sum(1 for r in cat["rows"] if r["cpu_proxy"]), len(skipped)
 
 
 def build_site(root: str | Path, out: str | Path, *, name: str | None = None) -> SiteReport:
@@ -256,10 +282,10 @@ def build_site(root: str | Path, out: str | Path, *, name: str | None = None) ->
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
-        runs, proxy = _write_site(root, tmp, name or root.resolve().name)
+        runs, proxy, skipped = _write_site(root, tmp, name or root.resolve().name)
         data_bytes = _folder_bytes(tmp / "data")
         report = SiteReport(out, runs, data_bytes, trace_bytes(root),
-                            _folder_bytes(tmp) - data_bytes, proxy)
+                            _folder_bytes(tmp) - data_bytes, proxy, skipped)
         manifest = report.as_json()
         manifest["out"] = out.name
         manifest["generator"] = "llm-powertrace explore"

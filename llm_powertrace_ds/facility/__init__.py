@@ -143,6 +143,10 @@ def run_facility(root: str | Path, cfg: FacilityConfig, *, config: str | None = 
         # a runs row's num_gpus differs from its trace's devices: assign from the traces
         sources = load_sources(root, selection, need_synchrony=cfg.sync == "measured",
                                window=cfg.window)
-    if len(sources) == len(selection.rows):
-        return compose(sources, cfg)
-    return compose(sources, cfg, selected=selection.describe())
+    result = (compose(sources, cfg) if len(sources) == len(selection.rows)
+              else compose(sources, cfg, selected=selection.describe()))
+    if selection.summary_only:
+        result.limits.insert(1, f"{selection.summary_only} summary-only run(s) of "
+                             f"{selection.config} left out: published summaries without a power "
+                             "trace cannot be replayed")
+    return result

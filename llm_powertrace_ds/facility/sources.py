@@ -174,6 +174,8 @@ class Selection:
     rows: list[dict[str, Any]]
     shares: list[float]
     where: tuple[str, ...] = ()
+    summary_only: int = 0
+    """Runs left out because they are published summaries without a power trace."""
 
     def describe(self) -> str:
         """One line: how many runs of which table, chosen how."""
@@ -215,11 +217,19 @@ def select_rows(root: str | Path, *, config: str | None = None, where: Sequence[
         if files and axis not in columns:
             raise InputError(f"axis {axis!r} is not a column of {config}", field="--where")
     # only what the selection and the sources use: a runs row has a few hundred columns
-    wanted = [c for c in dict.fromkeys(["run_id", *SELECTION_COLUMNS, *(a for a, _ in filters)])
-              if c in columns]
+    wanted = [c for c in dict.fromkeys(["run_id", "quality_flags", *SELECTION_COLUMNS,
+                                        *(a for a, _ in filters)]) if c in columns]
     rows = list(iter_rows(root, config, columns=wanted)) if files else []
     for axis, value in filters:
         rows = [r for r in rows if _matches(r, axis, value)]
+    # a published summary (ML.ENERGY) has no trace to replay: left out, and said so once
+    summaries = [r for r in rows if "summary_only" in (r.get("quality_flags") or [])]
+    rows = [r for r in rows if "summary_only" not in (r.get("quality_flags") or [])]
+    if mix:
+        for r in summaries:
+            if r["run_id"] in mix:
+                raise InputError(f"run {r['run_id']!r} is a published summary without a power "
+                                 "trace; a site cannot replay it", field="--mix")
     by_id = {r["run_id"]: r for r in rows}
     if mix:
         for run_id, share in mix.items():
@@ -232,11 +242,14 @@ def select_rows(root: str | Path, *, config: str | None = None, where: Sequence[
     else:
         chosen = [(r, 1.0) for r in sorted(rows, key=lambda r: r["run_id"])]
     if not chosen:
+        extra = (f" ({len(summaries)} published summaries without a power trace cannot be "
+                 "replayed)" if summaries else "")
         raise InputError(f"no run of {config} in {root} matches "
-                         f"{' '.join(where) if where else 'the selection'}", field="--where")
+                         f"{' '.join(where) if where else 'the selection'}{extra}",
+                         field="--where")
     total = sum(s for _, s in chosen)
     return Selection(config, [r for r, _ in chosen], [s / total for _, s in chosen],
-                     tuple(where))
+                     tuple(where), summary_only=len(summaries))
 
 
 def load_sources(root: str | Path, selection: Selection, indices: Sequence[int] | None = None,

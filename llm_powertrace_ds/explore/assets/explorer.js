@@ -66,13 +66,13 @@ const LPT = (() => {
 
   // A chunk file's blob (rundata.encode_chunk): deflated, then per array its 4-byte words split
   // into byte planes; times are differences. Inflated by the browser's DecompressionStream, the
-  // words are put back together exactly (int32 and float32 bits, NaN included).
+  // words are put back together exactly (times and float32 bits, NaN included).
   async function unpack(payload) {
     const stream = new Blob([bytes(payload.z)]).stream().pipeThrough(new DecompressionStream("deflate"));
     const blob = new Uint8Array(await new Response(stream).arrayBuffer());
     const series = {};
     let off = 0;
-    for (const [key, name, slot, n] of payload.layout) {
+    for (const [key, name, slot, n, t0] of payload.layout) {
       const words = new Uint8Array(4 * n);
       for (let j = 0; j < 4; j++) {
         const plane = off + j * n;
@@ -81,8 +81,12 @@ const LPT = (() => {
       off += 4 * n;
       let arr;
       if (name === "t") {
-        arr = new Int32Array(words.buffer);
-        for (let i = 1; i < n; i++) arr[i] = (arr[i - 1] + arr[i]) | 0;
+        // int32 differences from the chunk's base time, summed in float64 (exact to 2^53 ms):
+        // a month-long run never wraps as a 32-bit sum would after 24.8 days
+        const d = new Int32Array(words.buffer);
+        arr = new Float64Array(n);
+        let acc = t0 || 0;
+        for (let i = 0; i < n; i++) { acc += d[i]; arr[i] = acc; }
       } else arr = new Float32Array(words.buffer);
       const sig = (series[key] = series[key] || {});
       if (slot < 0) sig[name] = arr;

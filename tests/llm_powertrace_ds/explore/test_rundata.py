@@ -60,7 +60,7 @@ def test_chunk_encoding_is_bit_exact_and_compact():
     enc = rundata.encode_chunk(payload)
     assert set(enc) == {"level", "chunk", "i0", "layout", "z"}
     back = rundata.decode_chunk(json.loads(json.dumps(enc)))
-    assert back["series"]["d0"]["t"].tobytes() == t.tobytes()
+    np.testing.assert_array_equal(back["series"]["d0"]["t"], t.astype(np.int64))
     assert back["series"]["d0"]["p"].tobytes() == p.tobytes()  # every bit: NaN, -0.0
     assert [a.tobytes() for a in back["series"]["total"]["p"]] == [first.tobytes(),
                                                                     second.tobytes()]
@@ -98,3 +98,22 @@ def test_meta_carries_metrics_formulas_notes_flags_and_proxy():
     assert all(f["description"] for f in meta["flags"])
     assert meta["metrics"]["energy_j"] > 0 and "metric_notes" in meta
     assert [d["label"] for d in meta["devices"]] == ["gpu 0:0", "gpu 0:1"]
+
+
+def test_times_past_24_8_days_never_wrap():
+    """A month-long run: times beyond 2^31 ms come back exactly.
+
+    They are int32 differences from the chunk's own base time, summed in 64 bits here and in
+    float64 in the browser.
+    """
+    t = np.arange(0, 31 * 86_400_000, 60_000, dtype=np.int64) + 5
+    p = np.full(len(t), 300.0, dtype=np.float32)
+    enc = rundata.encode_chunk({"level": 0, "chunk": 0, "series": {"d0": {"t": t, "p": p}}})
+    back = rundata.decode_chunk(json.loads(json.dumps(enc)))
+    np.testing.assert_array_equal(back["series"]["d0"]["t"], t)
+    assert back["series"]["d0"]["t"][-1] > 2**31
+    late = t[-100:]
+    enc = rundata.encode_chunk({"level": 0, "chunk": 9, "series": {"d0": {"t": late,
+                                                                          "p": p[-100:]}}})
+    back = rundata.decode_chunk(json.loads(json.dumps(enc)))
+    np.testing.assert_array_equal(back["series"]["d0"]["t"], late)
