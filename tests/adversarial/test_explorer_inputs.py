@@ -12,8 +12,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
-from explore.conftest import browser, open_page, page  # noqa: F401  (the browser fixtures)
-from explore.pages import TRACE_SUMMARY
 
 from llm_powertrace_ds import layout, shards
 from llm_powertrace_ds.run import DeviceSeries, Run
@@ -72,20 +70,3 @@ def test_summary_only_runs_are_skipped_with_a_reason_not_fatal(tmp_path, make_ru
                "json"])
     assert res.rc == 0
     assert any("191 summary-only run(s)" in line for line in json.loads(res.out)["limits"])
-
-
-def test_a_month_long_run_draws_its_points(tmp_path, page, open_page):  # noqa: F811
-    from llm_powertrace_ds.explore import build_site
-    from llm_powertrace_ds.explore.catalog import run_folder
-
-    root = tmp_path / "ds"
-    shards.publish_run(root, _month_run(), refresh_card=False)
-    site = tmp_path / "site"
-    build_site(root, site)
-    open_page(page, site, f"run.html?run={run_folder('month-1')}")
-    traces = page.evaluate(TRACE_SUMMARY)
-    devices = [t for t in traces if t["role"] == "device"]
-    assert devices and all(t["n"] > 100 for t in devices)
-    assert max(max(t["xs"]) for t in devices if t["xs"]) > 20 * 86_400  # seconds, not wrapped
-    assert min(min(t["xs"]) for t in devices if t["xs"]) >= 0
-    assert page.errors == []

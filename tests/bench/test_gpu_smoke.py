@@ -69,7 +69,17 @@ def test_a_check_killed_mid_way_leaves_a_valid_partial_report(tmp_path):
                 break
         else:
             pytest.fail("the check ended before its load step")
-        # the report is rewritten after every step: the load step's is on disk now
+        # the report is rewritten after every step: wait until the load step's is on disk
+        import time
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if "load_keeps_magnitude" in json.loads(report.read_text())["checks"]:
+                    break
+            except (OSError, ValueError, KeyError):
+                pass
+            time.sleep(0.05)
         os.killpg(proc.pid, signal.SIGKILL)  # the job's time limit, mid-finetune
     finally:
         proc.wait(timeout=60)

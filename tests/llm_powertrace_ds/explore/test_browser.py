@@ -185,3 +185,22 @@ def test_pages_open_without_errors(demo_site, page, name, open_page):
     _, site, _ = demo_site
     open_page(page, site, name)
     assert page.errors == []
+
+
+def test_a_month_long_run_draws_its_points(tmp_path, page, open_page):
+    from adversarial.test_explorer_inputs import _month_run
+
+    from llm_powertrace_ds.explore import build_site
+    from llm_powertrace_ds.explore.catalog import run_folder
+
+    root = tmp_path / "ds"
+    shards.publish_run(root, _month_run(), refresh_card=False)
+    site = tmp_path / "site"
+    build_site(root, site)
+    open_page(page, site, f"run.html?run={run_folder('month-1')}")
+    traces = page.evaluate(TRACE_SUMMARY)
+    devices = [t for t in traces if t["role"] == "device"]
+    assert devices and all(t["n"] > 100 for t in devices)
+    assert max(max(t["xs"]) for t in devices if t["xs"]) > 20 * 86_400  # seconds, not wrapped
+    assert min(min(t["xs"]) for t in devices if t["xs"]) >= 0
+    assert page.errors == []
