@@ -127,7 +127,7 @@ EQUIVALENT: dict[str, str] = {
     _C + "x_spool_to_run__mutmut_120": "a second `incomplete` is dropped by Run.add_flags, "
     "which keeps each flag once",
 }
-"""Surviving mutants judged equivalent, each with a one-line reason (see README, Development)."""
+"""Surviving mutants judged equivalent, each with a one-line reason (see docs/mutation-testing.md)."""
 
 
 def _judge(reason: str, function: str, *numbers: int,
