@@ -59,6 +59,7 @@ from llm_powertrace_ds.hub_upload import (
     check_shards,
     write_parquet_copy,
 )
+from llm_powertrace_ds.procs import pid_alive
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 LOGIN_HINT = ("run `hf auth login` (or set the HF_TOKEN environment variable to a token with "
@@ -565,16 +566,6 @@ WORK_PREFIX = "llm-powertrace-"
 _WORK_RE = re.compile(rf"^{re.escape(WORK_PREFIX)}(?:upload|space)-(\d+)-")
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _remove_stale_work_dirs() -> list[Path]:
     """Remove the work folders of upload.py runs that were killed (their pid is gone).
 
@@ -585,7 +576,7 @@ def _remove_stale_work_dirs() -> list[Path]:
     base = Path(tempfile.gettempdir())
     for entry in base.glob(f"{WORK_PREFIX}*"):
         m = _WORK_RE.match(entry.name)
-        if m and entry.is_dir() and not entry.is_symlink() and not _pid_alive(int(m.group(1))):
+        if m and entry.is_dir() and not entry.is_symlink() and not pid_alive(int(m.group(1))):
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(entry)
     return removed

@@ -19,3 +19,19 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of the process group ``pgid`` still exists (signal 0 to the group).
+
+    A group we may not signal (``PermissionError``) has a live process of another user.
+    """
+    if pgid <= 0:
+        return False
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

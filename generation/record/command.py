@@ -42,6 +42,7 @@ from typing import Any
 
 from llm_powertrace_ds import layout
 from llm_powertrace_ds.errors import InputError
+from llm_powertrace_ds.procs import group_alive
 
 from .session import RECORD_DIR_ENV, RecordConfig, Recording, make_run_id
 
@@ -166,20 +167,10 @@ group still run (a shell that backgrounded a worker); then the run ends, flagged
 ``children_outlived``. Processes that leave the group (``setsid``, daemons) are not seen."""
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _wait_for_group(pgid: int, limit_s: float) -> bool:
     """Wait until the process group ``pgid`` is gone; True when it outlived ``limit_s``."""
     deadline = time.monotonic() + limit_s
-    while _group_alive(pgid):
+    while group_alive(pgid):
         if time.monotonic() >= deadline:
             return True
         time.sleep(0.05)

@@ -21,18 +21,10 @@ import sys
 import threading
 import time
 
+from llm_powertrace_ds.procs import group_alive
+
 GRACE_S = 20.0
 """Seconds between ``SIGTERM`` and ``SIGKILL`` to the engine's process group."""
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def stop_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
@@ -44,7 +36,7 @@ def stop_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
         return
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        if proc.poll() is not None and not _group_alive(pgid):
+        if proc.poll() is not None and not group_alive(pgid):
             return
         time.sleep(0.05)
     try:
