@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import hashlib
 import json
 import os
 import re
@@ -77,7 +78,8 @@ TARGETS: dict[str, Target] = {
     "process": Target("generation/sampler/process.py",
                       ("tests/generation/sampler/test_process.py",
                        "tests/generation/sampler/test_loop.py",
-                       "tests/generation/sampler/test_child.py"),
+                       "tests/generation/sampler/test_child.py",
+                       "tests/generation/sampler/test_process_pins.py"),
                       # measures a real CPU burst: fails when other workers load the CPU
                       ("-k", "not cpu_proxy_burst_rises_and_falls")),
     "convert": Target("generation/sampler/convert.py",
@@ -1232,12 +1234,28 @@ def _drive(name: str, folder: Path, max_children: int, mutants: list[str]) -> No
     _record(folder, {k: v for k, v in codes.items() if k})
 
 
+def draw(mutants: list[str], size: int, seed: int) -> list[str]:
+    """A seeded sample of ``size`` mutant names, keyed by name: the same names give the same draw.
+
+    Each name ranks by ``sha256(f"{seed}:{name}")``; the ``size`` lowest are drawn. A mutant's
+    rank does not depend on the other names, so an unchanged source draws the same mutants
+    whatever the tests are.
+    """
+    def rank(mutant: str) -> str:
+        return hashlib.sha256(f"{seed}:{mutant}".encode()).hexdigest()
+
+    return sorted(sorted(mutants, key=rank)[:size])
+
+
 def run_module(name: str, work: Path, max_children: int,
-               only: re.Pattern[str] | None = None) -> dict[str, str]:
+               only: re.Pattern[str] | None = None,
+               sample: tuple[int, int] | None = None) -> dict[str, str]:
     """Run mutmut on one target in ``work/<name>``; return ``{mutant: verdict}``.
 
     With ``only``, every mutant is generated but only those whose name matches it run and are
-    returned (the functions a change touched: minutes instead of an hour).
+    returned (the functions a change touched: minutes instead of an hour). With ``sample``
+    (``(size, seed)``), only a :func:`draw` of that size runs and is returned, and
+    ``work/<name>/sample.json`` lists it with each verdict.
     """
     folder = work / name
     shutil.rmtree(folder, ignore_errors=True)  # fresh: a cached "survived" may predate a test
@@ -1245,12 +1263,15 @@ def run_module(name: str, work: Path, max_children: int,
     _prepare(name, folder)
     started = time.monotonic()
     _generate(name, folder, max_children)
-    todo = sorted(k for k, v in read_verdicts(folder).items()
-                  if v == "not checked" and (only is None or only.search(k)))
-    _drive(name, folder, max_children, todo)
-    verdicts = read_verdicts(folder)
-    if only is not None:  # the mutmut run's seed mutant as well, when it matches
-        verdicts = {k: v for k, v in verdicts.items() if only.search(k)}
+    generated = read_verdicts(folder)
+    chosen = [k for k in generated if only is None or only.search(k)]
+    if sample is not None:
+        chosen = draw(chosen, *sample)
+    _drive(name, folder, max_children, sorted(k for k in chosen if generated[k] == "not checked"))
+    verdicts = {k: v for k, v in read_verdicts(folder).items() if k in set(chosen)}
+    if sample is not None:
+        (folder / "sample.json").write_text(json.dumps(verdicts, indent=1, sort_keys=True),
+                                            encoding="utf-8")
     print(f"{name}: {len(verdicts)} mutants in {time.monotonic() - started:.0f} s",
           file=sys.stderr)
     return verdicts
@@ -1429,6 +1450,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", type=_regex, metavar="REGEX",
                         help="a fresh run of only the mutants whose names match (e.g. the "
                              "functions a change touched: 'x_sidecar_path__|x_meta_file__')")
+    parser.add_argument("--sample", type=int, metavar="N",
+                        help="a fresh run of a seeded sample of N mutants per module (the same "
+                             "N mutants while the source is unchanged)")
+    parser.add_argument("--seed", type=int, default=0, help="the --sample seed (default 0)")
     args = parser.parse_args(argv)
     unknown = [m for m in args.modules if m not in TARGETS]
     if unknown:
@@ -1437,6 +1462,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--tests needs --rerun (a first run uses each module's whole selection)")
     if args.only is not None and (args.rerun or args.report_only):
         parser.error("--only is for a fresh run (not with --rerun or --report-only)")
+    if args.sample is not None and (args.rerun or args.report_only):
+        parser.error("--sample is for a fresh run (not with --rerun or --report-only)")
     names = args.modules or list(TARGETS)
     if args.report_only:
         names = [n for n in names if (args.work / n / "mutants").is_dir()]
@@ -1445,7 +1472,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = [summarise(n, rerun_module(n, args.work, args.max_children, tuple(args.tests)))
                 for n in names]
     else:
-        rows = [summarise(n, run_module(n, args.work, args.max_children, args.only))
+        sample = None if args.sample is None else (args.sample, args.seed)
+        rows = [summarise(n, run_module(n, args.work, args.max_children, args.only, sample))
                 for n in names]
     head = ("module", "mutants", "killed", "survived", "equivalent", "other", "kill rate",
             "raw kill rate")
