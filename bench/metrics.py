@@ -15,6 +15,7 @@ cores), ``threads`` whether the seed-compatible ramps ran in a second thread (ru
 keeps everything in one thread) and ``ratio = metrics_s / numpy_sum_s`` (for information).
 
 Usage: python bench/metrics.py [--devices 8] [--samples-per-device 2500000] [--repeat 3] [--inline]
+[--json PATH]
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import json
 import os
 import time
 
+import _report
 import numpy as np
 
 from llm_powertrace_ds import metrics
@@ -67,7 +69,9 @@ def main() -> None:
     ap.add_argument("--inline", action="store_true",
                     help="compute every metric group in one thread (default: the seed-compatible "
                          "ramps of a large run in a second thread)")
+    _report.add_json_option(ap)
     args = ap.parse_args()
+    started = _report.machine()
     if args.inline:
         metrics.THREAD_MIN_SAMPLES = 2**62
     run = make_run(args.devices, args.samples_per_device)
@@ -86,11 +90,22 @@ def main() -> None:
         cpu_s = min(cpu_s, time.process_time() - c0)
     assert result["energy_j"] is not None and result["synchrony_index"] is not None
     threads = samples >= metrics.THREAD_MIN_SAMPLES and (os.cpu_count() or 1) > 1
-    print(json.dumps({"samples": samples, "metrics_s": round(metrics_s, 4),
-                      "metrics_cpu_s": round(cpu_s, 4), "numpy_sum_s": round(numpy_s, 5),
-                      "samples_per_s": round(samples / metrics_s),
-                      "samples_per_cpu_s": round(samples / cpu_s), "threads": threads,
-                      "ratio": round(metrics_s / numpy_s, 1)}))
+    out = {"samples": samples, "metrics_s": round(metrics_s, 4),
+           "metrics_cpu_s": round(cpu_s, 4), "numpy_sum_s": round(numpy_s, 5),
+           "samples_per_s": round(samples / metrics_s),
+           "samples_per_cpu_s": round(samples / cpu_s), "threads": threads,
+           "ratio": round(metrics_s / numpy_s, 1)}
+    print(json.dumps(out))
+    if args.json:
+        _report.write(args.json, _report.document("metrics", [
+            _report.result("samples", samples, "samples"),
+            _report.result("metrics_s", out["metrics_s"], "s (wall, best)"),
+            _report.result("metrics_cpu_s", out["metrics_cpu_s"], "CPU-s (best)"),
+            _report.result("samples_per_s", out["samples_per_s"], "samples/s", at_least=10e6),
+            _report.result("samples_per_cpu_s", out["samples_per_cpu_s"], "samples/CPU-s"),
+            _report.result("ramps_in_second_thread", threads, "flag"),
+            _report.result("metrics_over_numpy_sum", out["ratio"], "ratio"),
+        ], script=__file__, started=started))
 
 
 if __name__ == "__main__":
