@@ -81,6 +81,7 @@ def result(name: str, value: Value, unit: str, *, at_most: float | None = None,
     if not bounds:
         return Result(name, value, unit)
     op: Literal["<=", ">=", "=="]
+    bound: Value
     if at_most is not None:
         op, bound = "<=", at_most
     elif at_least is not None:
