@@ -35,6 +35,7 @@ draw (psutil) — what the first draw costs whatever else the machine runs (the 
 printed too). Also the site's size against the dataset's trace bytes.
 
 Prints one JSON object. Usage: python bench/explorer.py [--hours 2] [--devices 8] [--repeats 3]
+[--json PATH]
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import _report
 import numpy as np
 
 from llm_powertrace_ds import shards
@@ -355,7 +357,9 @@ def main() -> None:
                         "(0: skip; default 10000)")
     parser.add_argument("--catalog-only", action="store_true",
                         help="measure only the catalog part (a 10-minute run's site)")
+    _report.add_json_option(parser)
     args = parser.parse_args()
+    started = _report.machine()
     from playwright.sync_api import sync_playwright
 
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -380,6 +384,33 @@ def main() -> None:
                                                args.repeats)
                 out["catalog"]["load_average_1min"] = round(os.getloadavg()[0], 1)
     print(json.dumps(out, indent=2))
+    if args.json:
+        _report.write(args.json, _report.document("explorer", results_of(out), script=__file__,
+                                                  started=started))
+
+
+def results_of(out: dict) -> list[_report.Result]:
+    """The figures of :func:`main`'s report, with the catalog's targets (issue 40)."""
+    res = _report.result
+    rows = []
+    if "first_draw_s" in out:
+        rows += [res(f"first_draw_{k}_s", v, "s (median)") for k, v in out["first_draw_s"].items()]
+        rows += [res("zoom_to_raw_10s_s", out["zoom_to_raw_10s_s"], "s (median)"),
+                 res("raw_over_pyramid", out["raw_over_pyramid"], "ratio"),
+                 res("site_data_ratio", out["site_data_ratio"], "site data / trace bytes"),
+                 res("samples", out["samples"], "samples")]
+    cat = out.get("catalog")
+    if cat:
+        rows += [res("catalog_runs", cat["runs"], "runs"),
+                 res("catalog_paint_s", cat["catalog_paint_s"], "s (median)", at_most=1.0),
+                 res("filter_s", cat["filter_s"], "s (median)", at_most=0.2),
+                 res("search_keystroke_s", cat["search_keystroke_s"], "s (median of worst)",
+                     at_most=0.1),
+                 res("sort_s", cat["sort_s"], "s (median)"),
+                 res("run_page_s", cat["run_page_s"], "s (median)", at_most=0.6),
+                 res("folders_below_10k", cat["meets_target"]["folders_below_10k"], "flag",
+                     equals=True)]
+    return rows
 
 
 if __name__ == "__main__":

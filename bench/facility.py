@@ -13,7 +13,7 @@ Prints one JSON object: per mode ``{"seconds", "peak_rss_mb", "time_ratio", "rss
 "numpy_floor_s"}`` with ``time_ratio = seconds / 30`` and ``rss_ratio = peak_rss_mb / 2048``
 (the issue's budget: both ≤ 1).
 
-Usage: python bench/facility.py [--gpus 10000] [--duration 3600] [--runs 20]
+Usage: python bench/facility.py [--gpus 10000] [--duration 3600] [--runs 20] [--json PATH]
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import _report
 import numpy as np
 
 from llm_powertrace_ds import shards
@@ -87,7 +88,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=20, help="source runs (default: 20)")
     ap.add_argument("--child", nargs=4, metavar=("ROOT", "SYNC", "OUT", "_"),
                     help=argparse.SUPPRESS)
+    _report.add_json_option(ap)
     args = ap.parse_args()
+    started = _report.machine()
     if args.child:
         child(args.child[0], args.gpus, args.duration, args.child[1], args.child[2])
         return
@@ -109,6 +112,19 @@ def main() -> None:
             res["rss_ratio"] = res["peak_rss_mb"] / BUDGET_MB
             report[sync] = res
     print(json.dumps(report, indent=2))
+    if args.json:
+        rows = []
+        for sync in ("lockstep", "independent", "measured"):
+            res = report[sync]
+            assert isinstance(res, dict)
+            rows += [_report.result(f"{sync}_seconds", round(res["seconds"], 3), "s (wall)",
+                                    at_most=BUDGET_S),
+                     _report.result(f"{sync}_peak_rss_mb", round(res["peak_rss_mb"], 1), "MB",
+                                    at_most=BUDGET_MB),
+                     _report.result(f"{sync}_numpy_floor_s", round(res["numpy_floor_s"], 3),
+                                    "s (wall)")]
+        _report.write(args.json, _report.document("facility", rows, script=__file__,
+                                                  started=started))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ A warm-up run (discarded) comes first. Prints one JSON object::
 Usage::
 
     python bench/overhead.py [--repeats 8] [--steps 30] [--model llama-tiny] [--source auto]
+                             [--json PATH]
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+
+import _report  # noqa: E402
 
 
 def _settings(args: argparse.Namespace, machine: Any) -> dict[str, Any]:
@@ -118,7 +121,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="sampling period (default: 100)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch intra-op threads (default: torch's own choice)")
+    _report.add_json_option(parser)
     args = parser.parse_args(argv)
+    host = _report.machine()
     if args.repeats < 2:
         parser.error("--repeats must be >= 2 for an interval")
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
@@ -153,6 +158,17 @@ def main(argv: list[str] | None = None) -> int:
                tokens_per_s_on_runs=[round(x, 1) for x in on],
                tokens_per_s_off_runs=[round(x, 1) for x in off])
     print(json.dumps(out))
+    if args.json:
+        res = _report.result
+        _report.write(args.json, _report.document("overhead", [
+            res("source", out["source"], "sampler source"),
+            res("tokens_per_s_on", out["tokens_per_s_on"], "tokens/s (mean)"),
+            res("tokens_per_s_off", out["tokens_per_s_off"], "tokens/s (mean)"),
+            res("slowdown_pct", out["slowdown_pct"], "% (mean of pairs)"),
+            res("slowdown_ci95_low_pct", out["ci95_pct"][0], "%"),
+            res("slowdown_ci95_high_pct", out["ci95_pct"][1], "%"),
+            res("pairs", out["repeats"], "on/off pairs"),
+        ], script=__file__, argv=argv, started=host))
     return 0
 
 

@@ -12,6 +12,7 @@ Prints one JSON object: ``{"samples", "runs", "write_s", "query_s", "pyarrow_s",
 alternating rounds (wall and CPU time), and the ratio of the best rounds.
 
 Usage: python bench/query.py [--runs-per-group 10] [--devices 4] [--samples-per-device 75000]
+[--json PATH]
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import _report
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -106,7 +108,9 @@ def main() -> None:
     ap.add_argument("--devices", type=int, default=4)
     ap.add_argument("--samples-per-device", type=int, default=75_000)
     ap.add_argument("--repeat", type=int, default=3)
+    _report.add_json_option(ap)
     args = ap.parse_args()
+    started = _report.machine()
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "bench"
@@ -132,7 +136,7 @@ def main() -> None:
             assert res_a == res_r, "the two paths disagree"
         q, r = statistics.median(api_times), statistics.median(raw_times)
         qc, rc = statistics.median(api_cpu), statistics.median(raw_cpu)
-        print(json.dumps({
+        out = {
             "samples": n_runs * args.devices * args.samples_per_device, "runs": n_runs,
             "write_s": round(write_s, 2), "query_s": round(q, 3), "pyarrow_s": round(r, 3),
             "ratio": round(q / r, 3), "ratio_best": round(min(api_times) / min(raw_times), 3),
@@ -140,7 +144,19 @@ def main() -> None:
             "ratio_cpu": round(qc / rc, 3),
             "rounds": {"query_s": [round(x, 3) for x in api_times],
                        "pyarrow_s": [round(x, 3) for x in raw_times]},
-        }))
+        }
+        print(json.dumps(out))
+    if args.json:
+        res = _report.result
+        _report.write(args.json, _report.document("query", [
+            res("samples", out["samples"], "samples"),
+            res("runs", out["runs"], "runs"),
+            res("query_s", out["query_s"], "s (wall, median)"),
+            res("pyarrow_s", out["pyarrow_s"], "s (wall, median)"),
+            res("ratio", out["ratio"], "query API / raw pyarrow, wall"),
+            res("ratio_best", out["ratio_best"], "query API / raw pyarrow, best rounds"),
+            res("ratio_cpu", out["ratio_cpu"], "query API / raw pyarrow, CPU"),
+        ], script=__file__, started=started))
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ says how many rounds this machine's spread would need for a +-1 % interval. Star
 Prints one JSON object. Usage::
 
     python bench/record_overhead.py [--repeats 24] [--child sha256|loop] [--sampler auto]
+                                    [--json PATH]
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+
+import _report  # noqa: E402
 
 _CHILD_TEMPLATE = """\
 import hashlib, json, sys, time
@@ -282,11 +285,34 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--settle-s", type=float, default=1.0,
                         help="wait before each child is released (the sampler arm's padding)")
     parser.add_argument("--sampler", default="auto", choices=("auto", "nvml", "cpu_proxy"))
+    _report.add_json_option(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
+    started = _report.machine()
     result = measure(args)
     print(json.dumps(result, indent=1))
+    if args.json:
+        _report.write(args.json, _report.document("record_overhead", results_of(result),
+                                                  script=__file__, argv=argv, started=started))
     return result
+
+
+def results_of(result: dict[str, Any]) -> list[_report.Result]:
+    """The figures of :func:`measure`, with the acceptance (slowdown's upper bound <= 1 %)."""
+    res = _report.result
+    slow, cpu = result["slowdown_pct"], result["cpu_slowdown_pct"]
+    return [
+        res("sampler", result["sampler"], "source"),
+        res("rounds", result["repeats"], "rounds"),
+        res("slowdown_pct_mean", slow["mean"], "% (wall, sampler vs null)"),
+        res("slowdown_pct_ci95_high", slow["ci95"][1], "% (upper 95 % bound)", at_most=1.0),
+        res("cpu_slowdown_pct_mean", cpu["mean"], "% (CPU, sampler vs null)"),
+        res("slowdown_pct_of_fastest", result["slowdown_pct_of_fastest"], "%"),
+        res("start_latency_s_max", result["start_latency_s_max"], "s", at_most=1.0),
+        res("cli_start_latency_s", result["cli_start_latency_s"], "s"),
+        res("others_cpu_pct_mean", result["others_cpu_pct_mean"]["null"],
+            "% of the machine (null arm)"),
+    ]
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Benchmark the sampler's timing against a naive ``read(); sleep(period)`` loop, side by side.
 
-    python bench/sampler.py [--seconds S] [--load N] [--period-ms P]
+    python bench/sampler.py [--seconds S] [--load N] [--period-ms P] [--json PATH]
 
 Starts ``N`` busy processes (children of this process, so they also load the measured
 ``cpu_proxy`` tree), then runs, at the same time and for ``S`` seconds:
@@ -30,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import _report
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -98,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--period-ms", type=float, default=100.0)
     parser.add_argument("--priority", default="auto", choices=("auto", "fifo", "nice", "none"),
                         help="the sampler's priority policy (default: the best permitted)")
+    _report.add_json_option(parser)
     args = parser.parse_args(argv)
+    started = _report.machine()
 
     import psutil
 
@@ -165,6 +168,21 @@ def main(argv: list[str] | None = None) -> int:
         for p in loads:
             p.join(5)
     print(json.dumps(result))
+    if args.json:
+        rows = [_report.result(f"{who}_{key}", result[who][key], unit)
+                for who in ("sampler", "naive")
+                for key, unit in (("p50_dev_ms", "ms"), ("p99_dev_ms", "ms"),
+                                  ("max_dev_ms", "ms"), ("missed_ticks", "ticks"),
+                                  ("drift_ms", "ms"), ("cpu_pct_of_core", "% of a core"),
+                                  ("ticks", "ticks"))]
+        if "cpu_pct_of_core_schedstat" in result["sampler"]:
+            rows.append(_report.result("sampler_cpu_pct_of_core_schedstat",
+                                       result["sampler"]["cpu_pct_of_core_schedstat"],
+                                       "% of a core"))
+        rows.append(_report.result("sampler_priority", result["config"]["sampler_priority"],
+                                   "policy"))
+        _report.write(args.json, _report.document("sampler", rows, script=__file__,
+                                                  argv=argv, started=started))
     return 0
 
 
