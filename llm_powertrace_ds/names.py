@@ -18,6 +18,27 @@ class UnknownName(InputError):
     """A name that is not among the valid ones (a split, config, metric, axis or column)."""
 
 
+def closest(value: str, names: Iterable[str]) -> str | None:
+    """The valid name ``value`` most likely meant, or ``None``.
+
+    The closest by ``difflib.get_close_matches``; failing that, the first name (sorted) that
+    starts with ``value``, so that a short form (``h100``) points to the slug
+    (``h100_sxm_80gb``) that difflib's ratio finds too far away.
+
+    Example:
+        >>> closest("lroa", ["full", "lora"]), closest("h100", ["h100_sxm_80gb", "l40s"])
+        ('lora', 'h100_sxm_80gb')
+        >>> closest("zzz", ["full", "lora"]) is None
+        True
+    """
+    pool = sorted(set(names))
+    close = difflib.get_close_matches(value, pool, n=1)
+    if close:
+        return close[0]
+    prefixed = [n for n in pool if value and n.startswith(value)]
+    return prefixed[0] if prefixed else None
+
+
 def check_name(value: str, valid: Iterable[str], *, what: str, field: str | None = None,
                where: str = "") -> str:
     """Return ``value`` if it is valid, else raise :class:`UnknownName`.
@@ -43,8 +64,8 @@ def check_name(value: str, valid: Iterable[str], *, what: str, field: str | None
     names = sorted(set(valid))
     if value in names:
         return value
-    close = difflib.get_close_matches(value, names, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
+    close = closest(value, names)
+    hint = f"; did you mean {close!r}?" if close else ""
     listing = ", ".join(names) if names else "(none)"
     place = f" {where}" if where else ""
     raise UnknownName(f"unknown {what} {value!r}{place}{hint} valid: {listing}"

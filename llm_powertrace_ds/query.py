@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 
 from . import schema
 from .errors import InputError, MissingExtra
-from .names import UnknownName, check_name
+from .names import UnknownName, check_name, closest
 from .query_sources import Source, arrow_schema, list_to_numpy, open_source
 
 AGGREGATIONS = ("mean", "min", "max", "sum", "count", "count_distinct", "stddev", "variance",
@@ -226,7 +226,7 @@ class Runs:
             >>> Runs.load("llm-powertrace", split="h100")
             Traceback (most recent call last):
             ...
-            llm_powertrace_ds.names.UnknownName: field 'split': unknown split 'h100' in llm-powertrace; valid: cpu_proxy, h100_sxm_80gb, l40s
+            llm_powertrace_ds.names.UnknownName: field 'split': unknown split 'h100' in llm-powertrace; did you mean 'h100_sxm_80gb'? valid: cpu_proxy, h100_sxm_80gb, l40s
         """
         workloads = list(schema.WORKLOADS) if workload is None else [
             check_name(workload, schema.WORKLOADS, what="workload", field="workload")]
@@ -263,8 +263,10 @@ class Runs:
                           for cfg, split in self._configs]
                 self._base["table"] = (pa.concat_tables(tables, promote_options="default")
                                        if tables else pa.table({"run_id": pa.array([], pa.string())}))
-            table = self._base["table"]
+            table = base = self._base["table"]
             for f in self._filters:
+                if isinstance(f, _Equals):
+                    f.check_present(base)
                 table = table.filter(f(table))
             self._table = table.sort_by("run_id") if table.num_rows else table
         return self._table
@@ -323,7 +325,9 @@ class Runs:
         takes a :class:`Row`; a comparison with null is never true, as in SQL.
 
         Raises:
-            UnknownName: a column that does not exist (checked when the result is read).
+            UnknownName: a column that does not exist, or a text column (``platform``,
+                ``method``...) asked for values none of which any loaded run has (checked when
+                the result is read; the message lists the values present).
 
         Example:
             >>> runs = Runs.load("llm-powertrace", workload="finetune")
@@ -335,10 +339,14 @@ class Runs:
             Traceback (most recent call last):
             ...
             llm_powertrace_ds.names.UnknownName: field 'batch_sise': unknown column 'batch_sise'; did you mean 'batch_size'? valid: ...
+            >>> runs.where(method="lroa").run_ids()
+            Traceback (most recent call last):
+            ...
+            llm_powertrace_ds.names.UnknownName: field 'method': no run has method 'lroa'; did you mean 'lora'? values present: full, lora
         """
         filters = list(self._filters)
         for col, value in equals.items():
-            filters.append(_equals_filter(col, value))
+            filters.append(_Equals(col, value))
         if predicate is not None:
             filters.append(lambda t, p=predicate: _predicate_mask(t, p))  # type: ignore[misc]
         return self._derive(tuple(filters))
@@ -435,17 +443,64 @@ def _typed(values: list[Any], typ: pa.DataType, col: str) -> pa.Array:
                          f"({type(exc).__name__})", field=col) from None
 
 
-def _equals_filter(col: str, value: Any) -> Filter:
+_PRESENT_SHOWN = 12
+"""Values listed in the message of :meth:`_Equals.check_present` (the rest are counted)."""
+
+
+def _is_text(typ: pa.DataType) -> bool:
+    if pa.types.is_dictionary(typ):
+        typ = typ.value_type
+    return pa.types.is_string(typ) or pa.types.is_large_string(typ)
+
+
+@dataclass(frozen=True)
+class _Equals:
     """``col == value`` (any of them for a collection).
 
     For a list column (``quality_flags``): the rows whose list contains the value (any of them).
     """
 
-    def mask(table: pa.Table) -> pa.Array:
+    col: str
+    value: Any
+
+    def _values(self) -> tuple[bool, list[Any]]:
+        many = isinstance(self.value, (list, tuple, set, frozenset))
+        return many, list(self.value) if many else [self.value]
+
+    def check_present(self, base: pa.Table) -> None:
+        """Refuse text values that no run of ``base`` (the unfiltered selection) has.
+
+        A misspelt value (``platform="h100"``) would otherwise select nothing, silently, as a
+        misspelt column name used to. Only when none of the asked-for values is present: a
+        list that names a value this dataset lacks besides ones it has is a valid question.
+
+        Raises:
+            UnknownName: the column is unknown, or none of the values is present in it.
+        """
+        col = self.col
+        check_name(col, base.column_names, what="column", field=col)
+        column = base.column(col)
+        _, values = self._values()
+        asked = [v for v in values if isinstance(v, str)]
+        if not _is_text(column.type) or not asked or len(asked) != len(values):
+            return
+        present = sorted(str(v) for v in pc.unique(column).drop_null().to_pylist())
+        if set(asked) & set(present):
+            return
+        close = closest(asked[0], present)
+        hint = f"; did you mean {close!r}?" if close else ""
+        shown = ", ".join(present[:_PRESENT_SHOWN]) if present else "(none)"
+        more = f" and {len(present) - _PRESENT_SHOWN} more" if len(present) > _PRESENT_SHOWN else ""
+        wanted = " or ".join(repr(v) for v in asked)
+        raise UnknownName(f"no run has {col} {wanted}{hint} values present: {shown}{more}"
+                          if hint else
+                          f"no run has {col} {wanted}; values present: {shown}{more}", field=col)
+
+    def __call__(self, table: pa.Table) -> pa.Array:
+        col, value = self.col, self.value
         check_name(col, table.column_names, what="column", field=col)
         column = table.column(col)
-        many = isinstance(value, (list, tuple, set, frozenset))
-        values = list(value) if many else [value]
+        many, values = self._values()
         if _is_list(column.type):
             if any(v is None for v in values):
                 raise InputError(f"column {col!r} holds lists: ask for the values a list "
@@ -465,8 +520,6 @@ def _equals_filter(col: str, value: Any) -> Filter:
         if many:
             return pc.fill_null(pc.is_in(column, value_set=wanted), False)
         return pc.fill_null(pc.equal(column, wanted[0]), False)
-
-    return mask
 
 
 def _chunks(column: pa.ChunkedArray) -> list[tuple[int, pa.Array]]:

@@ -132,6 +132,25 @@ def test_unknown_names_are_errors(folder):
         runs.traces(signals=["power"])
 
 
+def test_text_value_no_run_has_is_an_error_listing_the_values_present(folder):
+    runs = Runs.load(folder)
+    with pytest.raises(UnknownName, match=r"field 'platform': no run has platform 'h100'; "
+                       r"did you mean 'h100_sxm_80gb'\? values present: cpu_proxy, "
+                       r"h100_sxm_80gb, l40s$"):
+        runs.where(platform="h100").run_ids()
+    with pytest.raises(UnknownName, match="no run has method 'qlora' or 'dora'"):
+        len(runs.where(method=["qlora", "dora"]))
+    with pytest.raises(UnknownName, match="no run has platform 'l40s'.*values present: cpu_proxy$"):
+        Runs.load(folder, workload="inference").where(platform="l40s").run_ids()
+
+
+def test_values_present_before_other_filters_select_nothing_quietly(folder):
+    runs = Runs.load(folder)
+    assert runs.where(platform="h100_sxm_80gb").where(method="lora").run_ids() == []
+    assert runs.where(method=["lora", "qlora"]).run_ids() == ["ft-a", "ft-b"]
+    assert runs.where(lambda r: r.batch_size > 1000).run_ids() == []
+
+
 def test_null_compares_false_and_other_errors_propagate(folder):
     runs = Runs.load(folder)  # inference rows have batch_size null
     assert runs.where(lambda r: r.batch_size >= 8).run_ids() == ["ft-b", "ft-c"]
