@@ -54,7 +54,8 @@ class Result:
 
 
 def result(name: str, value: Value, unit: str, *, at_most: float | None = None,
-           at_least: float | None = None, equals: Value = None) -> Result:
+           at_least: float | None = None, equals: Value = None,
+           within: tuple[float, float] | None = None) -> Result:
     """A :class:`Result` whose ``ok`` is computed from one bound.
 
     Args:
@@ -64,6 +65,7 @@ def result(name: str, value: Value, unit: str, *, at_most: float | None = None,
         at_most: the target is ``value <= at_most``.
         at_least: the target is ``value >= at_least``.
         equals: the target is ``value == equals`` (a count, a flag).
+        within: the target is ``low <= value <= high``.
 
     Returns:
         The result; ``ok`` is ``None`` when there is no bound or no value.
@@ -75,11 +77,19 @@ def result(name: str, value: Value, unit: str, *, at_most: float | None = None,
         >>> result("filter_s", 0.12, "s", at_most=0.2).ok
         True
     """
-    bounds = [b for b in (at_most, at_least, equals) if b is not None]
+    bounds = [b for b in (at_most, at_least, equals, within) if b is not None]
     if len(bounds) > 1:
-        raise ValueError(f"{name}: give one of at_most, at_least, equals")
+        raise ValueError(f"{name}: give one of at_most, at_least, equals, within")
     if not bounds:
         return Result(name, value, unit)
+    if within is not None:
+        low, high = within
+        target = f"{_number(low)} to {_number(high)}"
+        if value is None:
+            return Result(name, None, unit, target, None)
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise ValueError(f"{name}: value {value!r} cannot be compared with {within!r}")
+        return Result(name, value, unit, target, bool(low <= value <= high))
     op: Literal["<=", ">=", "=="]
     bound: Value
     if at_most is not None:

@@ -1,6 +1,7 @@
 """Validate the NVML sampler on a real GPU: idle, a bf16 matmul load, idle.
 
     python bench/gpu_validate.py [--idle-s 10] [--load-s 40] [--period-ms 100] [--size 8192]
+                                 [--json PATH]
 
 Runs, under the sampler at ``--period-ms``: ``--idle-s`` of idle, ``--load-s`` of back-to-back
 bf16 matmuls on the first visible GPU (``cuda:0``), and ``--idle-s`` of idle again, marking each
@@ -35,6 +36,8 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import _report  # noqa: E402
 
 
 def analyse(staging: Path, *, idle_s: float, load_s: float) -> dict[str, Any]:
@@ -111,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=8192, help="matmul size (n x n, bf16)")
     parser.add_argument("--keep", type=Path, default=None,
                         help="keep the staging folder here instead of a temporary one")
+    _report.add_json_option(parser)
     args = parser.parse_args(argv)
+    started = _report.machine()
     # CUDA's default order is "fastest first"; NVML's is PCI bus order. Make them agree so
     # cuda:0 is the sampler's first visible GPU.
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
@@ -160,7 +165,26 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(report))
     if tmp is not None:
         tmp.cleanup()
+    if args.json:
+        _report.write(args.json, _report.document("gpu_validate", results_of(report),
+                                                  script=__file__, argv=argv, started=started))
     return 0
+
+
+def results_of(report: dict[str, Any]) -> list[_report.Result]:
+    """The figures of a validation report, the energy ratio with its target (0.98 to 1.02)."""
+    res = _report.result
+    return [
+        res("gpu", report["matmul"]["device"], "device"),
+        res("energy_ratio", report["energy_ratio"], "integral / counter",
+            within=(0.98, 1.02)),
+        res("idle_mean_w", report["idle_mean_w"], "W"),
+        res("loaded_mean_w", report["loaded_mean_w"], "W"),
+        res("missed_ticks", report.get("missed_ticks"), "ticks"),
+        res("lateness_p99_ms", report["lateness_p99_ms"], "ms"),
+        res("instant_changes_per_s", report["instant_changes_per_s"], "1/s"),
+        res("matmul_tflops", report["matmul"]["tflops"], "TFLOP/s"),
+    ]
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
     python bench/serving.py [--model llama-tiny] [--concurrency 8] [--requests 48]
                             [--prompt-len 64] [--output-len 32] [--repeats 5] [--device cpu] [--threads 1]
+                            [--json PATH]
 
 One fixed model at saturation: a closed loop whose concurrency equals the batch size, fixed
 prompt and output lengths, the same synthetic prompts everywhere. For each batching mode, in one
@@ -36,6 +37,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import _report  # noqa: E402
 
 
 def _stream(args: argparse.Namespace):
@@ -123,7 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--threads", type=int, default=1, help="torch threads on a CPU")
+    _report.add_json_option(parser)
     args = parser.parse_args(argv)
+    started = _report.machine()
 
     import torch
 
@@ -170,6 +175,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{batching}: loop {[round(x) for x in loop_tps]} direct "
               f"{[round(x) for x in direct_tps]} tokens/s", file=sys.stderr)
     print(json.dumps(out))
+    if args.json:
+        rows = [_report.result(f"{batching}_{key}", out[batching][key], unit)
+                for batching in ("static", "continuous")
+                for key, unit in (("loop_tokens_per_s", "tokens/s (median)"),
+                                  ("direct_tokens_per_s", "tokens/s (median)"),
+                                  ("ratio", "loop / direct (median)"))]
+        _report.write(args.json, _report.document("serving", rows, script=__file__, argv=argv,
+                                                  started=started))
     return 0
 
 
