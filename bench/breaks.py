@@ -1,6 +1,6 @@
 """Hand-made breaks of the behaviours issue #20 lists: each must fail its behaviour test.
 
-    python bench/breaks.py [NAME-FRAGMENT ...]
+    python bench/breaks.py [NAME-FRAGMENT ...] [--json PATH]
 
 Each entry is one plausible one-line mistake (a percentile, a threshold, a unit, an order of
 writes) in a core module and the tests that pin that behaviour. For each, in a scratch copy of
@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _report  # noqa: E402
 from mutation import _copy_tree  # noqa: E402
 
 MC = "llm_powertrace_ds/metrics/core.py"
@@ -70,18 +71,31 @@ BREAKS: list[tuple[str, str, str, str, str]] = [
 
 
 def main(argv: list[str]) -> int:
+    json_path: Path | None = None
+    if "--json" in argv:
+        at = argv.index("--json")
+        if at + 1 >= len(argv):
+            print("--json needs a PATH", file=sys.stderr)
+            return 2
+        json_path = Path(argv[at + 1])
+        fragments = argv[:at] + argv[at + 2:]
+    else:
+        fragments = argv
+    started = _report.machine()
+    verdicts: dict[str, str] = {}
     bad = 0
     with tempfile.TemporaryDirectory(prefix="llm-powertrace-breaks-") as tmp:
         work = Path(tmp)
         _copy_tree(work)
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         for name, file, old, new, tests in BREAKS:
-            if argv and not any(a in name for a in argv):
+            if fragments and not any(a in name for a in fragments):
                 continue
             path = work / file
             original = path.read_text(encoding="utf-8")
             if original.count(old) != 1:
                 print(f"STALE   {name}: the line to break is not in {file} once")
+                verdicts[name] = "STALE"
                 bad += 1
                 continue
             path.write_text(original.replace(old, new), encoding="utf-8")
@@ -94,9 +108,18 @@ def main(argv: list[str]) -> int:
             lines = proc.stdout.strip().splitlines()
             verdict = {1: "CAUGHT", 0: "MISSED"}.get(proc.returncode, f"rc={proc.returncode}")
             bad += verdict != "CAUGHT"
+            verdicts[name] = verdict
             print(f"{verdict:7s} {name:30s} {lines[-1] if lines else proc.stderr[-200:]}",
                   flush=True)
         shutil.rmtree(work / ".pytest_cache", ignore_errors=True)
+    if json_path is not None:
+        caught = sum(v == "CAUGHT" for v in verdicts.values())
+        others = ", ".join(f"{k}: {v}" for k, v in verdicts.items() if v != "CAUGHT")
+        _report.write(json_path, _report.document("breaks", [
+            _report.result("breaks_run", len(verdicts), "breaks"),
+            _report.result("breaks_caught", caught, "breaks", equals=len(verdicts)),
+            _report.result("not_caught", others or "none", "names"),
+        ], script=__file__, argv=argv, started=started))
     return 1 if bad else 0
 
 
