@@ -52,6 +52,9 @@ unpacked ``facility``'s CPU and RSS growth (its jobs do not grow), runs-table by
 the packed runs table's read time per run (Arrow, and ``list_runs``'s Python rows), and DuckDB
 over the Parquet copy beside ``Runs`` (per-platform mean power; per-run p99 of the device
 samples) — scan seconds and whether the answers agree.
+
+``--json PATH`` also writes the figures with their targets as one document for
+``docs/benchmarks.md`` (``bench/_report.py``).
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import _report
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -337,7 +341,9 @@ def main() -> int:
                     help="runs of the published-layout part (and 0.3 of it; default 1000)")
     ap.add_argument("--pub-min-minutes", type=float, default=2.0)
     ap.add_argument("--pub-max-minutes", type=float, default=6.0)
+    _report.add_json_option(ap)
     args = ap.parse_args()
+    started = _report.machine()
     work = args.work or Path(tempfile.mkdtemp(prefix="llm-powertrace-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     r = Runner()
@@ -353,7 +359,80 @@ def main() -> int:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(report, indent=2))
+    if args.json:
+        _report.write(args.json, _report.document("scale", results_of(report), script=__file__,
+                                                  started=started))
     return 0
+
+
+UNITS = {"import_cpu_samples_per_s": "samples/CPU-s", "single_file_import_wall_s": "s (wall)",
+         "validate_per_run_ratio": "ratio (1 = linear)", "card_per_run_ratio":
+         "ratio (1 = linear)", "card_cold_per_run_ratio": "ratio (1 = linear)",
+         "import_rss_ratio": "ratio", "bytes_per_sample": "B/sample",
+         "upload_temp_disk_ratio": "ratio", "cli_import_fixed_cpu_s": "CPU-s",
+         "cli_import_marginal_samples_per_cpu_s": "samples/CPU-s",
+         "inproc_import_samples_per_cpu_s": "samples/CPU-s", "cli_over_inproc_marginal": "ratio"}
+
+
+def _ratios(part: dict[str, Any], prefix: str = "") -> list[_report.Result]:
+    """``part["ratios"]`` with their ``"<op> <bound>"`` targets as results."""
+    rows = []
+    for key, value in part["ratios"].items():
+        op, _, bound = part["targets"].get(key, "").partition(" ")
+        rows.append(_report.result(f"{prefix}{key}", value, UNITS.get(key, ""),
+                                   at_most=float(bound) if op == "<=" else None,
+                                   at_least=float(bound) if op == ">=" else None))
+    return rows
+
+
+def _published(pub: dict[str, Any]) -> list[_report.Result]:
+    res = _report.result
+    rows = [res("published.runs_big", pub["runs"]["big"], "runs"),
+            res("published.runs_mid", pub["runs"]["mid"], "runs")]
+    for key, value in pub["packed_over_unpacked_cpu"].items():
+        bound = 1.5 if key in ("list", "metrics", "facility", "runs_load") else None
+        rows.append(res(f"published.packed_over_unpacked_{key}", value, "CPU ratio",
+                        at_most=bound))
+    rows += [res(f"published.growth_{key}", value, "CPU at N / 0.3 N (linear 3.33)",
+                 at_most=3.6) for key, value in pub["growth_cpu"].items()]
+    rows += [res(f"published.facility_unpacked_{key}_growth", value, "at N / 0.3 N",
+                 at_most=1.2) for key, value in pub["facility_unpacked_growth"].items()]
+    per_run = pub["per_run"]
+    rows += [res("published.runs_table_bytes_per_run_unpacked",
+                 per_run["runs_table_bytes_per_run_unpacked"], "B/run", at_most=8192),
+             res("published.runs_table_bytes_per_run_packed",
+                 per_run["runs_table_bytes_per_run_packed"], "B/run"),
+             res("published.packed_runs_table_arrow_read_ms_per_run",
+                 per_run["packed_runs_table_arrow_read_ms_per_run"], "ms/run", at_most=0.5),
+             res("published.packed_list_runs_ms_per_run", per_run["packed_list_runs_ms_per_run"],
+                 "ms/run"),
+             res("published.packed_runs_load_ms_per_run", per_run["packed_runs_load_ms_per_run"],
+                 "ms/run")]
+    duck = pub["duckdb_vs_runs"]
+    rows += [res(f"published.{key}", round(duck[key], 4), "s (wall)")
+             for key in ("runs_mean_by_platform_s", "duckdb_mean_by_platform_s",
+                         "runs_p99_per_run_s", "duckdb_p99_per_run_s")]
+    rows.append(res("published.duckdb_agrees_with_runs",
+                    bool(duck["mean_by_platform_agree"] and duck["p99_per_run_agree"]), "flag",
+                    equals=True))
+    return rows
+
+
+def results_of(report: dict[str, Any]) -> list[_report.Result]:
+    """The figures of any of :func:`main`'s three reports, with the issues' targets."""
+    if "packed_over_unpacked_cpu" in report:  # --published-only
+        return _published(report)
+    rows = []
+    if "samples" in report:
+        rows += [_report.result("runs", report["runs"], "runs"),
+                 _report.result("samples", report["samples"], "samples"), *_ratios(report)]
+    if "cli_import" in report:
+        rows += _ratios(report["cli_import"])
+    elif "samples_5min" in report:  # --cli-cost-only
+        rows += _ratios(report)
+    if "published" in report:
+        rows += _published(report["published"])
+    return rows
 
 
 def _bench(args: argparse.Namespace, work: Path, r: Runner) -> dict[str, Any]:
