@@ -1,4 +1,5 @@
-# The two commands: `make demo` and `make test`. Both create/update .venv from this repo's files.
+# The two commands: `make demo` and `make test` (ruff, mypy, the docs build, pytest). Both
+# create/update .venv from this repo's files.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -10,7 +11,7 @@ TORCH_CPU ?= torch==2.13.0
 # even with -q. It is information only; this filter hides that one message, nothing else.
 EDITABLE_QUIET := PYTHONWARNINGS="ignore:Editable installation"
 
-.PHONY: demo test lint mutation venv install-base install-dev clean
+.PHONY: demo test lint docs mutation venv install-base install-dev clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -35,9 +36,15 @@ lint: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
+# The documentation site (mkdocs.yml): strict, so a broken link, anchor or nav entry fails
+# (not --quiet: it hides the warnings that strict mode counts, and the build passes).
+docs: $(VENV)/.dev-installed
+	$(VENV)/bin/mkdocs build --strict -d build/site
+
 test: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(MAKE) docs
 	@if [ "$$CI" = "true" ]; then \
 		if ! command -v chromium >/dev/null 2>&1; then \
 			(apt-get update -qq && apt-get install -y -qq chromium) >/dev/null 2>&1 \
