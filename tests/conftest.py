@@ -104,7 +104,7 @@ def hermetic_home(home: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Send matplotlib's and Hypothesis's own files to a folder of this session.
+    """Send matplotlib's and Hypothesis's own files to a folder of this test run.
 
     Matplotlib's config and font cache, and Hypothesis's storage (its constants cache, written
     even without an example database), never land in the home or the working folder.
