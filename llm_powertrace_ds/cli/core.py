@@ -43,7 +43,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="flat JSON/YAML mapping of our column names (for powertrace-csv: "
                    "its own metadata JSON; default: the .json beside the CSV if any)")
     p.add_argument("--platform", default=None,
-                   help="platform slug (default: from the GPU name in the log, else `unknown`)")
+                   help="platform slug, one of the known ones or a split of --out (default: "
+                   "from the GPU name in the log, else `unknown`)")
+    p.add_argument("--new-platform", action="store_true",
+                   help="accept a --platform slug that is neither known nor in --out, opening "
+                   "a new split (default: off)")
     p.add_argument("--num-gpus", type=int, default=None,
                    help="GPUs in a log without a GPU column (default: inferred)")
     p.add_argument("--tz", default="UTC",
@@ -106,6 +110,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     from ..importers.publish import ImportOptions, import_stream
 
     out_dir(args.out)
+    if args.platform is not None:
+        _check_platform(args)
     if args.log_format == "requests-csv":
         return _import_requests(args)
     if args.log_format == "mlenergy-v2":
@@ -128,6 +134,16 @@ def cmd_import(args: argparse.Namespace) -> int:
             rebuild_card(args.out)
     emit(results, args.format, ["run_id", "platform", "num_gpus", "samples", "flags"])
     return 0
+
+
+def _check_platform(args: argparse.Namespace) -> None:
+    """Refuse a ``--platform`` slug that is neither known nor a split of ``--out``."""
+    from ..layout import shard_folders
+    from ..platforms import check_platform
+
+    existing = ({s for splits in shard_folders(args.out).values() for s in splits}
+                if args.out.is_dir() else set())
+    check_platform(args.platform, existing, allow_new=args.new_platform)
 
 
 def _import_runs(args: argparse.Namespace) -> int:

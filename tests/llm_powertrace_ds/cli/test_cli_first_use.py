@@ -62,3 +62,37 @@ def test_upload_without_token(tmp_path, make_run):
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "login" in lines[0], proc.stderr
+
+
+_SMI = ("timestamp, index, name, power.draw [W]\n"
+        "2026/01/05 10:00:00.000, 0, NVIDIA L40S, 100.0 W\n"
+        "2026/01/05 10:00:00.100, 0, NVIDIA L40S, 200.0 W\n"
+        "2026/01/05 10:00:00.200, 0, NVIDIA L40S, 150.0 W\n")
+
+
+def test_import_refuses_an_unknown_platform_slug_unless_new(tmp_path, capsys):
+    out = tmp_path / "ds"
+
+    def argv_for(power_w):  # one log per import: a log imported again replaces its run
+        log = tmp_path / f"gpu{power_w}.csv"
+        log.write_text(_SMI.replace("150.0 W", f"{power_w}.0 W"))
+        return ["import", "nvidia-smi", str(log), "--out", str(out), "--workload",
+                "inference", "--platform"]
+
+    argv = argv_for(150)
+    assert main([*argv, "h100"]) == 1
+    line = _one_line_error(capsys)
+    assert ("unknown platform 'h100'; did you mean one of h100_nvl_94gb, h100_pcie_80gb, "
+            "h100_sxm_80gb?") in line
+    assert "l40s" in line and "--new-platform" in line
+    assert not out.exists() or not any(out.rglob("*.arrow"))
+    assert main([*argv, "h100-x", "--new-platform"]) == 1
+    assert "no valid split name" in _one_line_error(capsys)
+    assert main([*argv, "lab_box", "--new-platform", "--format", "json"]) == 0
+    assert main([*argv_for(151), "lab_box", "--format", "json"]) == 0  # now a split of --out
+    assert main([*argv_for(152), "h100_sxm_80gb", "--format", "json"]) == 0
+    capsys.readouterr()
+    assert main(["list", str(out), "--format", "csv"]) == 0
+    listed = capsys.readouterr().out
+    assert listed.count(",lab_box,") == 2 and listed.count(",h100_sxm_80gb,") == 1
+    assert ",h100," not in listed
