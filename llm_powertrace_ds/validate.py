@@ -46,13 +46,17 @@ class ValidationReport:
 
 
 def nominal_period_ms(run: Run, t_ms: np.ndarray) -> float:
-    """The sampling period: the configured one, else the median interval."""
-    period = run.meta.get("sample_period_ms")
-    if period:
-        return float(period)
-    if len(t_ms) > 1:
-        return float(np.median(np.diff(t_ms)))
-    return float("nan")
+    """The sampling period: the declared one, or the median interval when that is longer.
+
+    period = max(sample_period_ms, median(Δt)), the rule of the metrics' gaps
+    (``metrics.core``): a logger declared at 100 ms that really read every second has a period
+    of 1 s, so its regular readings are not gaps.
+    """
+    declared = run.meta.get("sample_period_ms")
+    median = float(np.median(np.diff(t_ms))) if len(t_ms) > 1 else float("nan")
+    if declared:
+        return float(declared) if not median > float(declared) else median
+    return median
 
 
 def _longest_constant_run_ms(t_ms: np.ndarray, power: np.ndarray) -> float:
