@@ -12,12 +12,15 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import schema
 from .errors import InputError
+
+if TYPE_CHECKING:  # for the annotation only
+    from .request_rows import RequestRows
 
 SIGNAL_KEYS = tuple(n for n in schema.SIGNAL_NAMES if n != "t_ms")
 
@@ -116,7 +119,9 @@ class Run:
             ``workload`` and ``platform``.
         devices: one ``DeviceSeries`` per device.
         events: run-level and per-rank events.
-        requests: per-request rows of ``inference_requests`` (inference only).
+        requests: per-request rows of ``inference_requests`` (inference only): a list of
+            dicts, or a request log's :class:`~llm_powertrace_ds.request_rows.RequestRows`
+            (the same rows held as columns).
         host_devices: non-GPU devices measured on the same tick (RAPL CPU package and DRAM
             zones, ``DeviceSeries.kind``): published as trace rows of their kind, never part
             of ``devices``, so no metric or GPU power total ever includes them.
@@ -125,7 +130,7 @@ class Run:
     meta: dict[str, Any]
     devices: list[DeviceSeries]
     events: list[Event] = field(default_factory=list)
-    requests: list[dict[str, Any]] | None = None
+    requests: list[dict[str, Any]] | RequestRows | None = None
     host_devices: list[DeviceSeries] = field(default_factory=list)
 
     @property

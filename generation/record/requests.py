@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from llm_powertrace_ds.importers.requests import read_requests, to_run_clock
+from llm_powertrace_ds.request_rows import RequestRows
 
 
 def rows_on_run_clock(fmt: str, path: str | Path, staging_dir: Path, *, run_id: str,
-                      platform: str, run_end_ms: int) -> list[dict[str, Any]]:
+                      platform: str, run_end_ms: int) -> RequestRows:
     """The request rows of ``path`` on the clock of the spool in ``staging_dir``."""
     from generation.sampler import read_spool
 
@@ -28,10 +28,10 @@ def rows_on_run_clock(fmt: str, path: str | Path, staging_dir: Path, *, run_id: 
                         anchor=spool.anchors.get("start"), run_end_ms=run_end_ms)
 
 
-def loader(fmt: str, path: str | Path) -> Callable[..., list[dict[str, Any]]]:
+def loader(fmt: str, path: str | Path) -> Callable[..., RequestRows]:
     """A ``Recording.requests_from`` callable for ``fmt:path``."""
     def load(staging_dir: Path, *, run_id: str, platform: str,
-             run_end_ms: int) -> list[dict[str, Any]]:
+             run_end_ms: int) -> RequestRows:
         return rows_on_run_clock(fmt, path, staging_dir, run_id=run_id, platform=platform,
                                  run_end_ms=run_end_ms)
     return load

@@ -47,6 +47,7 @@ from typing import Any, Literal
 from llm_powertrace_ds import layout, schema
 from llm_powertrace_ds.atomic import write_json_atomic
 from llm_powertrace_ds.errors import InputError, PowerTraceError
+from llm_powertrace_ds.request_rows import RequestRows
 
 from .provenance import planned_meta
 
@@ -227,7 +228,7 @@ def read_results(staging_dir: Path) -> dict[str, Any]:
     return out
 
 
-def _fill_request_results(record: Any, rows: list[dict[str, Any]]) -> None:
+def _fill_request_results(record: Any, rows: Sequence[dict[str, Any]]) -> None:
     """Fill the run's request results from its request rows where the user gave none.
 
     ``requests_completed``, ``tokens_in``, ``tokens_out``, TTFT and latency percentiles.
@@ -285,7 +286,7 @@ class Recording:
         """Quality flags the recorder adds to the run (``children_outlived``)."""
         self.work_begin_ns: int | None = None
         self.work_end_ns: int | None = None
-        self.requests_from: Callable[..., list[dict[str, Any]]] | None = None
+        self.requests_from: Callable[..., list[dict[str, Any]] | RequestRows] | None = None
         self._sampler: Any = None
         self._run_events: Any = None
         self._events: Any = None

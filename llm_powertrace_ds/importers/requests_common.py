@@ -28,8 +28,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from .. import privacy
+from ..arrow_numpy import from_python, strings, to_arrow, to_numpy
 from ..errors import InputError
+from ..request_rows import BATCH_ROWS, ColumnRows, RequestRows, number_column, status_is
 
 Clock = Literal["monotonic", "unix"]
 TOLERANCE_MS = 1000
@@ -51,14 +57,49 @@ class Request:
     status: str = "ok"
 
 
+LOG_TYPES: dict[str, pa.DataType] = {
+    "request_id": pa.string(), "arrival_s": pa.float64(), "first_token_s": pa.float64(),
+    "finish_s": pa.float64(), "prompt_tokens": pa.int64(), "output_tokens": pa.int64(),
+    "requested_output_tokens": pa.int64(), "status": pa.string()}
+"""The columns of a request log, in :class:`Request`'s field order."""
+
+
+def log_table(values: dict[str, list[Any]]) -> pa.Table:
+    """A request log's columns (:data:`LOG_TYPES`) from lists of Python values."""
+    return pa.Table.from_arrays([from_python(values[k], t) for k, t in LOG_TYPES.items()],
+                                names=list(LOG_TYPES))
+
+
+class RequestColumns(ColumnRows[Request]):
+    """A request log held as columns (:data:`LOG_TYPES`), read as :class:`Request` items."""
+
+    def _row(self, values: dict[str, Any]) -> Request:
+        return Request(**values)
+
+    @classmethod
+    def from_requests(cls, requests: Sequence[Request]) -> RequestColumns:
+        """The columns of a list of requests."""
+        return cls(log_table({k: [getattr(r, k) for r in requests] for k in LOG_TYPES}))
+
+
 @dataclass
 class RequestLog:
-    """A file's requests and the clock its times are on."""
+    """A file's requests and the clock its times are on.
+
+    ``requests`` is a list of :class:`Request` (the JSON formats, a few thousand requests at
+    most) or :class:`RequestColumns` (the CSV format, any number, one Arrow table).
+    """
 
     file: Path
     fmt: str
     clock: Clock
-    requests: list[Request] = field(default_factory=list)
+    requests: Sequence[Request] = field(default_factory=list)
+
+    def columns(self) -> pa.Table:
+        """The requests as columns (:data:`LOG_TYPES`)."""
+        if isinstance(self.requests, RequestColumns):
+            return self.requests.table
+        return RequestColumns.from_requests(self.requests).table
 
 
 def as_float(value: Any, *, file: Path, field_name: str, index: int) -> float | None:
@@ -124,9 +165,99 @@ def _to_ms(t_s: float | None, offset_ns: int) -> int | None:
     return delta_us // 1000
 
 
+_TIMES = (("arrival", "arrival_s"), ("first_token", "first_token_s"), ("finish", "finish_s"))
+_INT64_SAFE_US = 2.0**62
+"""Largest |µs| converted to int64 column-wise; beyond it a time is far outside any run."""
+
+
+def _check_one(req: Request, *, log: RequestLog, offset_ns: int, run_end_ms: int,
+               seen: bool) -> dict[str, int | None]:
+    """The run-clock times of one request, after every check (the errors name the request).
+
+    Raises:
+        InputError: the checks of :func:`to_run_clock`, in this order: the privacy gate on the
+            id, finite times, times inside the run, times in order, an id seen before.
+    """
+    privacy.check_text("request_id", req.request_id, file=log.file)
+    for name, value in (("arrival_s", req.arrival_s), ("first_token_s", req.first_token_s),
+                        ("finish_s", req.finish_s)):
+        if value is not None and not math.isfinite(value):
+            raise InputError(f"request {req.request_id!r}: value {value!r} is not a finite "
+                             "time", file=log.file, field=name)
+    times = {"arrival": _to_ms(req.arrival_s, offset_ns),
+             "first_token": _to_ms(req.first_token_s, offset_ns),
+             "finish": _to_ms(req.finish_s, offset_ns)}
+    for name, t in times.items():
+        if t is not None and not -TOLERANCE_MS <= t <= run_end_ms + TOLERANCE_MS:
+            raise InputError(
+                f"request {req.request_id!r} has its {name} at {t / 1000:.3f} s on the run "
+                f"clock, outside the run [0, {run_end_ms / 1000:.3f} s]: the file's "
+                f"{log.clock} clock is not this run's (record the client on the sampler's "
+                "machine, under `llm-powertrace record`)", file=log.file,
+                field=f"{name}_s")
+    known = [t for t in times.values() if t is not None]
+    if known != sorted(known):
+        raise InputError(f"request {req.request_id!r}: times out of order (arrival <= first "
+                         f"token <= finish): {times}", file=log.file, line=None,
+                         field="first_token_s")
+    if seen:
+        raise InputError(f"request id {req.request_id!r} appears twice", file=log.file,
+                         field="request_id")
+    return times
+
+
+def _ms_column(t_s: np.ndarray, present: np.ndarray,
+               offset_ns: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_to_ms` column-wise: ``(ms, convertible)``.
+
+    The same float operations as the scalar version (``np.rint`` rounds half to even as
+    ``round`` does, ``//`` floors on int64 as on int); a time that is null, not finite or too
+    far out for int64 is not convertible (the last is refused as outside the run).
+    """
+    with np.errstate(invalid="ignore", over="ignore"):
+        delta_us = np.rint((t_s - offset_ns / 1e9) * 1e6)
+        convertible = present & np.isfinite(delta_us) & (np.abs(delta_us) < _INT64_SAFE_US)
+    ms = np.where(convertible, delta_us, 0.0).astype(np.int64) // 1000
+    return ms, convertible
+
+
+def _first_duplicates(ids: pa.ChunkedArray) -> np.ndarray:
+    """Whether each id appeared at an earlier row.
+
+    A stable sort puts equal ids side by side in row order: every id equal to its sorted
+    predecessor is a repeat (an index and one copy of the ids; a hash table of a million
+    strings would take five times that).
+    """
+    n = len(ids)
+    dup = np.zeros(n, dtype=bool)
+    if n < 2:
+        return dup
+    order = pc.sort_indices(ids)  # stable: equal ids keep their row order
+    ranked = ids.take(order)
+    same = np.asarray(to_numpy(pc.equal(ranked.slice(1), ranked.slice(0, n - 1)),
+                               null_value=False), dtype=bool)
+    dup[np.asarray(to_numpy(order), dtype=np.int64)[1:][same]] = True
+    return dup
+
+
+def _first_private(ids: pa.ChunkedArray, stop: int) -> int | None:
+    """The first row before ``stop`` whose id the privacy gate refuses (``None``: none)."""
+    row = 0
+    for batch in ids.slice(0, stop).chunks:
+        for offset in range(0, len(batch), BATCH_ROWS):
+            for value in batch.slice(offset, BATCH_ROWS).to_pylist():
+                if value is not None and privacy.text_problem("request_id", value) is not None:
+                    return row
+                row += 1
+    return None
+
+
 def to_run_clock(log: RequestLog, *, run_id: str, platform: str, t0_ns: int,
-                 anchor: dict[str, Any] | None, run_end_ms: int) -> list[dict[str, Any]]:
+                 anchor: dict[str, Any] | None, run_end_ms: int) -> RequestRows:
     """The log's requests as ``inference_requests`` rows on the run clock.
+
+    Column-wise: every check runs on whole columns, and the first request that fails one is
+    checked again alone (:func:`_check_one`), which raises the error naming it.
 
     Args:
         log: the requests.
@@ -138,7 +269,7 @@ def to_run_clock(log: RequestLog, *, run_id: str, platform: str, t0_ns: int,
 
     Returns:
         One row per request (``arrival_ms`` = ``start_ms``: a benchmark client sends a request
-        when it arrives).
+        when it arrives), held as columns.
 
     Raises:
         InputError: a request outside the run (misaligned clocks), times out of order
@@ -151,42 +282,45 @@ def to_run_clock(log: RequestLog, *, run_id: str, platform: str, t0_ns: int,
             raise InputError("wall-clock request times need the sampler's anchor, which this "
                              "run lacks", file=log.file)
         offset_ns = int(anchor["utc_ns"]) - int(anchor["monotonic_ns"]) + t0_ns
-    rows = []
-    seen: set[str] = set()
-    for req in log.requests:
-        privacy.check_text("request_id", req.request_id, file=log.file)
-        for name, value in (("arrival_s", req.arrival_s), ("first_token_s", req.first_token_s),
-                            ("finish_s", req.finish_s)):
-            if value is not None and not math.isfinite(value):
-                raise InputError(f"request {req.request_id!r}: value {value!r} is not a finite "
-                                 "time", file=log.file, field=name)
-        times = {"arrival": _to_ms(req.arrival_s, offset_ns),
-                 "first_token": _to_ms(req.first_token_s, offset_ns),
-                 "finish": _to_ms(req.finish_s, offset_ns)}
-        for name, t in times.items():
-            if t is not None and not -TOLERANCE_MS <= t <= run_end_ms + TOLERANCE_MS:
-                raise InputError(
-                    f"request {req.request_id!r} has its {name} at {t / 1000:.3f} s on the run "
-                    f"clock, outside the run [0, {run_end_ms / 1000:.3f} s]: the file's "
-                    f"{log.clock} clock is not this run's (record the client on the sampler's "
-                    "machine, under `llm-powertrace record`)", file=log.file,
-                    field=f"{name}_s")
-        known = [t for t in times.values() if t is not None]
-        if known != sorted(known):
-            raise InputError(f"request {req.request_id!r}: times out of order (arrival <= first "
-                             f"token <= finish): {times}", file=log.file, line=None,
-                             field="first_token_s")
-        if req.request_id in seen:
-            raise InputError(f"request id {req.request_id!r} appears twice", file=log.file,
-                             field="request_id")
-        seen.add(req.request_id)
-        rows.append({"run_id": run_id, "platform": platform, "request_id": req.request_id,
-                     "arrival_ms": times["arrival"], "start_ms": times["arrival"],
-                     "first_token_ms": times["first_token"], "finish_ms": times["finish"],
-                     "prompt_tokens": req.prompt_tokens,
-                     "requested_output_tokens": req.requested_output_tokens,
-                     "output_tokens": req.output_tokens, "status": req.status})
-    return rows
+    cols = log.columns()
+    n = cols.num_rows
+    ms: dict[str, np.ndarray] = {}
+    present: dict[str, np.ndarray] = {}
+    bad = np.zeros(n, dtype=bool)
+    for name, field_name in _TIMES:
+        column = cols.column(field_name)
+        t_s = np.asarray(to_numpy(column), dtype=np.float64)
+        present[name] = np.asarray(to_numpy(column.is_valid()), dtype=bool)
+        bad |= present[name] & ~np.isfinite(t_s)
+        ms[name], convertible = _ms_column(t_s, present[name], offset_ns)
+        bad |= present[name] & ~convertible
+        bad |= convertible & ((ms[name] < -TOLERANCE_MS)
+                              | (ms[name] > run_end_ms + TOLERANCE_MS))
+    for (a, _), (b, _) in (((_TIMES[0]), (_TIMES[1])), ((_TIMES[1]), (_TIMES[2])),
+                           ((_TIMES[0]), (_TIMES[2]))):
+        bad |= present[a] & present[b] & (ms[a] > ms[b])
+    duplicate = _first_duplicates(cols.column("request_id"))
+    bad |= duplicate
+    flagged = np.flatnonzero(bad)
+    stop = int(flagged[0]) + 1 if flagged.size else n
+    private = _first_private(cols.column("request_id"), stop)
+    first = private if private is not None else (int(flagged[0]) if flagged.size else None)
+    if first is not None:
+        req = log.requests[first]
+        _check_one(req, log=log, offset_ns=offset_ns, run_end_ms=run_end_ms,
+                   seen=bool(duplicate[first]))
+        raise AssertionError(f"request {first} flagged but passed every check")  # unreachable
+    times = {name: to_arrow(ms[name], pa.int64(), valid=present[name]) for name, _ in _TIMES}
+    constant = to_arrow(np.zeros(n, dtype=np.int32))
+    return RequestRows(pa.table({
+        "run_id": pa.DictionaryArray.from_arrays(constant, strings([run_id])),
+        "platform": pa.DictionaryArray.from_arrays(constant, strings([platform])),
+        "request_id": cols.column("request_id"),
+        "arrival_ms": times["arrival"], "start_ms": times["arrival"],
+        "first_token_ms": times["first_token"], "finish_ms": times["finish"],
+        "prompt_tokens": cols.column("prompt_tokens"),
+        "requested_output_tokens": cols.column("requested_output_tokens"),
+        "output_tokens": cols.column("output_tokens"), "status": cols.column("status")}))
 
 
 def summary_columns(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -197,23 +331,20 @@ def summary_columns(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     ``first_token_ms - arrival_ms``) and ``latency_p50_ms``/``latency_p99_ms`` (of
     ``finish_ms - arrival_ms``).
     """
-    import numpy as np
-
-    ok = [r for r in rows if r["status"] == "ok"]
-    out: dict[str, Any] = {"requests_completed": len(ok), "num_requests": len(rows)}
-    tin = [r["prompt_tokens"] for r in ok if r["prompt_tokens"] is not None]
-    tout = [r["output_tokens"] for r in ok if r["output_tokens"] is not None]
-    out["tokens_in"] = int(sum(tin)) if tin else None
-    out["tokens_out"] = int(sum(tout)) if tout else None
-    ttft = [r["first_token_ms"] - r["arrival_ms"] for r in ok
-            if r["first_token_ms"] is not None and r["arrival_ms"] is not None]
-    lat = [r["finish_ms"] - r["arrival_ms"] for r in ok
-           if r["finish_ms"] is not None and r["arrival_ms"] is not None]
-    for name, values in (("ttft", ttft), ("latency", lat)):
-        out[f"{name}_p50_ms"] = float(np.percentile(values, 50)) if values else None
-        out[f"{name}_p99_ms"] = float(np.percentile(values, 99)) if values else None
+    ok = status_is(rows, "ok")
+    out: dict[str, Any] = {"requests_completed": int(ok.sum()), "num_requests": len(rows)}
+    for name, key in (("tokens_in", "prompt_tokens"), ("tokens_out", "output_tokens")):
+        values = number_column(rows, key)[ok]
+        values = values[~np.isnan(values)]
+        out[name] = int(values.astype(np.int64).sum()) if values.size else None
+    arrival = number_column(rows, "arrival_ms")[ok]
+    for name, key in (("ttft", "first_token_ms"), ("latency", "finish_ms")):
+        values = number_column(rows, key)[ok] - arrival
+        values = values[~np.isnan(values)]
+        out[f"{name}_p50_ms"] = float(np.percentile(values, 50)) if values.size else None
+        out[f"{name}_p99_ms"] = float(np.percentile(values, 99)) if values.size else None
     return out
 
 
-__all__ = ["Request", "RequestLog", "as_float", "as_int", "column", "summary_columns",
-           "to_run_clock"]
+__all__ = ["LOG_TYPES", "Request", "RequestColumns", "RequestLog", "as_float", "as_int", "column",
+           "log_table", "summary_columns", "to_run_clock"]

@@ -9,6 +9,10 @@ Times are **UNIX epoch seconds** (``time.time()``, wall clock), put on the run c
 sampler's (monotonic, UTC) anchor (see :mod:`.requests_common`); an empty cell is null (a
 failed request has no first token). ``status`` is ``ok`` (default), ``error`` or
 ``cancelled``; ``request_id`` defaults to the row's index.
+
+The rows are parsed one at a time and kept as columns, :data:`BATCH_ROWS` rows of Python values
+at a time (a :class:`~.requests_common.RequestColumns`): memory grows by ≈ 60 bytes a request,
+about the CSV text's own size, never by a Python object per request.
 """
 
 from __future__ import annotations
@@ -17,8 +21,12 @@ import csv
 import math
 from pathlib import Path
 
+import pyarrow as pa
+
+from .. import bounded
 from ..errors import InputError
-from .requests_common import Request, RequestLog, check_count
+from ..request_rows import BATCH_ROWS
+from .requests_common import LOG_TYPES, RequestColumns, RequestLog, check_count, log_table
 
 FORMAT = "csv"
 REQUIRED = ("arrival_s", "first_token_s", "finish_s", "prompt_tokens", "output_tokens")
@@ -56,6 +64,9 @@ def read_csv_requests(path: str | Path) -> RequestLog:
         InputError: unreadable file, a missing or unknown column, a bad value (file, line, field).
     """
     path = Path(path)
+    bounded.check_regular(path)
+    tables: list[pa.Table] = []
+    values: dict[str, list] = {k: [] for k in LOG_TYPES}
     try:
         with path.open(newline="", encoding="utf-8") as fh:
             reader = csv.DictReader(fh)
@@ -68,7 +79,6 @@ def read_csv_requests(path: str | Path) -> RequestLog:
             if unknown:
                 raise InputError(f"unknown column(s) {', '.join(unknown)}", file=path, line=1,
                                  field=unknown[0])
-            log = RequestLog(file=path, fmt=FORMAT, clock="unix")
             for index, raw in enumerate(reader):
                 line = reader.line_num
                 row = {k.strip(): v for k, v in raw.items() if k is not None}
@@ -76,19 +86,20 @@ def read_csv_requests(path: str | Path) -> RequestLog:
                 if status not in STATUSES:
                     raise InputError(f"value {status!r} is not one of {', '.join(STATUSES)}",
                                      file=path, line=line, field="status")
-                rid = (row.get("request_id") or "").strip() or str(index)
-                log.requests.append(Request(
-                    request_id=rid, status=status,
-                    arrival_s=_float(row, "arrival_s", file=path, line=line),
-                    first_token_s=_float(row, "first_token_s", file=path, line=line),
-                    finish_s=_float(row, "finish_s", file=path, line=line),
-                    prompt_tokens=_count(row, "prompt_tokens", file=path, line=line),
-                    output_tokens=_count(row, "output_tokens", file=path, line=line),
-                    requested_output_tokens=_count(row, "requested_output_tokens", file=path,
-                                                   line=line)))
+                values["request_id"].append((row.get("request_id") or "").strip() or str(index))
+                values["status"].append(status)
+                for key in ("arrival_s", "first_token_s", "finish_s"):
+                    values[key].append(_float(row, key, file=path, line=line))
+                for key in ("prompt_tokens", "output_tokens", "requested_output_tokens"):
+                    values[key].append(_count(row, key, file=path, line=line))
+                if len(values["status"]) >= BATCH_ROWS:
+                    tables.append(log_table(values))
+                    values = {k: [] for k in LOG_TYPES}
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise InputError(f"Failed to read: {type(exc).__name__}: {exc}", file=path) from None
-    return log
+    tables.append(log_table(values))
+    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    return RequestLog(file=path, fmt=FORMAT, clock="unix", requests=RequestColumns(table))
 
 
 __all__ = ["FORMAT", "read_csv_requests"]

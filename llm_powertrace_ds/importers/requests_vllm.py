@@ -51,7 +51,7 @@ def requests_from_arrays(data: dict[str, Any], *, file: Path, fmt: str) -> Reque
     errors = column(data, "errors", n, file=file, required=False)
     e2els = column(data, "e2els", n, file=file, required=False)
     assert ins is not None and ttfts is not None
-    log = RequestLog(file=file, fmt=fmt, clock="monotonic")
+    requests: list[Request] = []
     for i in range(n):
         start = as_float(starts[i], file=file, field_name="start_times", index=i)
         ttft = as_float(ttfts[i], file=file, field_name="ttfts", index=i)
@@ -70,13 +70,13 @@ def requests_from_arrays(data: dict[str, Any], *, file: Path, fmt: str) -> Reque
                                      field="itls")
                 finish = first + sum(as_float(g, file=file, field_name="itls", index=i) or 0.0
                                      for g in gaps)
-        log.requests.append(Request(
+        requests.append(Request(
             request_id=str(i), arrival_s=start, first_token_s=first, finish_s=finish,
             prompt_tokens=as_int(ins[i], file=file, field_name="input_lens", index=i),
             output_tokens=(as_int(outs[i], file=file, field_name="output_lens", index=i)
                            if outs is not None else None),
             status="error" if failed else "ok"))
-    return log
+    return RequestLog(file=file, fmt=fmt, clock="monotonic", requests=requests)
 
 
 def read_vllm_requests(path: str | Path) -> RequestLog:

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ..request_rows import number_column
 from ..run import DeviceSeries, Event, Run
 from ..schema import GAP_PERIODS
 
@@ -416,21 +417,21 @@ def _tokens(run: Run) -> float | None:
     key = "tokens" if run.workload == "finetune" else "tokens_out"
     tokens = run.meta.get(key)
     if tokens is None and run.workload == "inference" and run.requests:
-        outs = [r.get("output_tokens") for r in run.requests]
-        if outs and all(o is not None for o in outs):
-            tokens = float(np.sum(np.asarray(outs, dtype=np.float64)))
+        outs = number_column(run.requests, "output_tokens")
+        if outs.size and not np.isnan(outs).any():
+            tokens = float(np.sum(outs))
     return float(tokens) if tokens else None
 
 
 def _steady_tokens(run: Run, t0: int, t1: int) -> float | None:
     if not run.requests:
         return None
-    rows = [(r.get("first_token_ms"), r.get("finish_ms"), r.get("output_tokens"))
-            for r in run.requests]
-    rows = [r for r in rows if None not in r]
-    if not rows:
+    first, finish, k = (number_column(run.requests, name)
+                        for name in ("first_token_ms", "finish_ms", "output_tokens"))
+    known = ~(np.isnan(first) | np.isnan(finish) | np.isnan(k))
+    if not known.any():
         return None
-    first, finish, k = (np.array(c, dtype=np.float64) for c in zip(*rows, strict=True))
+    first, finish, k = first[known], finish[known], k[known]
     in_first = ((first >= t0) & (first <= t1)).astype(np.float64)
     span = finish - first
     overlap = np.clip(np.minimum(finish, t1) - np.maximum(first, t0), 0.0, None)

@@ -13,7 +13,8 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from .. import numbers, schema
-from ..arrow_numpy import from_python, to_arrow
+from ..arrow_numpy import from_python, strings, to_arrow, to_numpy
+from ..request_rows import RequestRows
 from ..run import DeviceSeries, Run
 
 if TYPE_CHECKING:  # imported on first encode: `datasets` takes ~0.6 s to import
@@ -309,6 +310,8 @@ def runs_table(run: Run, metrics: dict[str, Any]) -> pa.Table:
 def requests_table(run: Run) -> pa.Table:
     """The ``inference_requests`` rows of a run."""
     reqs = run.requests or []
+    if isinstance(reqs, RequestRows):
+        return _requests_columns(run, reqs)
     names = [c.name for c in schema.REQUEST_COLUMNS]
     rows: dict[str, list] = {k: [] for k in names}
     for r in reqs:
@@ -317,3 +320,39 @@ def requests_table(run: Run) -> pa.Table:
         for k in names:
             rows[k].append(r.get(k))
     return _table(schema.REQUESTS_CONFIG, rows)
+
+
+def _requests_columns(run: Run, reqs: RequestRows) -> pa.Table:
+    """:func:`requests_table` of requests held as columns, column by column.
+
+    The number gate (:func:`numbers.check_row`) runs on whole integer columns; the first row
+    with a value outside its column's range is checked alone, which raises the error naming it.
+    """
+    config = schema.REQUESTS_CONFIG
+    arrow_schema = _arrow_schema(config)
+    dtypes = {c.name: c.dtype for c in schema.REQUEST_COLUMNS}
+    table = reqs.table
+    n = table.num_rows
+    bad = np.zeros(n, dtype=bool)
+    for name in table.column_names:
+        bounds = numbers.INT_RANGES.get(str(dtypes.get(name)))
+        if bounds is None or not pa.types.is_integer(table.column(name).type):
+            continue
+        values = np.asarray(to_numpy(table.column(name).cast(pa.int64()), null_value=0))
+        bad |= (values < bounds[0]) | (values > bounds[1])
+    if bad.any():
+        row = {**reqs[int(np.flatnonzero(bad)[0])], "run_id": run.run_id,
+               "platform": run.platform}
+        numbers.check_row(config, row, where=f"run {run.run_id}")
+    constant = to_arrow(np.zeros(n, dtype=np.int32))
+    arrays = []
+    for fld in arrow_schema:
+        if fld.name in ("run_id", "platform"):
+            value = run.run_id if fld.name == "run_id" else run.platform
+            arrays.append(pa.DictionaryArray.from_arrays(constant, strings([value]))
+                          .cast(fld.type))
+        elif fld.name in table.column_names:
+            arrays.append(table.column(fld.name).cast(fld.type))
+        else:
+            arrays.append(pa.nulls(n, type=fld.type))
+    return pa.Table.from_arrays(arrays, schema=arrow_schema)
