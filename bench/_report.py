@@ -29,6 +29,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from llm_powertrace_ds.atomic import write_text_atomic
+
 REPO = Path(__file__).resolve().parents[1]
 
 Value = float | int | bool | str | None
@@ -111,8 +113,10 @@ def result(name: str, value: Value, unit: str, *, at_most: float | None = None,
 
 
 def _number(bound: Value) -> str:
-    """A bound as a target shows it: ``1.5``, ``10,000,000``, ``True``."""
-    if isinstance(bound, bool) or not isinstance(bound, int | float):
+    """A bound as a target shows it: ``1.5``, ``10,000,000``, ``yes``."""
+    if isinstance(bound, bool):
+        return "yes" if bound else "no"
+    if not isinstance(bound, int | float):
         return str(bound)
     if isinstance(bound, float) and not bound.is_integer():
         return f"{bound:g}"
@@ -212,8 +216,6 @@ def document(bench: str, results: Sequence[Result], *, script: str,
 
 
 def write(path: Path, doc: dict[str, Any]) -> None:
-    """Write ``doc`` to ``path`` as indented JSON, through a temporary name and a rename."""
+    """Write ``doc`` to ``path`` as indented JSON (through a temporary name and a rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(doc, indent=2) + "\n")

@@ -15,10 +15,11 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
+
+from llm_powertrace_ds.atomic import write_text_atomic
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = REPO / "docs" / "data" / "bench"
@@ -130,30 +131,30 @@ def load(path: Path) -> dict[str, Any]:
         raise BenchDocError(f"Failed to read '{_where(path)}': {type(exc).__name__}: {exc}"
                             ) from exc
     _need(path, "(document)", doc, (dict,), "an object")
-    bench = _need(path, "bench", doc.get("bench"), (str,), "a string")
+    bench = _need(path, "bench", doc.get("bench", ...), (str,), "a string")
     if bench != path.stem:
         raise BenchDocError(f"{_where(path)}: field 'bench': expected {path.stem!r} (the file's "
                             f"name), got {bench!r}")
-    _need(path, "command", doc.get("command"), (str,), "a string")
-    date = _need(path, "date", doc.get("date"), (str,), "an ISO date")
+    _need(path, "command", doc.get("command", ...), (str,), "a string")
+    date = _need(path, "date", doc.get("date", ...), (str,), "an ISO date")
     try:
         dt.date.fromisoformat(date)
     except ValueError:
         raise BenchDocError(f"{_where(path)}: field 'date': expected an ISO date, got {date!r}"
                             ) from None
-    mach = _need(path, "machine", doc.get("machine"), (dict,), "an object")
+    mach = _need(path, "machine", doc.get("machine", ...), (dict,), "an object")
     for key in ("cpu", "cores", "memory_gib", "os", "python"):
         if key not in mach:
             raise BenchDocError(f"{_where(path)}: field 'machine.{key}': missing")
-    results = _need(path, "results", doc.get("results"), (list,), "a list")
+    results = _need(path, "results", doc.get("results", ...), (list,), "a list")
     if not results:
         raise BenchDocError(f"{_where(path)}: field 'results': expected at least one, got []")
     for i, row in enumerate(results):
         f = f"results[{i}]"
         _need(path, f, row, (dict,), "an object")
-        _need(path, f"{f}.name", row.get("name"), (str,), "a string")
+        _need(path, f"{f}.name", row.get("name", ...), (str,), "a string")
         _need(path, f"{f}.value", row.get("value", ...), _SCALAR, "a number, string, bool or null")
-        _need(path, f"{f}.unit", row.get("unit"), (str,), "a string")
+        _need(path, f"{f}.unit", row.get("unit", ...), (str,), "a string")
         _need(path, f"{f}.target", row.get("target", ...), (str, type(None)), "a string or null")
         _need(path, f"{f}.ok", row.get("ok", ...), (bool, type(None)), "true, false or null")
     return doc
@@ -189,8 +190,8 @@ def section(doc: dict[str, Any]) -> str:
     if bench in DESCRIPTIONS:
         lines += [DESCRIPTIONS[bench], ""]
     met = [r["ok"] for r in doc["results"] if r["ok"] is not None]
-    lines += [f"Measured on {doc['date']}: {_machine_line(doc['machine'])}. "
-              f"Targets met: {sum(met)} of {len(met)}.", "",
+    verdict = f"Targets met: {sum(met)} of {len(met)}." if met else "No targets."
+    lines += [f"Measured on {doc['date']}: {_machine_line(doc['machine'])}. {verdict}", "",
               f"    {doc['command']}", "",
               "| figure | value | unit | target | ok |", "| --- | ---: | --- | --- | --- |"]
     for r in doc["results"]:
@@ -228,9 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 1
         return 0
-    tmp = args.page.with_name(f".{args.page.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, args.page)
+    write_text_atomic(args.page, text)
     print(f"wrote {_where(args.page)}")
     return 0
 
