@@ -1,13 +1,13 @@
 """Benchmark the shard writer, ``datasets`` loading, and trace scans vs raw ``pyarrow.ipc``.
 
 Writes >= 10 M samples through the shard writer, loads them with ``datasets``, and scans every
-trace as numpy arrays through the README's path vs raw ``pyarrow.ipc``.
+trace as numpy arrays through the analyst guide's path (docs/analyst-guide.md) vs raw ``pyarrow.ipc``.
 
 Prints one JSON object:
 ``{"samples", "write_s", "load_cold_s", "load_warm_s", "scan_datasets_s", "scan_pyarrow_s",
 "scan_ratio"}``; the two scans run side by side in one process on the same files.
 
-``scan_ratio`` (the README's path over raw Arrow) has the target <= 1.5.
+``scan_ratio`` (that path over raw Arrow) has the target <= 1.5.
 
 Usage: python bench/loader.py [--runs 100] [--devices 4] [--samples-per-device 25000] [--json PATH]
 """

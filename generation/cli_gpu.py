@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "gpu-settings-journal-<host>.json: one file per node). Entries of running processes "
         "and of other hosts are left alone. Needs root, like the settings themselves.",
         epilog="examples:\n  sudo llm-powertrace restore-gpu-settings\n"
-        "  llm-powertrace restore-gpu-settings --all-mine   # Slurm epilog (README)")
+        "  llm-powertrace restore-gpu-settings --all-mine   # Slurm epilog (docs/generating.md)")
     p.add_argument("--all-mine", action="store_true",
                    help="restore every entry of this host written by the job's user "
                    "($SLURM_JOB_USER when run as root in an epilog, else the calling user)")

@@ -14,7 +14,7 @@ node-level trace): ``DIR/.node-traces/<UTC stamp>/`` holds its spool (read it wi
 ``generation.sampler.spool_to_run``) and ``manifest.json`` (slots, their devices by NVML index or
 CPU core, each slot's exit code and log).
 
-Sharing a node changes what a run measures (the README says more): the runs share the CPU,
+Sharing a node changes what a run measures (docs/generating.md says more): the runs share the CPU,
 host memory bandwidth, PCIe/NVLink switches and the power supply, so a run's power and speed
 are those of a busy node, not of a GPU alone.
 """

@@ -1,4 +1,4 @@
-"""Fast access to traces as numpy arrays (the path the README recommends to analysts).
+"""Fast access to traces as numpy arrays (the path docs/analyst-guide.md recommends to analysts).
 
 ``load_dataset`` returns a memory-mapped Arrow table; reading it row by row as Python lists is
 slow for millions of samples. :func:`iter_trace_arrays` walks the table in Arrow record batches

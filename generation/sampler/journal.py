@@ -14,7 +14,7 @@ the nodes of a cluster holds one file per node, ``$LLM_POWERTRACE_GPU_JOURNAL``,
 every entry names its host and its user (uid). A pid means something only on its own host: a
 restore acts only on entries of the host it runs on and leaves the others (their GPUs are not
 this node's, their processes cannot be checked from here). A Slurm epilog runs
-``llm-powertrace restore-gpu-settings --all-mine`` on each node after a job (README), so a job
+``llm-powertrace restore-gpu-settings --all-mine`` on each node after a job (docs/generating.md), so a job
 killed with SIGKILL leaves no cap on the node. The file is rewritten atomically (temporary name,
 fsync, rename) under a file lock.
 

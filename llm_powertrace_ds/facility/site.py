@@ -157,7 +157,7 @@ def profiles(result: FacilityResult) -> dict[float, dict[str, np.ndarray]]:
 
 
 def to_json(result: FacilityResult) -> dict[str, Any]:
-    """The ``--format json`` object (shape documented in the README, "From GPUs to the grid")."""
+    """The ``--format json`` object (shape documented in docs/facility.md)."""
     cfg = result.config
     metrics, notes = site_metrics(result)
     per_source: dict[int, list[Job]] = {}

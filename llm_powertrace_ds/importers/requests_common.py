@@ -141,8 +141,8 @@ def column(data: dict[str, Any], key: str, n: int | None, *, file: Path,
     """``data[key]`` as a list of length ``n`` (``None`` when absent and not required)."""
     if key not in data:
         if required:
-            raise InputError(f"no {key!r} array: save the per-request details (see the README's "
-                             "'Record your own runs')", file=file, field=key)
+            raise InputError(f"no {key!r} array: save the per-request details (see the serving "
+                             "engines in docs/recording.md)", file=file, field=key)
         return None
     values = data[key]
     if not isinstance(values, list):

@@ -60,7 +60,7 @@ def read_sglang_requests(path: str | Path) -> RequestLog:
         raise InputError("SGLang's --output-details result saves no per-request start times, so "
                          "its requests cannot be placed on the run clock: give the client's "
                          "stdout of --backend sglang-oai-chat --print-requests instead (the "
-                         "README's 'Record your own runs')",
+                         "serving engines in docs/recording.md)",
                          file=path, line=lineno, field="start_times")
     return requests_from_arrays(data, file=path, fmt=FORMAT)
 

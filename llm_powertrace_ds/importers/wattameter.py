@@ -53,7 +53,7 @@ overrides the count.
 log line naming file and line; any other malformed line stops the import with an error naming
 the file, the line, the column and the value. The ``rapl_*.log`` files (CPU package and DRAM
 energy) are not imported: a CPU domain is not a GPU, and every device row of our schema is one
-(``gpu_index``, ``gpu_name``, per-GPU metrics) — the README says so under "Importing your own
+(``gpu_index``, ``gpu_name``, per-GPU metrics) — docs/importing.md says so under "WattAMeter
 logs".
 """
 

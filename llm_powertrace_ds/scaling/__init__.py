@@ -49,7 +49,7 @@ N × tokens for energy): n held out, n predicted, n unpredictable (each with its
 platform absent from the fit, a missing axis), MdAPE, the coverage of the 90 % interval, and per
 prediction how far it extrapolates beyond the training range (decades of each axis).
 
-Everything serialises to JSON (:meth:`FitResult.to_json`, documented shape in the README);
+Everything serialises to JSON (:meth:`FitResult.to_json`, documented shape in docs/analyst-guide.md);
 :func:`predict` reads it back and never crashes: bad input is one :class:`InputError` line.
 """
 

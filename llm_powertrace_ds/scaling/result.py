@@ -45,7 +45,7 @@ class FitResult:
     preferred = best_law
 
     def to_json(self) -> dict[str, Any]:
-        """The documented, stable shape (README "Scaling law").
+        """The documented, stable shape (docs/analyst-guide.md, "Scaling law").
 
         ``target``, ``n_runs``, ``laws`` ``{name: {"params", "holdout"}}``, ``baselines``
         ``{name: {"holdout"}}``, ``best_law``; plus ``format``, the laws' states for

@@ -297,8 +297,8 @@ def test_column_values():
 
 
 @pytest.mark.parametrize("data,n,reason", [
-    ({}, 3, "no 'ttfts' array: save the per-request details (see the README's "
-            "'Record your own runs')"),
+    ({}, 3, "no 'ttfts' array: save the per-request details (see the serving "
+            "engines in docs/recording.md)"),
     ({"ttfts": {"a": 1}}, 3, "expected a list, got dict"),
     ({"ttfts": "0.1"}, None, "expected a list, got str"),
     ({"ttfts": None}, 1, "expected a list, got NoneType"),
@@ -316,8 +316,8 @@ def test_vllm_file_without_an_array_names_it(tmp_path):
     path.write_text(json.dumps({"start_times": [T0_S], "input_lens": [1]}))
     with pytest.raises(InputError) as info:
         read_requests("vllm", path)
-    assert where(info) == ("no 'ttfts' array: save the per-request details (see the README's "
-                           "'Record your own runs')", str(path), None, "ttfts")
+    assert where(info) == ("no 'ttfts' array: save the per-request details (see the serving "
+                           "engines in docs/recording.md)", str(path), None, "ttfts")
 
 
 def test_rows_have_exactly_the_request_columns(tmp_path):
