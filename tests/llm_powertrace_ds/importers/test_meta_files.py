@@ -1,12 +1,11 @@
-"""Pins of the importers' metadata-file basics, found unpinned by mutation testing.
+"""The importers' metadata files (``importers.meta_files``): reading, limits and scrubbing.
 
-Mutation testing (mutmut) showed that ``importers.meta_files`` could change without any test
-failing: the exact one-line errors (reason, file and line of each ``InputError``) of an unreadable,
-non-UTF-8, oversized, unparsable or non-mapping metadata file, the YAML size limit at its exact
-boundary and the line it names, the lines and one-line messages taken from YAML and JSON
-exceptions, what ``scrub_text`` keeps of a path and which of this machine's names it refuses,
-the stripping ``scrub_meta`` does, the truncation of ``one_line``/``list_names``/``_short``,
-file hashes, family guesses and time zone names.
+The one-line errors (reason, file and line of each ``InputError``) of an unreadable, non-UTF-8,
+oversized, unparsable or non-mapping metadata file; the YAML size limit at its exact boundary and
+the line it names; the lines and one-line messages taken from YAML and JSON exceptions; what
+``scrub_text`` keeps of a path and which of this machine's names it refuses; the stripping
+``scrub_meta`` does; the truncation of ``one_line``/``list_names``/``_short``; file hashes,
+family guesses and time zone names.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""Exact behaviour of the vLLM and SGLang request-log readers, pinned against mutation testing.
+"""The vLLM and SGLang request-log readers: exact values and one-line errors.
 
-Mutation testing (mutmut) found these behaviours of ``requests_vllm``, ``requests_sglang`` and
-``requests_sglang_log`` unpinned: the exact error (reason, file, line and field) for each kind of
-malformed input, and the exact values read from each format — times, token counts, statuses,
-request ids, which clock, null versus 0, and the optional arrays and keys when absent. The input
-files are written here in each client's documented format (see the modules' docstrings).
+``requests_vllm``, ``requests_sglang`` and ``requests_sglang_log``: the error (reason, file, line
+and field) for each kind of malformed input, and the values read from each format — times, token
+counts, statuses, request ids, which clock, null versus 0, and the optional arrays and keys when
+absent. The input files are written here in each client's documented format (see the modules'
+docstrings).
 """
 
 from __future__ import annotations
@@ -196,7 +196,7 @@ def test_vllm_reads_utf8_text(tmp_path):
 NO_START_TIMES = (
     "SGLang's --output-details result saves no per-request start times, so its requests cannot "
     "be placed on the run clock: give the client's stdout of --backend sglang-oai-chat "
-    "--print-requests instead (the serving engines in docs/recording.md)")
+    "--print-requests instead (the README's 'Record your own runs')")
 
 
 def write_lines(tmp_path: Path, lines: list[str], name: str = "sglang.jsonl") -> Path:

@@ -1,11 +1,10 @@
-"""Pins of timestamp parsing (``importers.timestamps``), found unpinned by mutation testing.
+"""Timestamp parsing (``importers.timestamps``): every accepted form, its zone and its errors.
 
-Mutation testing (mutmut) showed that ``importers.timestamps`` could change without any test
-failing: slash-separated stamps with an explicit offset, ``Z`` stamps that ignore the local zone
-(and are truncated, not rounded, to ms), zones whose offset is zero but are not ``UTC`` itself,
-the first occurrence of an ambiguous wall time, empty columns, the exact one-line errors (reason,
-file, line and field of each ``InputError``) and the ``...Z`` text of ``format_utc_ms`` whatever
-the process's local time zone.
+Slash-separated stamps with an explicit offset, ``Z`` stamps that ignore the local zone (and are
+truncated, not rounded, to ms), zones whose offset is zero but are not ``UTC`` itself, the first
+occurrence of an ambiguous wall time, empty columns, the one-line errors (reason, file, line and
+field of each ``InputError``) and the ``...Z`` text of ``format_utc_ms`` whatever the process's
+local time zone.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
-"""Pins of the column converters (``importers.values``), found unpinned by mutation testing.
+"""The column converters (``importers.values``): null tokens, units, flags and their errors.
 
-Mutation testing (mutmut) showed that ``importers.values`` could change without any test failing:
-the null tokens, the exact one-line errors of each converter (reason, file, line and field of each
-``InputError``, the earliest bad row winning), decimal versus hex clock-event bitmasks, the
-``Active``/``Not Active`` flags, units and the negative check on both the plain (Python list) and
-the vectorised (``pyarrow``) paths, and the codes and levels of the ``Factorizer``.
+The null tokens; the one-line errors of each converter (reason, file, line and field of each
+``InputError``, the earliest bad row winning); decimal versus hex clock-event bitmasks; the
+``Active``/``Not Active`` flags; units and the negative check on both the plain (Python list)
+and the vectorised (``pyarrow``) paths; and the codes and levels of the ``Factorizer``.
 """
 
 from __future__ import annotations
