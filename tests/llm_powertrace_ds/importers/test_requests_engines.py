@@ -196,7 +196,7 @@ def test_vllm_reads_utf8_text(tmp_path):
 NO_START_TIMES = (
     "SGLang's --output-details result saves no per-request start times, so its requests cannot "
     "be placed on the run clock: give the client's stdout of --backend sglang-oai-chat "
-    "--print-requests instead (the README's 'Record your own runs')")
+    "--print-requests instead (the serving engines in docs/recording.md)")
 
 
 def write_lines(tmp_path: Path, lines: list[str], name: str = "sglang.jsonl") -> Path:
