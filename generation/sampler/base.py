@@ -29,7 +29,8 @@ FAULT_NO_PERMISSION = 1 << 2
 FAULT_GPU_LOST = 1 << 3
 """The device was lost; this is its last row."""
 FAULT_PROCESS_GONE = 1 << 4
-"""``cpu_proxy``: the rank's process has ended; nothing to measure."""
+"""``cpu_proxy``: the rank's process has ended; the reading models what is left of its tree
+(``idle_w`` when nothing is), or is null if the process ended before it was first seen."""
 FAULT_FIELD_ERROR = 1 << 5
 """A field returned another error code this tick."""
 

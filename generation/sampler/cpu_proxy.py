@@ -21,6 +21,14 @@ re-scanned about once a second (not every tick, to keep the sampler cheap): a ch
 counted from its discovery, and the last partial tick of a child that exits is lost; the sampler
 process itself is excluded.
 
+When the rank's own process ends (``record``'s command exits, then ``idle_after_s`` follows),
+the device keeps reading the model of what is left of its tree: the children already found
+that still run (no more re-scans: the pid may be reused), and when none is left, a tree that
+uses no CPU, ``u = 0`` and ``power_w = idle_w`` — the same model the idle padding of a live
+rank reads. Those readings carry the fault bit ``process_gone``, so the summary counts them. A
+rank whose process had ended before the sampler first saw it was never measured: its readings
+are null.
+
 Ranks are found through ``<staging>/pids/rank-<r>.pid`` files (one line: the pid), re-read on
 every re-scan, so ranks that start later join the run as new devices.
 """
@@ -180,6 +188,7 @@ class _Tree:
     last_ns: int = 0
     energy_mj: float = 0.0
     alive: bool = True
+    root_gone: bool = False
 
 
 class CpuProxySource(Source):
@@ -256,7 +265,7 @@ class CpuProxySource(Source):
 
     def _refresh_tree(self, tree: _Tree) -> None:
         """Re-read the tree's children and its affinity (about once a second)."""
-        if not tree.alive:
+        if not tree.alive or tree.root_gone:  # the root's pid may be another process's now
             return
         try:
             tree.threads_allowed = max(1, len(os.sched_getaffinity(tree.pid)))
@@ -290,9 +299,8 @@ class CpuProxySource(Source):
                 now, proc_rss = proc.sample()
             except (OSError, ValueError, IndexError):  # it exited
                 tree.procs.pop(pid).close()
-                if pid == tree.pid:
-                    self._drop_tree(tree)
-                    return 0.0, 0.0
+                if pid == tree.pid:  # the rest of the tree, if any, is still measured
+                    tree.root_gone = True
                 continue
             if proc.last_cpu_ns is not None and now > proc.last_cpu_ns:
                 cpu_ns += now - proc.last_cpu_ns
@@ -308,13 +316,12 @@ class CpuProxySource(Source):
         now = self.clock()
         wall_s = (now - tree.last_ns) / 1e9
         tree.last_ns = now
-        if not tree.alive:
-            return Reading(faults=FAULT_PROCESS_GONE)
         power_w, u = proxy_power_w(cpu_s, wall_s, tree.threads_allowed, self.idle_w, self.max_w)
         if power_w == power_w:  # not NaN
             tree.energy_mj += power_w * wall_s * 1000.0
         return Reading(power_mw=power_w * 1000.0, energy_mj=tree.energy_mj,
-                       gpu_util_pct=100.0 * u, mem_used_bytes=rss)
+                       gpu_util_pct=100.0 * u, mem_used_bytes=rss,
+                       faults=FAULT_PROCESS_GONE if tree.root_gone else 0)
 
     def rescan(self) -> list[DeviceInfo]:
         for tree in self._trees:

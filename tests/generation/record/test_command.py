@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from generation.record import RecordConfig, exit_status, record_command
@@ -100,6 +101,21 @@ def _remember_t0(monkeypatch):
         return original(self)
 
     monkeypatch.setattr(session.Recording, "_publish", publish)
+
+
+def test_the_idle_after_window_reads_the_idle_model_once_the_command_exits(tmp_path):
+    out = tmp_path / "ds"
+    outcome = record_command([sys.executable, "-c", "pass"],
+                             _cfg(out, idle_before_s=0.5, idle_after_s=1.5))
+    assert outcome.status == "published"
+    run = read_run(out, outcome.run_id)
+    idle_begin = max(e.t_ms for e in run.events if e.kind == "idle_begin")
+    dev = run.devices[0]
+    after = dev.t_ms >= idle_begin + 100  # the command and its process tree have ended
+    power = dev.signals["power_w"][after]
+    assert after.sum() >= 10 and not np.isnan(power).any()
+    assert np.allclose(power, 60.0)  # no process left: u = 0, power_w = idle_w
+    assert dev.t_ms[-1] - dev.t_ms[0] >= 1500
 
 
 def test_false_exits_1_and_publishes_nothing(tmp_path):

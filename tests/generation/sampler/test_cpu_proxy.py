@@ -157,15 +157,47 @@ def test_a_rank_joining_later_becomes_a_new_device(tmp_path, procs):
     assert source.read(1).faults == 0
 
 
-def test_a_process_that_ends_reads_as_gone(tmp_path, procs):
+def test_a_process_that_ends_reads_the_idle_model_flagged_gone(tmp_path, procs):
     p = procs("import time; time.sleep(0.3)")
     register_pid(tmp_path, 0, p.pid)
-    source = CpuProxySource(tmp_path / "pids")
+    source = CpuProxySource(tmp_path / "pids", idle_w=55.0)
     source.open()
     assert source.read(0).faults == 0
     p.wait()
-    r = source.read(0)
-    assert r.faults == FAULT_PROCESS_GONE and math.isnan(r.power_mw)
-    assert source.read(0).faults == FAULT_PROCESS_GONE
+    for _ in range(2):  # an empty tree uses no CPU: u = 0, power = idle_w, no memory
+        time.sleep(0.05)
+        r = source.read(0)
+        assert r.faults == FAULT_PROCESS_GONE
+        assert (r.power_mw, r.gpu_util_pct, r.mem_used_bytes) == (55_000.0, 0.0, 0.0)
     source.rescan()  # nothing to rescan; must not fail
     source.close()
+
+
+def test_children_left_running_by_an_ended_rank_are_still_measured(tmp_path, procs):
+    code = ("import subprocess, sys, time\n"
+            f"subprocess.Popen([sys.executable, '-c', {BUSY.format(s=3)!r}])\n"
+            "time.sleep(0.5)\n")
+    parent = procs(code)
+    register_pid(tmp_path, 0, parent.pid)
+    source = CpuProxySource(tmp_path / "pids")
+    source.open()
+    while not psutil.Process(parent.pid).children():
+        time.sleep(0.05)
+    child = psutil.Process(parent.pid).children()[0]
+    source.rescan()
+    parent.wait()
+    source.read(0)
+    time.sleep(0.4)
+    r = source.read(0)
+    child.kill()
+    assert r.faults == FAULT_PROCESS_GONE and r.gpu_util_pct > 0 and r.mem_used_bytes > 0
+
+
+def test_a_rank_gone_before_it_was_seen_reads_null(tmp_path, procs):
+    p = procs("pass")
+    p.wait()
+    register_pid(tmp_path, 0, p.pid)
+    source = CpuProxySource(tmp_path / "pids")
+    source.open()
+    r = source.read(0)
+    assert r.faults == FAULT_PROCESS_GONE and math.isnan(r.power_mw)
