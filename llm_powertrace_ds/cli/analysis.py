@@ -89,9 +89,9 @@ def _register_fit(sub: argparse._SubParsersAction) -> None:
         "fit", help="fit the energy/power scaling law", formatter_class=fmt,
         description="Fit a log-linear law with platform intercepts and a physics-informed law "
         "(energy per token from weight streaming, FLOPs and devices) on a runs table, from "
-        "pre-run settings only, with group-wise conformal 90 %% intervals; with --holdout, "
+        "pre-run settings only, with group-wise conformal 90 % intervals; with --holdout, "
         "refit without the held-out runs and report n predicted / unpredictable (with "
-        "reasons), MdAPE and 90 %% coverage beside two baselines. Degenerate data are refused "
+        "reasons), MdAPE and 90 % coverage beside two baselines. Degenerate data are refused "
         "with a one-line reason.",
         epilog="examples:\n  llm-powertrace fit llm-powertrace --target energy_per_token_j "
         "--holdout model_params=top --out fit.json\n"

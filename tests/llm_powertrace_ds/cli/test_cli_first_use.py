@@ -1,5 +1,6 @@
 """A new user's mistakes get one-line answers and exit code 2 (usage) or 1 (failure)."""
 
+import argparse
 import os
 import subprocess
 import sys
@@ -96,3 +97,13 @@ def test_import_refuses_an_unknown_platform_slug_unless_new(tmp_path, capsys):
     listed = capsys.readouterr().out
     assert listed.count(",lab_box,") == 2 and listed.count(",h100_sxm_80gb,") == 1
     assert ",h100," not in listed
+
+
+def test_no_help_text_prints_a_doubled_percent_sign():
+    from llm_powertrace_ds.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    doubled = [name for name, p in sub.choices.items() if "%%" in p.format_help()]
+    assert "%%" not in parser.format_help() and doubled == []
+    assert "conformal 90 % intervals" in " ".join(sub.choices["fit"].format_help().split())
