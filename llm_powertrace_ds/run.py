@@ -265,6 +265,11 @@ def _string_list_fields(workload: str) -> frozenset[str]:
                      if c.name in schema.RUN_LEVEL_FIELDS[workload] and c.item_dtype == "string")
 
 
+def meta_keys(workload: str) -> frozenset[str]:
+    """The run-level column names :func:`coerce_meta` accepts for ``workload``."""
+    return frozenset(_scalar_dtypes(workload)) | _string_list_fields(workload)
+
+
 def coerce_meta(meta: Mapping[str, Any], workload: str, *,
                 file: str | Path | None = None) -> dict[str, Any]:
     """Check and coerce run metadata against the workload's column contract.

@@ -134,12 +134,20 @@ def check_axes(axes: Mapping[str, Any], workload: str, *, file: str | Path | Non
             the wrong type; a value that holds a path, host or user name is reduced or refused.
     """
     from llm_powertrace_ds.importers.common import fill_model, scrub_meta
-    from llm_powertrace_ds.run import coerce_meta
+    from llm_powertrace_ds.names import closest
+    from llm_powertrace_ds.run import coerce_meta, meta_keys
 
     reserved = sorted(k for k in axes if k in RESERVED)
     if reserved:
         raise InputError(f"{', '.join(reserved)} is set by the recorder, not by --set",
                          file=file, field=reserved[0])
+    settable = meta_keys(workload) - RESERVED if workload in schema.WORKLOADS else None
+    unknown = sorted(k for k in axes if settable is not None and k not in settable)
+    if settable is not None and unknown:  # list what --set accepts, not what the recorder sets
+        close = closest(unknown[0], settable)
+        hint = f"; did you mean {close!r}?" if close else ";"
+        raise InputError(f"unknown column {unknown[0]!r} of a {workload} run{hint} accepted: "
+                         f"{', '.join(sorted(settable))}", file=file, field=unknown[0])
     meta = coerce_meta(dict(axes), workload, file=file)
     meta = scrub_meta(meta, source=str(file or "--set"))
     fill_model(meta)
@@ -411,7 +419,9 @@ class Recording:
         if self.exit_code is not None:
             extra["exit_code"] = self.exit_code
         set_status(self.config.out, self.run_id, "failed", **extra)
-        log.warning("run %s kept as failed in staging (not published): %s", self.run_id, error)
+        log.warning("run %s kept as failed in %s, not published (%s); keep_failed (record "
+                    "--keep-failed) publishes it", self.run_id,
+                    layout.staging_root(self.config.out), error)
 
     def _planned_meta(self) -> dict[str, Any]:
         cfg = self.config

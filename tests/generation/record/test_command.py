@@ -166,11 +166,18 @@ def test_cli_propagates_the_exit_code_and_checks_set(tmp_path):
                 "--", sys.executable, "-c", "import sys; sys.exit(4)")
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 4, err
-    assert "kept as failed" in err
+    failed = [line for line in err.splitlines() if "failed" in line]
+    assert len(failed) == 1, err  # one line: where, why, and how to publish it anyway
+    assert "kept as failed" in failed[0] and "exited with status 4" in failed[0]
+    assert "--keep-failed" in failed[0]
     proc = _cli("record", "--out", str(tmp_path / "ds"), "--workload", "finetune",
                 "--set", "batch_sise=3", "--", "true")
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 1 and "batch_sise" in err and "accepted" in err
+    assert proc.returncode == 1, err
+    line, = err.strip().splitlines()
+    assert "unknown column 'batch_sise' of a finetune run; did you mean 'batch_size'?" in line
+    accepted = line.split("accepted: ")[1].split(", ")
+    assert "batch_size" in accepted and not {"run_id", "sampler", "program"} & set(accepted)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
