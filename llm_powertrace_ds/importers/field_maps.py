@@ -38,7 +38,9 @@ MLENERGY_V2_FIELDS: dict[str, str] = dict(mlenergy_v2.FIELD_MAP)
 SEED_METADATA_FIELDS: dict[str, str] = dict(seed_meta.FIELD_MAP)
 
 FORMATS: dict[str, tuple[str, dict[str, str]]] = {
-    "powertrace-csv (CSV columns)": ("The seed authors' long CSV", POWERTRACE_CSV_COLUMNS),
+    "powertrace-csv (CSV columns)": ("The long CSV of the PowerTrace catalog (the public catalog "
+                                     "of LLM power traces the project started from, which the "
+                                     "code calls the seed)", POWERTRACE_CSV_COLUMNS),
     "powertrace-csv (metadata JSON)": ("Their configuration JSON or full catalog entry, as "
                                        "published; every key also lands verbatim in "
                                        "`source_metadata` unless dropped",
