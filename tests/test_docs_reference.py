@@ -76,3 +76,12 @@ def test_check_mode_names_a_stale_page_and_fails(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "cli.md").read_text(encoding="utf-8") == "old\n"
     assert GEN.main([]) == 0
     assert GEN.main(["--check"]) == 0
+
+
+def test_site_hook_renders_tested_fences_as_plain_code():
+    spec = importlib.util.spec_from_file_location("mkdocs_hooks", REPO / "docs" / "mkdocs_hooks.py")
+    assert spec is not None and spec.loader is not None
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    page = "a\n```bash test\nls\n```\n```python test\nx = 1\n```\n```bash\nmake\n```\n"
+    assert hooks.on_page_markdown(page) == "a\n```bash\nls\n```\n```python\nx = 1\n```\n```bash\nmake\n```\n"
