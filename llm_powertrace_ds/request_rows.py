@@ -93,6 +93,12 @@ class RequestRows(ColumnRows[dict[str, Any]]):
     def _row(self, values: dict[str, Any]) -> dict[str, Any]:
         return values
 
+    @classmethod
+    def from_shard(cls, table: pa.Table) -> RequestRows:
+        """A run's rows of an ``inference_requests`` table, without its ``run_id``/``platform``."""
+        return cls(table.drop_columns([c for c in ("run_id", "platform")
+                                       if c in table.column_names]))
+
 
 def number_column(requests: Sequence[dict[str, Any]], name: str) -> np.ndarray:
     """One numeric column of a run's requests as float64, NaN where null or absent.

@@ -12,6 +12,7 @@ import pyarrow.ipc as ipc
 
 from .. import layout, schema
 from ..errors import RunNotFound, ShardError
+from ..request_rows import RequestRows
 from ..run import SIGNAL_KEYS, DeviceSeries, Run, events_from_dicts
 from .encode import PACKED_RE
 from .index import ShardIndex
@@ -222,8 +223,7 @@ class RunReader:
         else:
             table = None
         if table is not None:
-            run.requests = [{k: v for k, v in r.items() if k not in ("run_id", "platform")}
-                            for r in table.to_pylist()]
+            run.requests = RequestRows.from_shard(table)
 
 
 def iter_runs(root: str | Path) -> Iterator[Run]:
@@ -338,10 +338,7 @@ def _attach_requests(run: Run, root: str | Path | None) -> None:
     if root is not None and run.workload == "inference":
         path = layout.requests_path(root, run.platform, run.run_id)
         if path.exists():
-            run.requests = [
-                {k: v for k, v in r.items() if k not in ("run_id", "platform")}
-                for r in read_table(path).to_pylist()
-            ]
+            run.requests = RequestRows.from_shard(read_table(path))
 
 
 def run_from_rows(rows: list[dict[str, Any]], root: str | Path | None = None) -> Run:
