@@ -179,7 +179,10 @@ def _argument(action: argparse.Action) -> str:
 def _command_section(parser: argparse.ArgumentParser, title: str, level: int) -> list[str]:
     out = [f"{'#' * level} {title}", ""]
     if parser.description:
-        out += [" ".join(parser.description.split()), ""]
+        text = parser.description
+        if "%(prog)" in text:  # argparse's own rule for descriptions and epilogs
+            text = text % {"prog": parser.prog}
+        out += [" ".join(text.split()), ""]
     rows = []
     for action in parser._actions:
         if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)) \
@@ -195,7 +198,10 @@ def _command_section(parser: argparse.ArgumentParser, title: str, level: int) ->
     if rows:
         out += _table(("option", "argument", "default", "help"), rows) + [""]
     if parser.epilog:
-        out += ["```text", parser.epilog.strip("\n"), "```", ""]
+        epilog = parser.epilog
+        if "%(prog)" in epilog:
+            epilog = epilog % {"prog": parser.prog}
+        out += ["```text", epilog.strip("\n"), "```", ""]
     sub = _subparsers(parser)
     if sub is not None:
         helps = {a.dest: a.help or "" for a in sub._choices_actions}
