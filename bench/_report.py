@@ -4,7 +4,7 @@ Every measuring script in ``bench/`` takes ``--json PATH`` and writes, through :
 
     {"bench": "metrics",
      "machine": {"cpu": "...", "cores": 2, "memory_gib": 7.8, "os": "Linux 6.8",
-                 "python": "3.11.9", "load_avg_1min": 0.4},
+                 "python": "3.11.9", "load_avg_1min": 0.4, "load_avg_1min_end": 1.1},
      "date": "2026-12-03",
      "results": [{"name": "samples_per_s", "value": 1.2e7, "unit": "samples/s",
                   "target": ">= 1e+07", "ok": true}, ...],
@@ -198,7 +198,8 @@ def document(bench: str, results: Sequence[Result], *, script: str,
         results: the figures, in the order the page shows them.
         script: the script's file (``__file__``).
         argv: its arguments (default ``sys.argv[1:]``).
-        started: :func:`machine` taken when the run started (default: taken now).
+        started: :func:`machine` taken when the run started (default: taken now); the load
+            average now is added as ``load_avg_1min_end``.
 
     Returns:
         The document, ready for ``json.dumps``.
@@ -210,7 +211,9 @@ def document(bench: str, results: Sequence[Result], *, script: str,
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ValueError(f"{bench}: results named twice: {', '.join(dupes)}")
-    return {"bench": bench, "machine": started if started is not None else machine(),
+    mach = dict(started) if started is not None else machine()
+    mach["load_avg_1min_end"] = machine()["load_avg_1min"]
+    return {"bench": bench, "machine": mach,
             "date": dt.date.today().isoformat(), "results": [asdict(r) for r in results],
             "command": command(script, sys.argv[1:] if argv is None else argv)}
 

@@ -78,7 +78,7 @@ DESCRIPTIONS = {
     "facility": "Composing a site of many GPUs from source runs (`facility`).",
     "gpu_validate": "NVML sampling against the GPU's energy counter under a matmul load.",
     "loader": "Scanning every sample of a dataset through `datasets` against plain Arrow.",
-    "metrics": "The metrics of one run (`compute_metrics`), samples per second.",
+    "metrics": "The whole metric suite of one run (`compute_run_metrics`), samples per second.",
     "overhead": "Training steps with the sampler on against off (the sampler's cost).",
     "query": "The query API against hand-written Arrow for the same answers.",
     "record_overhead": "`record` around a child process against the child alone.",
@@ -179,7 +179,9 @@ def _machine_line(m: dict[str, Any]) -> str:
              f"{m['memory_gib']:g} GiB" if m["memory_gib"] else None,
              m["os"], f"Python {m['python']}" if m["python"] else None]
     if m.get("load_avg_1min") is not None:
-        parts.append(f"load average {m['load_avg_1min']:g} at the start")
+        end = m.get("load_avg_1min_end")
+        parts.append(f"load average {m['load_avg_1min']:g} at the start"
+                     + (f", {end:g} at the end" if end is not None else ""))
     return ", ".join(p for p in parts if p)
 
 

@@ -68,6 +68,7 @@ def test_the_table_shows_value_unit_target_and_a_missed_target():
     assert "| `samples` | 20,000,000 | samples |  |  |" in text
     assert "Targets met: 0 of 1." in text
     assert "    python bench/metrics.py --repeat 1" in text
+    assert "at the start," in text and "at the end." in text
 
 
 @pytest.mark.parametrize(("field", "edit", "message"), [
