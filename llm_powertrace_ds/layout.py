@@ -42,7 +42,13 @@ def staging_dir(root: str | Path, run_id: str) -> Path:
 
 
 def lock_path(root: str | Path, name: str) -> Path:
-    """A lock file under ``.staging/locks/`` (``folder`` for the card, else a run id)."""
+    """A lock file under ``.staging/locks/`` (``folder`` for the card, else a run id).
+
+    Every lock of a dataset folder lives here, and its file stays after release: the flock is
+    on the file's inode, so removing a pathname that another process has open lets a third
+    create a new file under the same name and hold "the same" lock at once (filelock's issue
+    574 reverted deletion on release for that reason). ``pack`` and uploads never copy them.
+    """
     path = staging_root(root) / LOCKS_DIR / f"{name}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     return path

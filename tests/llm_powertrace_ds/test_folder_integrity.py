@@ -101,3 +101,15 @@ def test_meta_may_not_set_host_hash(tmp_path, capsys):
     assert main(["import", "nvidia-smi", str(good), "--meta", str(meta), "--out",
                  str(tmp_path / "ds"), "--workload", "inference"]) == 1
     assert "host_hash" in capsys.readouterr().err
+
+
+def test_lock_files_live_only_in_the_staging_locks_folder(tmp_path):
+    good = tmp_path / "good.csv"
+    good.write_text(GOOD)
+    out, packed = tmp_path / "ds", tmp_path / "packed"
+    assert main(["import", "nvidia-smi", str(good), "--out", str(out),
+                 "--workload", "inference"]) == 0
+    assert main(["pack", str(out), "--out", str(packed)]) == 0
+    for root in (out, packed):
+        folders = {p.parent for p in root.rglob("*.lock")}
+        assert folders == {root / ".staging" / "locks"}
