@@ -6,6 +6,7 @@ from collections import Counter
 from typing import Any
 
 from llm_powertrace_ds import schema
+from llm_powertrace_ds.formatting import human_bytes
 from llm_powertrace_ds.schema import is_cpu_proxy
 
 from . import figures as figures_mod
@@ -127,11 +128,11 @@ def _long_rows_note(summary: FolderSummary) -> list[str]:
     if best is None:
         return []
     ticks, run = best
-    mb = ticks * _SAMPLE_BYTES / 1e6
     return [f"Long rows: a trace row holds a whole run of one device. The longest here is "
             f"{_code(run['run_id'])} ({fmt_value(run.get('duration_s'))} s at "
             f"{fmt_value(run.get('sample_period_ms'))} ms: about {ticks:,.0f} ticks per device, "
-            f"about {mb:.1f} MB per row in memory with every signal). The Hub's dataset viewer "
+            f"about {human_bytes(ticks * _SAMPLE_BYTES)} per row in memory with every signal). "
+            "The Hub's dataset viewer "
             "reads pages of rows, so the trace configs stay the default (`load_dataset(repo)` "
             "keeps returning traces) and the runs configs "
             "(`finetune_runs`, `inference_runs`: one small row per run, with its metrics) are "

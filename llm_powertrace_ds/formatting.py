@@ -41,6 +41,21 @@ def human_number(value: float, digits: int = 4, *, grouping: bool = True) -> str
     return f"{mantissa}e{int(exp)}"
 
 
+def human_bytes(n_bytes: float) -> str:
+    """A size in the largest decimal unit that keeps it at least 1: ``B``, ``kB``, ``MB``, ``GB``.
+
+    Three significant digits (whole bytes below 1 kB), so a small size never reads ``0.0 MB``.
+
+    Example:
+        >>> [human_bytes(v) for v in (0, 950, 6_050, 1_234_567, 2.5e9)]
+        ['0 B', '950 B', '6.05 kB', '1.23 MB', '2.5 GB']
+    """
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n_bytes) >= size:
+            return f"{human_number(n_bytes / size, 3)} {unit}"
+    return f"{n_bytes:.0f} B"
+
+
 _TERMINAL_UNSAFE_RE = re.compile(
     r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
 """C0/C1 control characters (ESC starts every terminal escape: OSC 52 clipboard writes, screen

@@ -76,3 +76,10 @@ def test_card_citation_and_limitations(card):
     lim = card[card.index("## Limitations and intended use"):]
     assert "**Intended use.**" in lim and "GPU power only" in lim
     assert "1 of 2 runs is `cpu_proxy` data" in lim
+
+
+def test_a_short_run_row_size_reads_in_bytes_or_kb_not_zero_mb(card):
+    note = next(line for line in card.splitlines() if line.startswith("Long rows:"))
+    size = re.search(r"about ([\d.,]+ [kMG]?B) per row", note)
+    assert size and "0.0 MB" not in note, note
+    assert size.group(1).endswith((" B", " kB")), note  # a test run is seconds long
