@@ -59,8 +59,9 @@ def check_loads(root: Path, cache_dir: Path) -> list[tuple[str, str]]:
 def check_shards(root: Path) -> list[tuple[str, str]]:
     """Arrow-level check of every shard the folder's configs declare; return the pairs.
 
-    Every shard must carry its config's exact schema (``Features.arrow_schema``, with the
-    ``huggingface`` metadata) and every split must hold rows. Nothing is copied or cached.
+    Every shard must carry its config's exact fields and types (``schema.arrow_schema``; the
+    ``huggingface`` metadata older files carry is ignored: ``datasets`` reads the same features
+    from the types) and every split must hold rows. Nothing is copied or cached.
 
     Raises:
         UploadError: naming the first file or (config, split) that fails.
@@ -71,12 +72,12 @@ def check_shards(root: Path) -> list[tuple[str, str]]:
 
     pairs = []
     for config, splits in layout.config_globs(root).items():
-        expected = schema.features_for(config).arrow_schema
+        expected = schema.arrow_schema(config)
         for split in splits:
             rows = 0
             for path in layout.shard_files(root, config, split):
                 try:
-                    if not file_schema(path).equals(expected, check_metadata=True):
+                    if not file_schema(path).equals(expected):
                         raise UploadError(f"'{path}' does not have the schema of config "
                                           f"{config!r} (written by another schema version?)")
                     rows += count_rows(path)

@@ -191,9 +191,12 @@ def files_fingerprint(splits: dict[str, list[Path]], *,
 
 
 def configs_metadata(root: str | Path) -> list[dict]:
-    """The card's YAML ``configs:`` list: globs per split, ``features`` and a fingerprint.
+    """The card's YAML ``configs:`` list: globs per split and a fingerprint.
 
     Each entry's ``description`` holds the files' fingerprint (:func:`files_fingerprint`).
+    No ``features``: ``datasets`` reads the exact ``Features`` from the files' Arrow types
+    (``schema.arrow_schema``), and a feature list per config (family configs repeat their
+    workload's) made two thirds of the card (issue 34).
 
     ``finetune`` is marked ``default: true`` when present (else the first config).
     """
@@ -205,7 +208,6 @@ def configs_metadata(root: str | Path) -> list[dict]:
         fingerprint = files_fingerprint(folders.get(config, {}), stats=stats)
         entry: dict = {"config_name": config, "description": f"files {fingerprint}"}
         entry["data_files"] = [{"split": split, "path": paths} for split, paths in splits.items()]
-        entry["features"] = schema.yaml_features(config)
         entries.append(entry)
     names = [e["config_name"] for e in entries]
     default = "finetune" if "finetune" in names else (names[0] if names else None)

@@ -1,8 +1,9 @@
 """The column contract: one ``datasets.Features`` per config, every column described.
 
-This module is the single source of truth for the on-disk schema (``Features.arrow_schema``),
-for the card's data dictionary (``COLUMNS`` descriptions and units) and for the vocabularies
-(platform slugs, model families, event kinds, quality flags).
+This module is the single source of truth for the on-disk schema (``arrow_schema``: the fields
+and types of ``Features.arrow_schema``), for the card's data dictionary (``COLUMNS``
+descriptions and units) and for the vocabularies (platform slugs, model families, event kinds,
+quality flags).
 
 Categorical values are plain strings, never ``ClassLabel``, so a new value never changes the
 schema. A value the source does not report is null, never 0.
@@ -894,55 +895,25 @@ def _arrow_type(spec: _Value | _List | tuple[tuple[str, _Value], ...]) -> Any:
     raise KeyError(f"no Arrow type for dtype {spec.dtype!r}")
 
 
-def _feature_dict(spec: _Value | _List | tuple[tuple[str, _Value], ...]) -> Any:
-    """The spec as ``Features.to_dict`` writes it (the schema's ``huggingface`` metadata)."""
-    if isinstance(spec, _Value):
-        return {"dtype": spec.dtype, "_type": "Value"}
-    if isinstance(spec, _List):
-        return {"feature": _feature_dict(spec.inner), "_type": "List"}
-    return {name: _feature_dict(inner) for name, inner in spec}
-
-
-def _yaml_feature(spec: _Value | _List | tuple[tuple[str, _Value], ...]) -> dict[str, Any]:
-    """The spec as ``Features._to_yaml_list`` writes it (a list of scalars: ``list: dtype``)."""
-    if isinstance(spec, _Value):
-        return {"dtype": spec.dtype}
-    if isinstance(spec, _List):
-        inner = _yaml_feature(spec.inner)
-        return {"list": inner["dtype"] if list(inner) == ["dtype"] else inner["struct"]}
-    return {"struct": [{"name": name, **_yaml_feature(sub)} for name, sub in spec]}
-
-
-def yaml_features(config_name: str) -> list[dict[str, Any]]:
-    """The card's ``features`` list of a config, built without ``datasets``.
-
-    The same list as ``features_for(config_name)._to_yaml_list()`` (a test compares the two for
-    every config).
-    """
-    return [{"name": c.name, **_yaml_feature(c.spec)} for c in COLUMNS[base_config(config_name)]]
-
-
 _ARROW_SCHEMAS: dict[str, Any] = {}
 
 
 def arrow_schema(config_name: str) -> Any:
-    """The config's ``Features.arrow_schema`` (a ``pyarrow.Schema``), built without ``datasets``.
+    """The config's on-disk schema (a ``pyarrow.Schema``), built without ``datasets``.
 
-    The same fields, types and ``huggingface`` metadata byte for byte as
-    ``features_for(config_name).arrow_schema`` (a test compares them for every config), so the
-    import path writes shards without importing ``datasets`` (about 0.5 s of every CLI call).
+    The same fields and types as ``features_for(config_name).arrow_schema``, without its
+    ``huggingface`` metadata: ``datasets`` (>= 4.0) derives exactly the config's ``Features``
+    from these Arrow types alone (``Features.from_arrow_schema``; a test checks every config),
+    so neither a file nor the card repeats the feature list. Every shard of a per-run folder
+    carried it: 16 KB of a runs file's 52 KB (issue 40), 2,200 lines of the card (issue 34).
+    The import path writes shards without importing ``datasets`` (about 0.5 s a CLI call).
     """
     config = base_config(config_name)
     if config not in _ARROW_SCHEMAS:
-        import json
-
         import pyarrow as pa
 
-        cols = COLUMNS[config]
-        meta = {"info": {"features": {c.name: _feature_dict(c.spec) for c in cols}}}
         _ARROW_SCHEMAS[config] = pa.schema(
-            [pa.field(c.name, _arrow_type(c.spec)) for c in cols]
-        ).with_metadata({"huggingface": json.dumps(meta)})
+            [pa.field(c.name, _arrow_type(c.spec)) for c in COLUMNS[config]])
     return _ARROW_SCHEMAS[config]
 
 

@@ -1,10 +1,11 @@
 """Shard I/O: encode a ``Run`` to Arrow tables, publish atomically, pack, and read back.
 
-Every shard is an Arrow IPC **stream** file whose schema is the config's
-``Features.arrow_schema`` (it carries the ``huggingface`` metadata, so list and struct types
-round-trip through ``datasets``). Scalar and event columns go through ``features.encode_batch``;
-the per-tick signal lists are built directly from numpy (offsets + values), which is what
-``encode_batch`` would produce, without a Python object per sample.
+Every shard is an Arrow IPC **stream** file whose schema is the config's ``schema.arrow_schema``
+(the fields and types of ``Features.arrow_schema``, no ``huggingface`` metadata: ``datasets``
+reads the exact list and struct features from the Arrow types). Scalar and event columns go
+through ``features.encode_batch``; the per-tick signal lists are built directly from numpy
+(offsets + values), which is what ``encode_batch`` would produce, without a Python object per
+sample.
 
 Publishing follows the run lifecycle of docs/design.md: ``.staging/<run_id>/status.json`` says
 ``complete`` then ``published``; each file is written under a hidden temporary name in its final

@@ -1,4 +1,4 @@
-"""Encode a ``Run`` to Arrow tables in the configs' ``Features.arrow_schema``."""
+"""Encode a ``Run`` to Arrow tables in the configs' ``schema.arrow_schema``."""
 
 from __future__ import annotations
 
@@ -122,7 +122,7 @@ def _restricted_features(config: str, names: tuple[str, ...]) -> Features:
 
 
 def _arrow_schema(config: str) -> pa.Schema:
-    """The config's ``Features.arrow_schema`` (``schema.arrow_schema``: no ``datasets``)."""
+    """The config's on-disk schema (``schema.arrow_schema``: no ``datasets``)."""
     return schema.arrow_schema(config)
 
 

@@ -121,9 +121,13 @@ def test_corrupt_shard_gives_one_line_error(tmp_path, make_run):
         shards.read_run(tmp_path, "ok")
 
 
-def test_arrow_schema_carries_huggingface_metadata(tmp_path, make_run):
+def test_shards_carry_the_config_types_and_no_feature_metadata(tmp_path, make_run):
+    """One small schema per file: the types, no per-file copy of the features as JSON."""
     shards.publish_run(tmp_path, make_run("meta"))
     table = shards.read_table(layout.trace_path(tmp_path, "finetune", "l40s", "llama", "meta"))
-    assert table.schema == schema.FEATURES["finetune"].arrow_schema
-    assert b"huggingface" in table.schema.metadata
+    assert table.schema.equals(schema.FEATURES["finetune"].arrow_schema)
+    assert table.schema.metadata is None
+    runs = shards.read_table(layout.runs_path(tmp_path, "finetune", "l40s", "meta"))
+    assert runs.schema.equals(schema.FEATURES["finetune_runs"].arrow_schema)
+    assert runs.schema.metadata is None
     assert pa.types.is_list(table.schema.field("events").type)
