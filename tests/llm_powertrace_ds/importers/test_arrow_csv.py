@@ -5,17 +5,21 @@ the row-by-row ``CsvReader`` — and the results must be identical: the same run
 timestamps, every signal, events) or the same ``InputError`` message (file, line, field).
 Clean logs must take the vectorised path (the row reader is made to fail to prove it).
 
-Which files the vectorised reader takes itself (LF and CR LF files, blank lines among the rows)
-and which it hands to the row reader (bare carriage returns, with the reason in the debug log);
-the cut-off last line of a CR LF file (dropped, with its warning naming the file and the line);
-the line numbers and byte span of a header-only file; and the field a line with too many cells
-names.
+The readers' own rules too: which files the vectorised reader takes itself (LF and CR LF files,
+blank lines among the rows) and which it hands to the row reader, with the reason in the debug
+log (bare carriage returns, quoted cells, a short line); the cut-off last line (dropped, one
+warning naming the file and the line); header lines, repeated headers and their segments (int32);
+UTF-16 and BOM logs; the typed-column probe; the row reader's cells (quoted CR LF, spaces after
+a comma, blank and whitespace-only lines) and chunks; missing, vanished and empty files; and
+the encoding names ``sniff_encoding`` returns.
 """
 
 from __future__ import annotations
 
+import codecs
 import datetime as dt
 import logging
+import math
 import tempfile
 from pathlib import Path
 
@@ -27,8 +31,9 @@ from hypothesis import strategies as st
 
 from llm_powertrace_ds.errors import InputError
 from llm_powertrace_ds.importers import arrow_csv, import_file
-from llm_powertrace_ds.importers.arrow_csv import ArrowCsvReader
-from llm_powertrace_ds.importers.common import CsvReader
+from llm_powertrace_ds.importers.arrow_csv import ArrowCsvReader, _Fallback, _plain
+from llm_powertrace_ds.importers.common import CsvReader, sniff_encoding
+from llm_powertrace_ds.importers.values import numeric_converter
 
 from .test_malformed import PT_CELLS, SMI_CELLS, SMI_HEADER, fuzz_body
 from .test_nvidia_smi import indexed_log, stamp, units_log
@@ -372,14 +377,14 @@ def _text(values, lines: np.ndarray) -> np.ndarray:  # noqa: ANN001 - a Converte
 CONVERTERS = {"a": (0, _text), "b": (1, _text)}
 
 
-def _read(path: Path, reader_cls: type = ArrowCsvReader, cut_last: str = "drop"):  # noqa: ANN202
-    with reader_cls(path, cut_last=cut_last) as reader:
+def _read(path: Path, reader_cls: type = ArrowCsvReader, converters=CONVERTERS):  # noqa: ANN001, ANN202
+    """The table ``reader_cls`` reads from ``path`` with ``converters`` (text cells by default)."""
+    with reader_cls(path) as reader:
         reader.read_header()
-        table = reader.read(CONVERTERS)
-    return table
+        return reader.read(converters)
 
 
-def _shape(table) -> tuple:  # noqa: ANN001
+def _shape_with_header(table) -> tuple:  # noqa: ANN001
     return (table.header, table.header_line, table.lines.tolist(), table.segments.tolist(),
             table.columns["a"].tolist(), table.columns["b"].tolist(), table.last_line)
 
@@ -401,9 +406,9 @@ def test_lf_and_crlf_files_are_read_by_the_vectorised_path(tmp_path, caplog, new
     path = tmp_path / "log.csv"
     path.write_bytes((newline.join(BODY) + newline).encode())
     caplog.set_level(logging.DEBUG, logger=LOGGER)
-    assert _shape(_read(path)) == WANT
+    assert _shape_with_header(_read(path)) == WANT
     assert _fallbacks(caplog) == []  # no row reader: blank CR LF lines are blank, not rows
-    assert _shape(_read(path, CsvReader)) == WANT
+    assert _shape_with_header(_read(path, CsvReader)) == WANT
 
 
 def test_crlf_file_without_blank_lines_takes_the_vectorised_path(tmp_path, caplog):
@@ -424,7 +429,7 @@ def test_bare_carriage_returns_go_to_the_row_reader(tmp_path, caplog, text):
     path = tmp_path / "log.csv"
     path.write_bytes(text.encode())
     caplog.set_level(logging.DEBUG, logger=LOGGER)
-    assert _shape(_read(path)) == WANT
+    assert _shape_with_header(_read(path)) == WANT
     assert _fallbacks(caplog) == [f"{path}: row reader (bare carriage returns)"]
 
 
@@ -446,7 +451,7 @@ def test_cut_off_last_line_of_a_crlf_file_is_dropped_with_a_warning(tmp_path, ca
                          f"{path}: line {last} is cut off (a killed logger?); dropped it")]
     assert _fallbacks(caplog) == []
     caplog.clear()
-    assert _shape(_read(path, CsvReader)) == _shape(table)
+    assert _shape_with_header(_read(path, CsvReader)) == _shape_with_header(table)
 
 
 @pytest.mark.parametrize("data, want", [
@@ -473,7 +478,7 @@ def test_crlf_header_only_file_scans_to_no_rows(tmp_path):
         reader.read_header()
         got = reader._scanned_lines(path.read_bytes(), True)
         assert (got[0].tolist(), got[1], got[2], got[3]) == ([], 0, 0, 1)
-        assert _shape(reader.read(CONVERTERS)) == (["h1", "h2"], 1, [], [], [], [], 1)
+        assert _shape_with_header(reader.read(CONVERTERS)) == (["h1", "h2"], 1, [], [], [], [], 1)
 
 
 @pytest.mark.parametrize("reader_cls", [ArrowCsvReader, CsvReader])
@@ -508,3 +513,383 @@ def test_a_plain_number_first_column_is_imported_not_a_pyarrow_error(tmp_path):
     run = import_file("nvidia-smi", path, workload="inference")
     (device,) = run.devices
     assert device.power_w.tolist() == [100.0, 120.5, 130.25]
+
+
+def _shape(table) -> tuple:  # noqa: ANN001
+    return (table.lines.tolist(), table.segments.tolist(), table.columns["a"].tolist(),
+            table.columns["b"].tolist())
+
+
+def test_header_line_is_zero_before_the_header_is_read(tmp_path):
+    path = tmp_path / "log.csv"
+    path.write_text("h1,h2\n1,a\n", encoding="utf-8")
+    with ArrowCsvReader(path) as reader:
+        assert reader.header_line == 0
+        assert reader.read_header() == ["h1", "h2"]
+        assert reader.header_line == 1
+
+
+@pytest.mark.parametrize("reader_cls", [ArrowCsvReader, CsvReader])
+def test_segments_are_int32(tmp_path, reader_cls):
+    path = tmp_path / "log.csv"
+    path.write_text("h1,h2\n1,a\nh1,h2\n2,b\n", encoding="utf-8")
+    table = _read(path, reader_cls)
+    assert _shape(table) == ([2, 4], [0, 1], ["1", "2"], ["a", "b"])
+    assert table.segments.dtype == np.int32
+    assert table.lines.dtype == np.int64
+
+
+def test_utf16_log_with_an_unpaired_surrogate_is_read_with_a_replacement(tmp_path):
+    path = tmp_path / "log.csv"
+    body = "h1,h2\n1,a\ud800\n2,b\n".encode("utf-16-le", errors="surrogatepass")
+    path.write_bytes(codecs.BOM_UTF16_LE + body)
+    assert _shape(_read(path)) == ([2, 3], [0, 0], ["1", "2"], ["a\ufffd", "b"])
+
+
+def test_repeated_header_whose_last_cell_ends_in_x(tmp_path):
+    path = tmp_path / "log.csv"
+    path.write_text("id,X\n1,2\nid,X\n3,4\n", encoding="utf-8")
+    assert _shape(_read(path)) == ([2, 4], [0, 1], ["1", "3"], ["2", "4"])
+
+
+def test_row_reader_keeps_a_quoted_crlf_as_written(tmp_path):
+    path = tmp_path / "log.csv"
+    path.write_bytes(b'h1,h2\r\n1,"a\r\nb"\r\n2,c\r\n')
+    assert _shape(_read(path, CsvReader)) == ([3, 4], [0, 0], ["1", "2"], ["a\r\nb", "c"])
+
+
+def test_row_reader_skips_spaces_after_a_comma(tmp_path):
+    path = tmp_path / "log.csv"
+    path.write_text('h1,h2\n1,  a\n2, "b,c"\n', encoding="utf-8")
+    assert _shape(_read(path, CsvReader)) == ([2, 3], [0, 0], ["1", "2"], ["a", "b,c"])
+
+
+def test_row_reader_reads_a_line_of_empty_cells_as_a_row(tmp_path):
+    path = tmp_path / "log.csv"
+    path.write_text("h1,h2\n,\n1,a\n", encoding="utf-8")
+    assert _shape(_read(path, CsvReader)) == ([2, 3], [0, 0], ["", "1"], ["", "a"])
+
+
+def test_plain_accepts_a_float_column_with_an_empty_cell():
+    assert _plain(pa.chunked_array([[1.0, None, 2.5]])) is True
+    assert _plain(pa.chunked_array([[-1.0, None]])) is False
+
+
+def test_read_csv_refuses_a_quoted_empty_cell_in_a_number_column():
+    with pytest.raises(pa.ArrowInvalid, match="invalid value ''"):
+        ArrowCsvReader._read_csv(pa.py_buffer(b'"",1\n2,3\n'), ["f0", "f1"], [0, 1],
+                                 pa.string(), {0})
+    table = ArrowCsvReader._read_csv(pa.py_buffer(b',1\n2,3\n'), ["f0", "f1"], [0, 1],
+                                     pa.string(), {0})
+    assert table.column("f0").to_pylist() == [None, 2.0]
+    assert table.column("f1").to_pylist() == ["1", "3"]
+
+
+def test_repeated_headers_is_a_bool_mask_with_a_null_cell(tmp_path):
+    path = tmp_path / "log.csv"
+    data = b"h1,h2\nh1,h2\n,\nx,1\n"
+    path.write_bytes(data)
+    with ArrowCsvReader(path) as reader:
+        reader.read_header()
+        got = reader._repeated_headers(pa.chunked_array([["h1", None, "x"]]), data,
+                                       np.array([2, 3, 4], np.int64))
+    assert got.dtype == np.bool_
+    assert got.tolist() == [True, False, False]
+
+
+def test_candidate_header_line_with_an_invalid_byte_is_a_data_row(tmp_path):
+    path = tmp_path / "log.csv"
+    path.write_bytes(b"h1,h2,h3\n1,2,3\nh1,h2,\xff\n4,5,6\n")
+    with ArrowCsvReader(path) as reader:
+        reader.read_header()
+        table = reader.read({"a": (0, _text), "b": (1, _text)})
+    assert (table.lines.tolist(), table.segments.tolist()) == ([2, 3, 4], [0, 0, 0])
+    assert table.columns["a"].tolist() == ["1", "h1", "4"]
+    assert table.columns["b"].tolist() == ["2", "h2", "5"]
+
+
+def _typed(tmp_path: Path, data: bytes, lo: int, hi: int) -> set[int]:
+    path = tmp_path / "log.csv"
+    path.write_bytes(data)
+    conv = numeric_converter(file=path, field="x")
+    with ArrowCsvReader(path) as reader:
+        return reader._typed_columns(data, lo, hi, {"a": (0, conv), "b": (1, conv)})
+
+
+def test_typed_columns_read_the_first_row_only(tmp_path):
+    data = b"h1,h2\n1,2\n3,4\n"
+    assert _typed(tmp_path, data, 6, 13) == {0, 1}
+
+
+def test_typed_columns_of_a_single_unterminated_row(tmp_path):
+    data = b"h1,h2\n1,2x"
+    assert _typed(tmp_path, data, 6, 10) == {0}
+
+
+def test_row_reader_classifies_a_blank_row_as_skip(tmp_path):
+    path = tmp_path / "log.csv"
+    path.write_text("h1,h2\n\n1,a\n", encoding="utf-8")
+    with CsvReader(path) as reader:
+        reader.read_header()
+        assert reader._classify([], 2) == "skip"
+        assert reader._classify(["  "], 2) == "skip"
+        assert reader._classify(["1", "a"], 2) == "data"
+
+
+def test_plain_float_column_with_a_null_and_no_nan_is_plain():
+    assert _plain(pa.chunked_array([[3.0, None, 7.5]])) is True
+
+
+def test_plain_float_column_with_a_null_and_a_zero_minimum_is_plain():
+    assert _plain(pa.chunked_array([[0.0, None, 2.0]])) is True
+
+
+def test_header_line_counts_the_blank_lines_before_the_header(tmp_path):
+    path = tmp_path / "log.csv"
+    path.write_text("\nh1,h2\n1,a\n", encoding="utf-8")
+    reader = ArrowCsvReader(path)
+    try:
+        assert reader.header_line == 0
+        reader.read_header()
+        assert reader.header_line == 2
+    finally:
+        reader.__exit__(None, None, None)
+
+
+def test_utf16_log_with_an_unpaired_surrogate_inside_a_cell_is_read_with_a_replacement(tmp_path):
+    path = tmp_path / "log.csv"
+    text = "h1,h2\n1,x\ud800y\n2,b\n"
+    path.write_bytes(codecs.BOM_UTF16_LE + text.encode("utf-16-le", errors="surrogatepass"))
+    assert _shape(_read(path)) == ([2, 3], [0, 0], ["1", "2"], ["x\ufffdy", "b"])
+
+
+def test_utf8_bom_log_is_read_by_the_vectorised_reader(tmp_path):
+    path = tmp_path / "log.csv"
+    path.write_bytes(codecs.BOM_UTF8 + b"h1,h2\n1,a\n2,b\n")
+    assert _shape(_read(path)) == ([2, 3], [0, 0], ["1", "2"], ["a", "b"])
+
+
+def test_cut_off_line_warned_once_when_blank_lines_renumber_rows(tmp_path, caplog):
+    path = tmp_path / "log.csv"
+    path.write_bytes(b"h1,h2\n1,a\n\n2,b\n3,c")
+    with caplog.at_level(logging.DEBUG, logger="llm_powertrace_ds.importers"):
+        table = _read(path)
+    assert _shape(table) == ([2, 4], [0, 0], ["1", "2"], ["a", "b"])
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [f"{path}: line 5 is cut off (a killed logger?); dropped it"]
+
+
+def test_parse_of_a_cr_file_with_a_row_count_off_raises_fallback(tmp_path):
+    path = tmp_path / "log.csv"
+    data = b"h1,h2\r\n1,a\r\n"
+    path.write_bytes(data)
+    with ArrowCsvReader(path) as reader:
+        reader.read_header()
+        with pytest.raises(_Fallback) as exc:
+            reader._parse(data, np.array([2, 3], np.int64), 7, 11, 2, CONVERTERS)
+    assert str(exc.value) == "row count differs from the line count"
+
+
+def test_candidate_header_with_an_invalid_byte_in_an_unread_column(tmp_path):
+    path = tmp_path / "log.csv"
+    path.write_bytes(b"h1,h2,h3\n1,a,x\nh1,h2,\xff\n2,b,y\n")
+    table = _read(path)
+    assert _shape(table) == ([2, 3, 4], [0, 0, 0], ["1", "h1", "2"], ["a", "h2", "b"])
+
+
+def test_typed_columns_of_one_unterminated_row_reads_its_last_byte(tmp_path):
+    assert _typed(tmp_path, b"1,5x", 0, 4) == {0}
+
+
+def test_typed_columns_stop_at_the_first_newline(tmp_path):
+    assert _typed(tmp_path, b"1,2\n3,4", 0, 7) == {0, 1}
+
+
+def test_row_reader_skips_a_whitespace_only_line(tmp_path):
+    path = tmp_path / "log.csv"
+    path.write_text("h1,h2\n1,a\n   \n2,b\n", encoding="utf-8")
+    assert _shape(_read(path, CsvReader)) == ([2, 4], [0, 0], ["1", "2"], ["a", "b"])
+
+
+def test_row_reader_converts_full_chunks_of_chunk_rows(tmp_path):
+    path = tmp_path / "log.csv"
+    path.write_text("h1,h2\n1,a\n2,b\n3,c\n4,d\n5,e\n", encoding="utf-8")
+    sizes: list[int] = []
+
+    def conv(values, lines: np.ndarray) -> np.ndarray:  # noqa: ANN001
+        sizes.append(len(lines))
+        return np.asarray(values, dtype=object)
+
+    with CsvReader(path) as reader:
+        reader.read_header()
+        table = reader.read({"a": (0, conv)}, chunk_rows=2)
+    assert sizes == [2, 2, 1]
+    assert table.columns["a"].tolist() == ["1", "2", "3", "4", "5"]
+
+
+def test_row_reader_empty_file_error(tmp_path):
+    path = tmp_path / "log.csv"
+    path.write_text("\n\n", encoding="utf-8")
+    with CsvReader(path) as reader, pytest.raises(InputError) as exc:
+        reader.read_header()
+    assert (exc.value.reason, exc.value.file, exc.value.line, exc.value.field) == (
+        "the file is empty; expected a header line", str(path), 2, "header")
+
+
+READERS = [ArrowCsvReader, CsvReader]
+
+
+def _shape_with_last_line(table) -> tuple:  # noqa: ANN001
+    return (table.lines.tolist(), table.segments.tolist(), table.columns["a"].tolist(),
+            table.columns["b"].tolist(), table.last_line)
+
+
+@pytest.mark.parametrize("reader_cls", READERS)
+def test_negative_after_an_empty_cell_is_quoted_as_written(tmp_path, reader_cls):
+    # an empty cell, then a negative one: the float64 parse is not "plain", so the text path
+    # decides the column and the error quotes the cell's own text (not the float -1.5)
+    path = tmp_path / "log.csv"
+    path.write_text("a,p\nx,\ny,-1.50\nz,2\n")
+    conv = {"p": (1, numeric_converter(file=path, field="p", nonnegative=True))}
+    with pytest.raises(InputError) as err:
+        _read(path, reader_cls, conv)
+    e = err.value
+    assert (e.reason, e.file, e.line, e.field) == ("value '-1.50' is negative", str(path), 3, "p")
+
+
+@pytest.mark.parametrize("reader_cls", READERS)
+def test_empty_then_plain_numbers_read_as_nan_then_values(tmp_path, reader_cls):
+    path = tmp_path / "log.csv"
+    path.write_text("a,p\nx,\ny,1.50\nz,0\n")
+    conv = {"p": (1, numeric_converter(file=path, field="p", nonnegative=True))}
+    table = _read(path, reader_cls, conv)
+    got = table.columns["p"].tolist()
+    assert math.isnan(got[0]) and got[1:] == [1.5, 0.0]
+    assert table.lines.tolist() == [2, 3, 4]
+
+
+def test_quote_in_a_dropped_cut_off_line_keeps_the_vectorised_path(tmp_path, caplog):
+    path = tmp_path / "log.csv"
+    path.write_bytes(b'h1,h2\n1,a\n2,b\n3,"c')  # the cut-off last line has the only quote
+    caplog.set_level(logging.DEBUG, logger=LOGGER)
+    table = _read(path, ArrowCsvReader)
+    assert _shape_with_last_line(table) == ([2, 3], [0, 0], ["1", "2"], ["a", "b"], 4)
+    messages = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    assert not [m for m in messages if "row reader" in m]
+    assert [m for m in messages if "cut off" in m] == \
+        [f"{path}: line 4 is cut off (a killed logger?); dropped it"]
+    caplog.clear()
+    assert _shape_with_last_line(_read(path, CsvReader)) == ([2, 3], [0, 0], ["1", "2"], ["a", "b"], 4)
+    assert [r.getMessage() for r in caplog.records if r.name == LOGGER] == \
+        [f"{path}: line 4 is cut off (a killed logger?); dropped it"]
+
+
+def test_quoted_cells_go_to_the_row_reader_with_the_reason(tmp_path, caplog):
+    path = tmp_path / "log.csv"
+    path.write_bytes(b'h1,h2\n1,"a"\n2,b\n')
+    caplog.set_level(logging.DEBUG, logger=LOGGER)
+    assert _shape_with_last_line(_read(path, ArrowCsvReader)) == ([2, 3], [0, 0], ["1", "2"], ["a", "b"], 3)
+    assert [r.getMessage() for r in caplog.records if r.name == LOGGER] == \
+        [f"{path}: row reader (quoted cells)"]
+
+
+@pytest.mark.parametrize("reader_cls", READERS)
+def test_a_missing_file_is_an_input_error(tmp_path, reader_cls):
+    path = tmp_path / "missing.csv"
+    with pytest.raises(InputError) as err:
+        reader_cls(path)
+    e = err.value
+    assert (e.reason, e.file, e.line, e.field) == \
+        ("cannot read the file (No such file or directory)", str(path), None, None)
+
+
+def test_a_file_gone_before_the_vectorised_read_is_an_input_error(tmp_path):
+    path = tmp_path / "log.csv"
+    path.write_text("h1,h2\n1,a\n")
+    with ArrowCsvReader(path) as reader:
+        reader.read_header()
+        path.unlink()
+        with pytest.raises(InputError) as err:
+            reader.read(CONVERTERS)
+    e = err.value
+    assert (e.reason, e.file, e.line) == \
+        ("cannot read the file (No such file or directory)", str(path), None)
+
+
+@pytest.mark.parametrize("reader_cls", READERS)
+def test_repeated_header_in_a_one_value_first_column(tmp_path, reader_cls):
+    # a run-id column whose every cell equals the header's first cell: the repeated header
+    # line (line 3) is still a segment start, not data
+    path = tmp_path / "log.csv"
+    path.write_text("run,p\nrun,1\nrun,p\nrun,2\n")
+    assert _shape_with_last_line(_read(path, reader_cls)) == ([2, 4], [0, 1], ["run", "run"], ["1", "2"], 4)
+
+
+@pytest.mark.parametrize("reader_cls", READERS)
+def test_each_repeated_header_starts_the_next_segment(tmp_path, reader_cls):
+    path = tmp_path / "log.csv"
+    path.write_text("h1,h2\n1,a\nh1,h2\n2,b\nh1,h2\n3,c\nh1,h2\n4,d\n")
+    assert _shape_with_last_line(_read(path, reader_cls)) == \
+        ([2, 4, 6, 8], [0, 1, 2, 3], ["1", "2", "3", "4"], ["a", "b", "c", "d"], 8)
+
+
+def test_row_reader_header_is_empty_before_read_header(tmp_path):
+    path = tmp_path / "log.csv"
+    path.write_text("h1,h2\n1,a\n")
+    with CsvReader(path) as reader:
+        assert reader.header == [] and reader.header_line == 0
+        assert reader.read_header() == ["h1", "h2"]
+
+
+@pytest.mark.parametrize("reader_cls", READERS)
+def test_header_only_file_gives_empty_columns(tmp_path, reader_cls):
+    path = tmp_path / "log.csv"
+    path.write_text("h1,h2\n")
+    table = _read(path, reader_cls)
+    for name in ("a", "b"):
+        assert table.columns[name].shape == (0,)
+    assert (table.lines.tolist(), table.segments.tolist(), table.last_line) == ([], [], 1)
+    assert (table.lines.dtype, table.segments.dtype) == (np.int64, np.int32)
+
+
+def test_sniff_encoding_names(tmp_path):
+    plain = tmp_path / "plain.csv"
+    plain.write_bytes(b"h1,h2\n1,a\n")
+    wide = tmp_path / "wide.csv"
+    wide.write_bytes("h1,h2\n1,a\n".encode("utf-16"))  # with its byte-order mark
+    assert sniff_encoding(plain) == "utf-8-sig"
+    assert sniff_encoding(tmp_path / "missing.csv") == "utf-8-sig"
+    assert sniff_encoding(wide) == "utf-16"
+
+
+def test_invalid_utf8_in_an_unread_column_keeps_the_vectorised_path(tmp_path, caplog):
+    path = tmp_path / "log.csv"
+    path.write_bytes(b"h1,h2,h3\n1,a,\xff\n2,b,c\n")  # only h1 and h2 are converted
+    caplog.set_level(logging.DEBUG, logger=LOGGER)
+    assert _shape_with_last_line(_read(path, ArrowCsvReader)) == ([2, 3], [0, 0], ["1", "2"], ["a", "b"], 3)
+    assert [r.getMessage() for r in caplog.records if r.name == LOGGER] == []
+
+
+def test_a_short_line_falls_back_with_the_parser_reason_then_names_the_field(tmp_path, caplog):
+    path = tmp_path / "log.csv"
+    path.write_bytes(b"h1,h2\n1,a\n2\n3,c\n")
+    caplog.set_level(logging.DEBUG, logger=LOGGER)
+    with pytest.raises(InputError) as err:
+        _read(path, ArrowCsvReader)
+    e = err.value
+    assert (e.reason, e.file, e.line, e.field) == \
+        ("the line has 1 fields, the header has 2", str(path), 3, "h2")
+    messages = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    assert len(messages) == 1
+    assert messages[0].startswith(f"{path}: row reader (CSV parse error: ")
+    assert "Expected 2 columns, got 1" in messages[0]
+
+
+def test_an_oversized_field_names_the_file_and_line(tmp_path):
+    path = tmp_path / "log.csv"
+    path.write_text("h1,h2\n1," + "a" * 140_000 + "\n")
+    with pytest.raises(InputError) as err:
+        _read(path, CsvReader)
+    e = err.value
+    assert (e.file, e.line) == (str(path), 2)
+    assert e.reason.startswith("not a readable CSV line (field larger than field limit")

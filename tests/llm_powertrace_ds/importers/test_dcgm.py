@@ -16,6 +16,7 @@ import pytest
 
 from llm_powertrace_ds.errors import InputError
 from llm_powertrace_ds.importers import assemble, import_file
+from llm_powertrace_ds.importers.dcgm import _parse
 from llm_powertrace_ds.shards import publish_run, read_run
 
 HEADER = "#Entity   POWER   TOTEC      TMPTR  GPUTL  SMCLK  MMCLK\nID        W       mJ         C      %      MHZ    MHZ\n"
@@ -156,3 +157,78 @@ def test_mode_and_median_period():
     assert assemble.median_period_ms([Dev([0, 100]), Dev([5])]) == 100.0  # two ticks suffice
     assert assemble.median_period_ms([Dev([7])]) is None
     assert assemble.median_period_ms([Dev([0, 10, 20]), Dev([0, 30])]) == 10.0
+
+
+def _where(exc: pytest.ExceptionInfo) -> tuple:
+    return exc.value.reason, exc.value.file, exc.value.line, exc.value.field
+
+
+@pytest.mark.parametrize("header", ["#XEntity", "#X Entity", "#Device", "#"])
+def test_dmon_header_must_name_entity_right_after_the_hash(tmp_path, header):
+    path, meta = write_log(tmp_path, n=3)
+    path.write_text(path.read_text().replace("#Entity", header))
+    line = HEADER.split("\n")[0].replace("#Entity", header)
+    with pytest.raises(InputError) as exc:
+        import_file("dcgm", path, workload="inference", meta_path=meta)
+    assert _where(exc) == (f"expected a '#Entity ...' header, got {line[:40]!r}", str(path), 1,
+                           None)
+
+
+def test_dmon_header_with_hashes_and_space_is_read(tmp_path):
+    path, meta = write_log(tmp_path, n=3, gpus=1)
+    path.write_text(path.read_text().replace("#Entity", "## Entity"))
+    run = import_file("dcgm", path, workload="inference", meta_path=meta)
+    assert run.devices[0].t_ms.tolist() == [0, 100, 200]
+
+
+def test_dmon_without_metadata_names_the_missing_period(tmp_path):
+    path, _ = write_log(tmp_path, n=3)
+    with pytest.raises(InputError) as exc:
+        import_file("dcgm", path, workload="inference")
+    assert _where(exc) == ("dcgmi dmon prints no timestamps: give its -d delay as "
+                           "sample_period_ms in --meta (got None)", str(path), None,
+                           "sample_period_ms")
+
+
+def test_dmon_metadata_naming_a_path_is_refused_naming_the_metadata_file(tmp_path):
+    path, meta = write_log(tmp_path, n=3)
+    meta.write_text(json.dumps({"sample_period_ms": 100, "model_name": "/home/alice/llama"}))
+    with pytest.raises(InputError) as exc:
+        import_file("dcgm", path, workload="inference", meta_path=meta)
+    assert exc.value.file == str(meta)
+    assert exc.value.field == "model_name"
+    assert exc.value.line is None
+
+
+def test_dmon_num_gpus_below_the_log_names_the_log(tmp_path):
+    path, meta = write_log(tmp_path, n=3, gpus=2)
+    with pytest.raises(InputError) as exc:
+        import_file("dcgm", path, workload="inference", meta_path=meta, num_gpus=1)
+    assert _where(exc) == ("--num-gpus is 1 but the log holds 2 GPUs", str(path), None,
+                           "num_gpus")
+
+
+def test_dcgm_cut_off_line_after_a_units_line_ending_in_xx(tmp_path):
+    path = tmp_path / "dmon.txt"
+    path.write_text("#Entity POWER\nID W\nGPU 0 100\nGPU 0 101\nID XX\nXX", encoding="utf-8")
+    assert _parse(path) == (["POWER"], {0: [(3, [100.0]), (4, [101.0])]})
+
+
+def test_missing_dcgm_file_names_the_file(tmp_path):
+    path = tmp_path / "dmon.txt"
+    with pytest.raises(InputError) as exc:
+        import_file("dcgm", path, workload="finetune")
+    assert (exc.value.reason, exc.value.file, exc.value.line, exc.value.field) == (
+        "no such file", str(path), None, None)
+
+
+def test_dcgm_run_meta_has_start_time_and_no_other_start_key(tmp_path):
+    path, meta = write_log(tmp_path, n=3, gpus=1)
+    run = import_file("dcgm", path, workload="inference", meta_path=meta)
+    assert sorted(k for k in run.meta if "start" in k.lower()) == ["start_time"]
+    assert run.meta["start_time"].isoformat() == "2026-11-30T12:00:00+00:00"
+
+
+def test_dcgm_meta_json_fixture_declares_the_start_time(tmp_path):
+    _, meta = write_log(tmp_path, n=3, gpus=1)
+    assert json.loads(meta.read_text())["start_time"] == "2026-11-30T12:00:00Z"

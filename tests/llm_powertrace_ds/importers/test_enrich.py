@@ -11,7 +11,14 @@ import pytest
 from llm_powertrace_ds import specs
 from llm_powertrace_ds.errors import InputError
 from llm_powertrace_ds.importers import import_file
+from llm_powertrace_ds.importers.enrich import (
+    STAGE_KINDS,
+    _stage_key,
+    apply_spec_power_limit,
+    stage_kind_events,
+)
 from llm_powertrace_ds.metrics import compute_run_metrics
+from llm_powertrace_ds.run import DeviceSeries, Event, Run
 from llm_powertrace_ds.validate import validate_run
 
 from .test_nvidia_smi import stamp, write
@@ -127,3 +134,88 @@ def test_metadata_undercounting_gpus_is_flagged_not_fatal(tmp_path):
     with pytest.raises(InputError, match="--num-gpus is 2 but the log holds 4 GPUs"):
         import_file("powertrace-csv", csv_path, workload="finetune", num_gpus=2,
                     meta_path=their_json(tmp_path / "m.json"))
+
+
+@pytest.mark.parametrize("label, key", [
+    ("Warm up", "warm_up"),
+    ("WARM-UP", "warm_up"),
+    (" (EVAL) ", "eval"),
+    ("__ckpt__", "ckpt"),
+    ("Checkpoint #3", "checkpoint"),
+    ("prefill/decode", "prefill_decode"),
+    ("42", ""),
+    ("", ""),
+    (None, ""),
+])
+def test_stage_labels_normalise_to_lower_case_words_joined_by_underscores(label, key):
+    assert _stage_key(label) == key
+
+
+def test_stage_labels_with_spaces_and_brackets_map_to_their_kinds(make_run):
+    run = make_run(devices=1, n=50)  # readings every 100 ms up to 4900
+    run.events = [Event(0, "stage", label="Warm up"), Event(1000, "stage", label="(EVAL)"),
+                  Event(2000, "stage", label="Checkpoint #3"), Event(3000, "stage", label="42")]
+    got = [(e.t_ms, e.kind, e.label) for e in stage_kind_events(run)]
+    assert STAGE_KINDS["warm_up"] == "warmup"
+    assert got == [(0, "warmup_begin", "Warm up"), (1000, "warmup_end", "Warm up"),
+                   (1000, "eval_begin", "(EVAL)"), (2000, "eval_end", "(EVAL)"),
+                   (2000, "checkpoint_begin", "Checkpoint #3"),
+                   (3000, "checkpoint_end", "Checkpoint #3")]
+
+
+def test_spec_power_limit_applies_without_any_limit():
+    run = _run()
+    assert apply_spec_power_limit(run) is True
+    assert run.devices[0].default_power_limit_w == 350.0
+
+
+@pytest.mark.parametrize("meta", [{"power_limit_setting_w": 300.0},
+                                  {"power_limit_w": 300.0},
+                                  {"power_limit_setting_w": 0.0, "power_limit_w": None}])
+def test_spec_power_limit_is_not_applied_when_the_run_sets_a_limit(meta):
+    run = _run(**meta)
+    assert apply_spec_power_limit(run) is False
+    assert run.devices[0].default_power_limit_w is None
+
+
+def test_spec_power_limit_is_not_applied_when_a_device_reports_one():
+    run = _run()
+    run.devices[0].power_limit_w = 280.0
+    assert apply_spec_power_limit(run) is False
+    assert run.devices[0].default_power_limit_w is None
+
+
+def test_spec_power_limit_skipped_for_a_run_level_power_limit():
+    dev = DeviceSeries(0, np.arange(3, dtype=np.int64) * 100, {"power_w": np.full(3, 100.0)})
+    run = Run({"run_id": "r", "workload": "inference", "platform": "h100_sxm_80gb",
+               "power_limit_w": 250.0}, [dev], [])
+    assert apply_spec_power_limit(run) is False
+    assert run.devices[0].default_power_limit_w is None
+    assert "power_limit_from_spec" not in run.flags
+
+
+def _run(platform: str | None = "l40s", **meta) -> Run:  # noqa: ANN003
+    dev = DeviceSeries(0, np.arange(3, dtype=np.int64) * 100, {"power_w": np.full(3, 100.0)})
+    return Run({"run_id": "r", "workload": "inference", "platform": platform, **meta}, [dev], [])
+
+
+def test_spec_power_limit_of_an_unknown_platform_is_not_applied():
+    run = _run("h100")
+    assert apply_spec_power_limit(run) is False
+    assert run.devices[0].default_power_limit_w is None
+    assert "power_limit_from_spec" not in run.flags
+
+
+def test_spec_power_limit_not_applied_under_a_zero_cap_setting():
+    run = _run(power_limit_setting_w=0.0)
+    assert apply_spec_power_limit(run) is False
+    assert run.devices[0].default_power_limit_w is None
+    assert "power_limit_from_spec" not in run.flags
+
+
+def test_stage_events_of_a_run_without_samples():
+    dev = DeviceSeries(gpu_index=0, t_ms=np.zeros(0, np.int64), signals={})
+    run = Run(meta={"run_id": "r", "workload": "finetune", "platform": "unknown"},
+              devices=[dev], events=[Event(t_ms=500, kind="stage", label="CKPT", rank=2)])
+    got = [(e.t_ms, e.kind, e.label, e.rank) for e in stage_kind_events(run)]
+    assert got == [(500, "checkpoint_begin", "CKPT", 2), (500, "checkpoint_end", "CKPT", 2)]

@@ -22,7 +22,12 @@ from hypothesis import strategies as st
 
 from llm_powertrace_ds.cli import main
 from llm_powertrace_ds.errors import InputError
-from llm_powertrace_ds.importers import import_file, load_meta_file
+from llm_powertrace_ds.importers import (
+    SUMMARY_FORMATS,
+    import_file,
+    import_summaries,
+    load_meta_file,
+)
 
 from .test_nvidia_smi import indexed_log, stamp
 from .test_powertrace_csv import HEADER as PT_HEADER
@@ -319,3 +324,25 @@ def test_fuzz_powertrace_csv_only_input_errors(rows):
 @given(st.text(max_size=120))
 def test_fuzz_arbitrary_text(text):
     _expect_run_or_input_error("nvidia-smi", text, "", "inference")
+
+
+def _where(exc: pytest.ExceptionInfo) -> tuple:
+    return exc.value.reason, exc.value.file, exc.value.line, exc.value.field
+
+
+@pytest.mark.parametrize("fmt", ["bogus", "MLENERGY-V2", "nvidia-smi", ""])
+def test_unknown_summaries_format_is_one_exact_error(tmp_path, fmt):
+    assert SUMMARY_FORMATS == ("mlenergy-v2",)
+    with pytest.raises(InputError) as exc:
+        import_summaries(fmt, tmp_path)
+    reason = f"unknown summaries format {fmt!r}; known: mlenergy-v2"
+    assert _where(exc) == (reason, None, None, "format")
+    assert str(exc.value) == f"field 'format': {reason}"
+
+
+def test_import_file_missing_file_names_it(tmp_path):
+    path = tmp_path / "nope.csv"
+    with pytest.raises(InputError) as exc:
+        import_file("nvidia-smi", path, workload="inference")
+    assert (exc.value.reason, exc.value.file, exc.value.line, exc.value.field, str(exc.value)) == (
+        "no such file", str(path), None, None, f"'{path}': no such file")

@@ -1090,3 +1090,18 @@ def test_keys_that_are_not_exactly_workload_are_unknown(tmp_path, key):
         read_user_meta(path, "inference")
     assert exc.value.reason.startswith(f"unknown keys {key!r}; accepted: arrival_cv, ")
     assert (exc.value.file, exc.value.line, exc.value.field) == (str(path), None, key)
+
+
+def test_meta_file_given_no_sidecar_is_probed(tmp_path):
+    # a log name one byte short of the limit, whose sidecar name would be too long: with --meta
+    # the import reads the given file (and a sidecar lookup would find none: test_long_names)
+    path = tmp_path / ("g" * 242 + ".csv")
+    path.write_text("timestamp,index,power.draw [W]\n"
+                    "2024/04/03 10:55:35.000,0,100.00\n"
+                    "2024/04/03 10:55:35.100,0,101.00\n"
+                    "2024/04/03 10:55:35.200,0,102.00\n", encoding="utf-8")
+    meta = tmp_path / "meta.json"
+    meta.write_text(json.dumps({"concurrency": 8}), encoding="utf-8")
+    run = import_nvidia_smi(path, workload="inference", meta_path=meta)
+    assert run.meta["concurrency"] == 8
+    assert run.devices[0].signals["power_w"].tolist() == [100.0, 101.0, 102.0]

@@ -655,3 +655,39 @@ def test_stage_labels_sharing_a_timestamp_keep_file_order(tmp_path):
     run = imp(path)
     assert [(e.label, e.t_ms) for e in run.events] == [
         ("warm", 0), ("train", 2000), ("warm", 2000), ("train", 3000)]
+
+
+PT_HEADER = ("run_id,timestamp,time_relative_s,gpu_id,power_w,sm_clock_mhz,gpu_util_pct,"
+             "memory_util_pct,memory_used_mb,memory_total_mb,temperature_c,stage")
+
+
+def _pt_csv(path: Path, *, zulu: bool, ticks: int = 10) -> Path:
+    t0 = dt.datetime(2026, 5, 1, 12, 0, 0)
+    lines = [PT_HEADER]
+    for k in range(ticks):
+        for g in range(2):
+            ms = k * 100 + 2 * g
+            t = t0 + dt.timedelta(milliseconds=ms)
+            stamp = t.strftime("%Y-%m-%dT%H:%M:%S") + f".{t.microsecond // 1000:03d}"
+            lines.append(f"{RUN_ID},{stamp}{'Z' if zulu else ''},{ms / 1000},{g},{40 + g},1980,"
+                         f"{k},0,,,,")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _pt_json(path: Path, **over) -> Path:  # noqa: ANN003
+    meta = {"run_id": RUN_ID, "gpu_type": "L40s", "gpu_count": 2, "precision": "bf16",
+            "sampling_interval_declared_s": 0.1}
+    meta.update(over)
+    path.write_text(json.dumps(meta), encoding="utf-8")
+    return path
+
+
+def test_powertrace_csv_zone_less_stamps_use_tz(tmp_path):
+    csv_path = _pt_csv(tmp_path / "t.csv", zulu=False)
+    meta = _pt_json(tmp_path / "m.json")
+    paris = import_file("powertrace-csv", csv_path, workload="finetune", meta_path=meta,
+                        tz="Europe/Paris")
+    utc = import_file("powertrace-csv", csv_path, workload="finetune", meta_path=meta)
+    assert utc.meta["start_time"] == dt.datetime(2026, 5, 1, 12, tzinfo=dt.timezone.utc)
+    assert paris.meta["start_time"] == dt.datetime(2026, 5, 1, 10, tzinfo=dt.timezone.utc)

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pytest
 
 from llm_powertrace_ds.errors import InputError
+from llm_powertrace_ds.importers import import_file
 from llm_powertrace_ds.importers.values import (
     TYPED_ATTR,
     Factorizer,
@@ -272,3 +273,36 @@ def test_factorizer_converter(shape):
 def test_factorizer_converter_empty(empty):
     out = Factorizer().converter()(empty, np.zeros(0, np.int64))
     assert out.dtype == np.int64 and out.shape == (0,)
+
+
+@pytest.mark.parametrize("cells", [["1_000", "2"], pa.chunked_array([["2", "1_000"]])])
+def test_an_underscore_in_a_number_is_refused_on_every_path(cells) -> None:  # noqa: ANN001
+    """A fast parse by numpy reads "1_000" as 1000.0; the exact parser refuses it.
+
+    The fast path must accept nothing the per-value parser refuses (``values.TYPED_ATTR``), so
+    a list of cells and an Arrow text column give the exact parser's error.
+    """
+    convert = numeric_converter(file=Path("log.csv"), field="power.draw [W]")
+    with pytest.raises(InputError) as err:
+        convert(cells, np.array([2, 3]))
+    assert err.value.field == "power.draw [W]"
+    assert err.value.line == (2 if isinstance(cells, list) else 3)
+    assert "value '1_000' is not a number" in str(err.value)
+
+
+@pytest.mark.parametrize("unit", [" W", ""])  # csv and csv,nounits
+def test_an_underscore_in_a_logged_number_fails_the_import(tmp_path: Path, unit: str) -> None:
+    log = tmp_path / "smi.csv"
+    log.write_text("timestamp, index, power.draw [W]\n"
+                   f"2024/05/01 10:00:00.000, 0, 50.0{unit}\n"
+                   f"2024/05/01 10:00:00.100, 0, 1_000{unit}\n", encoding="utf-8")
+    with pytest.raises(InputError) as err:
+        import_file("nvidia-smi", log, workload="inference")
+    assert (err.value.line, err.value.field) == (3, "power.draw")
+    assert "1_000" in str(err.value) and "is not a number" in str(err.value)
+
+
+def test_numeric_converter_of_no_cells_is_an_empty_float_array(tmp_path):
+    convert = numeric_converter(file=tmp_path / "x.csv", field="power.draw")
+    got = convert((), np.zeros(0, np.int64))
+    assert (got.dtype, got.shape) == (np.dtype(np.float64), (0,))
