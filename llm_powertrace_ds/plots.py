@@ -301,10 +301,14 @@ def plot_sweep(rows: Iterable[Mapping[str, Any]], metric: str, axis: str, out: s
                group: str = "platform") -> Path:
     """A metric against a sweep axis, one line per platform (median of repeats, points shown).
 
+    A line holding ``cpu_proxy`` runs (:func:`schema.is_cpu_proxy`) is labelled as the model,
+    and the figure then says that it includes model data, not GPU data.
+
     Raises:
         InputError: no row has both the metric and the axis.
     """
     data: dict[str, dict[float, list[float]]] = {}
+    proxy_groups: set[str] = set()
     for r in rows:
         x, y = r.get(axis), r.get(metric)
         if isinstance(x, bool) or isinstance(y, bool):
@@ -315,6 +319,8 @@ def plot_sweep(rows: Iterable[Mapping[str, Any]], metric: str, axis: str, out: s
             continue
         if np.isfinite(xf) and np.isfinite(yf):
             data.setdefault(str(r.get(group)), {}).setdefault(xf, []).append(yf)
+            if schema.is_cpu_proxy(r):
+                proxy_groups.add(str(r.get(group)))
     if not data:
         raise InputError(f"no run has both {metric} and {axis}", field=metric)
     fig = _figure(figsize=(7, 5), layout="constrained")
@@ -324,7 +330,8 @@ def plot_sweep(rows: Iterable[Mapping[str, Any]], metric: str, axis: str, out: s
         xs = np.array(sorted(points))
         med = np.array([np.median(points[x]) for x in xs])
         colour = f"C{i % 10}"
-        ax.plot(xs, med, "-o", color=colour, label=name)
+        ax.plot(xs, med, "-o", color=colour,
+                label=f"{name} (cpu_proxy model)" if name in proxy_groups else name)
         for x in xs:
             ax.plot([x] * len(points[x]), points[x], ".", color=colour, alpha=0.4)
         xs_all.extend(xs)
@@ -334,6 +341,9 @@ def plot_sweep(rows: Iterable[Mapping[str, Any]], metric: str, axis: str, out: s
     ax.set_xlabel(axis)
     ax.set_ylabel(metric)
     ax.set_title(f"{metric} vs {axis}")
+    if proxy_groups:
+        fig.suptitle("includes cpu_proxy model data (modelled CPU activity) — not GPU data",
+                     color="C3", fontsize=9)
     ax.legend(title=group, fontsize=8)
     return _save(fig, out)
 

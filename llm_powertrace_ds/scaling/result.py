@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..schema import is_cpu_proxy
 from .common import BASELINES, FORMAT, N_BOOT, TARGETS, _num
 from .holdout import _fit_law, evaluate_holdout, split_holdout
 from .loglinear import LogLinearLaw, fit_loglinear
@@ -127,6 +128,10 @@ def fit(rows: Iterable[Mapping[str, Any]], target: str = "energy_per_token_j", *
         note = None
     except InputError as exc:
         ph, note = None, exc.reason
+    proxy = sum(1 for r in use if is_cpu_proxy(r))
+    if proxy:  # printed by `fit` and kept in the fit's JSON, as the card and explorer say it
+        ll.notes.insert(0, f"cpu_proxy: {proxy} of {len(use)} fitted runs are the cpu_proxy "
+                        "model of CPU activity, not GPU measurements; so is this fit")
     evaluation = evaluate_holdout(train, test, target, holdout, n_boot, seed) if holdout else None
     return FitResult(target, ll, ph, note, evaluation, len(all_rows) - len(use))
 

@@ -100,6 +100,17 @@ def test_plot_sweep(tmp_path, drawn):
         plots.plot_sweep(rows, "nope", "model_params", tmp_path / "x.png")
 
 
+def test_plot_sweep_labels_cpu_proxy_lines_and_says_not_gpu_data(tmp_path, drawn):
+    rows = [{"platform": p, "model_params": n, "energy_j": n * 1e-6, "sampler": s}
+            for p, s in (("l40s", "nvml"), ("cpu_proxy", "cpu_proxy")) for n in (1e8, 1e9)]
+    plots.plot_sweep(rows, "energy_j", "model_params", tmp_path / "sweep.png")
+    plots.plot_sweep(rows[:2], "energy_j", "model_params", tmp_path / "gpu.png")
+    (ax,) = drawn[0].axes
+    assert sorted(labelled(ax)) == ["cpu_proxy (cpu_proxy model)", "l40s"]
+    assert "not GPU data" in drawn[0].get_suptitle()
+    assert drawn[1].get_suptitle() == "" and sorted(labelled(drawn[1].axes[0])) == ["l40s"]
+
+
 def test_plot_fit_with_holdout(tmp_path, drawn):
     res = scaling.fit(loglinear_rows(120), holdout="N=top", n_boot=50)
     path = tmp_path / "fit.json"

@@ -221,3 +221,14 @@ def test_fit_uses_the_work_window_by_default():
         {"energy_j": 5.0}]
     with pytest.raises(InputError, match="--window"):
         scaling.fit(rows, "energy_per_token_j", window="padding")
+
+
+def test_a_fit_on_cpu_proxy_runs_says_so_in_its_notes():
+    rows = loglinear_rows(n=60)
+    for r in rows[:6]:
+        r["sampler"] = "cpu_proxy"
+    notes = scaling.fit(rows, "energy_per_token_j", n_boot=0).to_json()["loglinear"]["notes"]
+    assert notes[0].startswith("cpu_proxy: 6 of 60 fitted runs are the cpu_proxy model")
+    assert "not GPU measurements" in notes[0]
+    clean = scaling.fit(loglinear_rows(n=60), "energy_per_token_j", n_boot=0).to_json()
+    assert not any("cpu_proxy" in n for n in clean["loglinear"]["notes"])
