@@ -1,0 +1,101 @@
+"""A large request log is imported in memory that grows with its columns, not per Python object.
+
+``llm-powertrace import requests-csv`` runs as a real subprocess; its peak resident set size
+comes from ``os.wait4`` (that child's own ``ru_maxrss``, not the largest child the test process
+ever had). A one-row import of the same kind is the interpreter's baseline; the log's rows may
+add at most :data:`MAX_GROWTH_PER_FILE_BYTE` bytes per byte of CSV text. Holding a Python object
+per request (a dataclass, then a row dict) added ≈ 15 bytes per byte; columns add ≈ 3.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+N_ROWS = 300_000
+MAX_GROWTH_PER_FILE_BYTE = 4
+"""Peak RSS growth over the one-row import, in bytes per byte of the CSV file."""
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "wait4"), reason="needs os.wait4 (POSIX)")
+
+
+def _write_log(path: Path, t0_s: float, n: int) -> np.ndarray:
+    """Write ``n`` requests inside the run's first 12 s.
+
+    Returns:
+        Their arrival times (UNIX s) as written (6 decimals).
+    """
+    rng = np.random.default_rng(19)
+    arrival = t0_s + 1.0 + rng.random(n) * 10.0
+    written = []
+    with path.open("w", encoding="utf-8") as fh:
+        fh.write("request_id,arrival_s,first_token_s,finish_s,prompt_tokens,output_tokens,"
+                 "status\n")
+        for i, a in enumerate(arrival):
+            cell = f"{a:.6f}"
+            written.append(float(cell))
+            fh.write(f"req-{i},{cell},{a + 0.25:.6f},{a + 2.0:.6f},{100 + i % 50},"
+                     f"{50 + i % 7},ok\n")
+    return np.array(written)
+
+
+def _import_peak_rss_bytes(out: Path, log: Path, tmp_path: Path) -> int:
+    """Run the import as a subprocess; its exit must be 0; returns its peak RSS in bytes."""
+    with (tmp_path / "stdout").open("wb") as so, (tmp_path / "stderr").open("wb") as se:
+        proc = subprocess.Popen([sys.executable, "-m", "llm_powertrace_ds.cli", "import",
+                                 "requests-csv", str(log), "--run", "serve-1", "--out", str(out),
+                                 "--workload", "inference"], stdout=so, stderr=se,
+                                env=os.environ.copy())
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    assert proc.returncode == 0, (tmp_path / "stderr").read_text()
+    return usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+
+
+def _published(out: Path, make_run) -> float:
+    from llm_powertrace_ds.shards import publish_run
+
+    run = make_run("serve-1", workload="inference")
+    publish_run(out, run)
+    return float(run.meta["start_time"].timestamp())
+
+
+def _requests_file(out: Path) -> Path:
+    files = list((out / "data" / "inference_requests").rglob("*.arrow"))
+    assert len(files) == 1, files
+    return files[0]
+
+
+@pytest.mark.slow
+def test_a_large_request_csv_adds_at_most_four_bytes_of_memory_per_byte_of_file(
+        tmp_path, make_run):
+    small_out, large_out = tmp_path / "small", tmp_path / "large"
+    t0_s = _published(small_out, make_run)
+    assert _published(large_out, make_run) == t0_s
+    one = tmp_path / "one.csv"
+    _write_log(one, t0_s, 1)
+    big = tmp_path / "big.csv"
+    arrival = _write_log(big, t0_s, N_ROWS)
+    size = big.stat().st_size
+
+    baseline = _import_peak_rss_bytes(small_out, one, tmp_path)
+    peak = _import_peak_rss_bytes(large_out, big, tmp_path)
+
+    table = pa.ipc.open_stream(pa.memory_map(str(_requests_file(large_out)))).read_all()
+    assert table.num_rows == N_ROWS
+    assert table.column("request_id")[N_ROWS - 1].as_py() == f"req-{N_ROWS - 1}"
+    # run clock: ms since the first tick (UNIX start_time), rounded to µs, then floored
+    expected_ms = np.round((arrival - t0_s) * 1e6).astype(np.int64) // 1000
+    got_ms = table.column("arrival_ms").to_numpy()
+    assert np.array_equal(got_ms, expected_ms)
+    growth = peak - baseline
+    assert growth < MAX_GROWTH_PER_FILE_BYTE * size, (
+        f"peak RSS {peak / 2**20:.0f} MiB, {growth / 2**20:.0f} MiB over the one-row import "
+        f"({baseline / 2**20:.0f} MiB) for a {size / 2**20:.1f} MiB CSV of {N_ROWS} rows: "
+        f"{growth / size:.1f} bytes per byte of file")
