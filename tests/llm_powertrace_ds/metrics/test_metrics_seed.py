@@ -1,4 +1,8 @@
-"""Seed-compatible metrics, the dominant frequency rule, and the seed authors' own numbers."""
+"""Seed-compatible metrics, the dominant frequency rule, and the seed authors' own numbers.
+
+The seed ramps r_δ(t) = (P(t) − P(t − δ)) / δ on samples and on the 0.1 s tick grid: their
+names, lag, union blocks, short devices and notes, and the event frequency they give.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import numpy as np
 import pytest
 
 from llm_powertrace_ds import metrics
+from llm_powertrace_ds.metrics import core
 from llm_powertrace_ds.metrics import core as metrics_core
 from llm_powertrace_ds.metrics import ramps as metrics_ramps
 from llm_powertrace_ds.run import DeviceSeries, Run
@@ -283,3 +288,181 @@ def test_percentiles_helper_is_numpys_bit_for_bit():
         want = np.percentile(x, qs)
         got = _percentiles(x.copy(), qs)
         np.testing.assert_array_equal(np.array(got), want)
+
+
+def _run(*devices: tuple[np.ndarray, np.ndarray], requests: list[dict] | None = None,
+         workload: str = "finetune") -> Run:
+    devs = [DeviceSeries(g, np.asarray(t, dtype=np.int64), {"power_w": np.asarray(p, float)},
+                         power_limit_w=400.0, default_power_limit_w=400.0)
+            for g, (t, p) in enumerate(devices)]
+    return Run({"run_id": "pins", "workload": workload, "platform": "l40s",
+                "sample_period_ms": 100.0}, devs, [], requests)
+
+
+def test_ramp_names_are_four_per_window_and_unit_in_order():
+    names = core._ramp_names()
+    assert names[:4] == ["ramp_up_max_100ms_w_per_s", "ramp_down_max_100ms_w_per_s",
+                         "ramp_abs_p95_100ms_w_per_s", "ramp_abs_p99_100ms_w_per_s"]
+    assert names[-4:] == ["ramp_up_max_10s_pct_per_s", "ramp_down_max_10s_pct_per_s",
+                          "ramp_abs_p95_10s_pct_per_s", "ramp_abs_p99_10s_pct_per_s"]
+    assert len(names) == 2 * 4 * len(core.RAMP_WINDOWS) == len(set(names))
+    assert names == list(metrics.RAMP_NAMES)
+
+
+def test_seed_ramps_divide_by_delta_and_start_one_delta_in():
+    from llm_powertrace_ds.metrics import ramps
+
+    t_s = np.arange(0, 20.0, 0.5)
+    r = ramps.seed_ramps(t_s, 10.0 * t_s, 5.0)  # P rises 10 W/s
+    assert len(r) == len(t_s) - 10 and np.allclose(r, 10.0)
+    assert ramps.seed_ramps(np.array([0.0, 0.5]), np.array([1.0, 2.0]), 1.0).size == 0
+
+
+def test_tick_ramps_lag_is_delta_over_the_grid_step():
+    from llm_powertrace_ds.metrics import ramps
+
+    p = np.arange(1000.0) * 2.0  # +2 W per 0.1 s tick = 20 W/s
+    for delta, k in ((0.1, 1), (1.0, 10), (60.0, 600)):
+        r = ramps._tick_ramps(p, delta)
+        assert len(r) == len(p) - k and np.allclose(r, 20.0), delta
+    assert ramps._tick_ramps(p, 0.01).size == 0  # shorter than one tick: no lag
+    assert ramps._tick_ramps(p[:10], 1.0).size == 0  # the run is shorter than δ
+
+
+def _notes(m: dict) -> dict[str, str]:
+    return dict(n.split(": ", 1) for n in m["metric_notes"])
+
+
+def _ramp_block(tag: str) -> list[str]:
+    return [f"ramp_{k}_{tag}_{u}" for u in ("w_per_s", "pct_per_s")
+            for k in ("up_max", "down_max", "abs_p95", "abs_p99")]
+
+
+def test_seed_ramps_over_5_and_10_seconds_on_the_tick_total():
+    # one device on the 0.1 s grid: Pₖ is its power; r_δ = (P(t) − P(t − δ)) / δ
+    rng = np.random.default_rng(17)
+    t = np.arange(0, 300_000, 100)
+    p = 300.0 + 80.0 * np.sin(2 * np.pi * t / 37_000.0) + np.cumsum(rng.normal(0, 2.0, len(t)))
+    m = metrics.compute_run_metrics(_run((t, p)))
+    for tag, delta in (("5s", 5.0), ("10s", 10.0)):
+        k = int(delta * 10)
+        r = (p[k:] - p[:-k]) / delta
+        up, down = r[r > 0], -r[r < 0]
+        assert m[f"ramp_up_p95_{tag}_w_per_s"] == pytest.approx(np.percentile(up, 95)), tag
+        assert m[f"ramp_up_p99_{tag}_w_per_s"] == pytest.approx(np.percentile(up, 99)), tag
+        assert m[f"ramp_down_p99_{tag}_w_per_s"] == pytest.approx(np.percentile(down, 99)), tag
+    r1 = (p[10:] - p[:-10]) / 1.0
+    assert m["ramp_down_p99_1s_w_per_s"] == pytest.approx(np.percentile(-r1[r1 < 0], 99))
+
+
+def test_seed_ramps_with_a_device_of_two_readings():
+    t = np.arange(0, 20_001, 100)
+    m = metrics.compute_run_metrics(_run((t, np.linspace(100.0, 300.0, len(t))),
+                                         (np.array([0, 20_000]), np.array([50.0, 50.0]))))
+    assert m["ramp_up_p95_1s_w_per_s"] == pytest.approx(10.0)  # +200 W over 20 s
+    assert m["p50_power_w"] == pytest.approx(250.0)  # two readings make a node total
+
+
+def test_a_one_second_grid_has_no_100ms_ramps_and_one_point_1s_windows():
+    t = np.arange(0, 120_001, 100)
+    p = np.full(len(t), 100.0)
+    p[(t >= 50_000) & (t < 51_000)] = 500.0  # one second at 500 W
+    m = metrics.compute_run_metrics(_run((t, p)), grid_ms=1000)
+    assert m["peak_power_1s_w"] == pytest.approx(500.0)
+    notes = _notes(m)
+    for name in _ramp_block("100ms"):
+        assert m[name] is None and notes[name] == "grid step 1 s is longer than δ", name
+    assert m["ramp_up_max_1s_w_per_s"] == pytest.approx(400.0)
+
+
+def _reference_seed(devices: list[tuple[np.ndarray, np.ndarray]], delta_s: float = 1.0):
+    """Pᵤ and Pₖ from their definitions (each device's last reading carried forward)."""
+    start = max(int(t[0]) for t, _ in devices)
+    end = max(int(t[-1]) for t, _ in devices)
+    union = np.unique(np.concatenate([t[t > start] for t, _ in devices] + [np.array([start])]))
+
+    def total_at(x: np.ndarray) -> np.ndarray:
+        return sum(p[np.searchsorted(t, x, side="right") - 1] for t, p in devices)
+
+    pu = total_at(union)
+    t_s = union / 1000.0
+    first = int(np.searchsorted(t_s, t_s[0] + delta_s))
+    r = (pu[first:] - np.interp(t_s[first:] - delta_s, t_s, pu)) / delta_s
+    tick = total_at(np.arange(start, end + 1, 100))
+    return r, (t_s[-1] - t_s[0]) / 60.0, tick
+
+
+@pytest.mark.parametrize("block", [8, 50, 1 << 18])
+def test_seed_ramps_are_the_same_for_any_union_block(monkeypatch, block):
+    from llm_powertrace_ds.metrics import ramps
+
+    monkeypatch.setattr(ramps, "_UNION_BLOCK", block)
+    rng = np.random.default_rng(41)
+    # both start at 0; no union point lies exactly 1 s after it; half of t1 equals t0; the
+    # last reading is off the 0.1 s grid
+    t0 = np.r_[0, np.arange(97, 59_900, 100), 59_999]
+    t1 = np.r_[0, np.arange(97, 59_900, 100) + np.where(rng.random(599) < 0.5, 0, 5)]
+    devices = [(t0, 300 + np.cumsum(rng.normal(0, 4, len(t0)))),
+               (t1, 200 + np.cumsum(rng.normal(0, 4, len(t1))))]
+    m = metrics.compute_run_metrics(_run(*devices))
+    r, minutes, tick = _reference_seed(devices)
+    up = r[r >= 0]
+    assert m["ramp_down_p99_1s_w_per_s"] == pytest.approx(np.percentile(-r[r < 0], 99))
+    assert m["ramp_event_frequency_1s"] == pytest.approx(
+        np.count_nonzero(up >= np.percentile(up, 95)) / minutes)
+    r1 = tick[10:] - tick[:-10]
+    assert m["ramp_up_p95_1s_w_per_s"] == pytest.approx(np.percentile(r1[r1 > 0], 95))
+
+
+@pytest.mark.parametrize(("delta_s", "block"), [(1.0, 1 << 18), (2.0, 40), (5.0, 40)])
+def test_seed_union_ramps_for_other_deltas(monkeypatch, delta_s, block):
+    from llm_powertrace_ds.metrics import ramps
+
+    monkeypatch.setattr(ramps, "_UNION_BLOCK", block)
+    rng = np.random.default_rng(43)
+    t0 = np.arange(0, 30_001, 100)
+    t1 = np.r_[53, np.arange(153, 30_051, 100) + rng.integers(1, 40, 299)]  # t0 + δ: no point
+    devices = [(t0, 300 + np.cumsum(rng.normal(0, 4, len(t0)))),
+               (t1, 200 + np.cumsum(rng.normal(0, 4, len(t1))))]
+    devs = [core._prepare_device(_run(), DeviceSeries(i, t, {"power_w": p}), i, [])
+            for i, (t, p) in enumerate(devices)]
+    _, (down, upward, minutes) = ramps._seed_aggregates(devs, delta_s)
+    r, ref_minutes, _ = _reference_seed(devices, delta_s)
+    assert np.sort(down) == pytest.approx(np.sort(-r[r < 0]))
+    assert np.sort(upward) == pytest.approx(np.sort(r[r >= 0]))
+    assert minutes == pytest.approx(ref_minutes)
+
+
+def test_seed_ramp_notes_sit_between_the_ramp_and_the_oscillation_notes():
+    # the seed group may run in a thread; its notes are put back in the groups' order
+    t = np.arange(0, 3001, 100)
+    m = metrics.compute_run_metrics(_run((t, np.full(len(t), 100.0))))
+    names = [n.split(": ", 1)[0] for n in m["metric_notes"]]
+    seed = [names.index(n) for n in ("ramp_up_p95_1s_w_per_s", "ramp_down_p99_10s_w_per_s")]
+    assert names.index("ramp_abs_p99_10s_pct_per_s") < min(seed)
+    assert max(seed) < names.index("dynamic_range_10s_w")
+
+
+def test_seed_event_frequency_counts_flat_stretches_as_upward():
+    # mostly flat (r = 0) with a few 1 s rises: θ = p95 of U = 0, so every r ≥ 0 is an event
+    t = np.arange(0, 120_001, 100)
+    p = np.full(len(t), 100.0)
+    for s0 in (20_000, 60_000, 100_000):
+        p[(t >= s0) & (t < s0 + 1000)] = np.linspace(100.0, 200.0, 10)
+        p[t >= s0 + 1000] += 100.0
+    fall = t >= 110_000  # a fall of uneven steps: down ramps of many sizes
+    p[fall] -= np.cumsum(np.random.default_rng(67).uniform(0.0, 5.0, int(fall.sum())))
+    m = metrics.compute_run_metrics(_run((t, p)))
+    r = (p[10:] - p[:-10]) / 1.0
+    assert np.percentile(r[r >= 0], 95) == 0.0
+    assert m["ramp_event_frequency_1s"] == pytest.approx(np.count_nonzero(r >= 0) / 2.0)
+    for tag, k in (("5s", 50), ("10s", 100)):
+        rk = (p[k:] - p[:-k]) / (k / 10)
+        assert m[f"ramp_down_p99_{tag}_w_per_s"] == pytest.approx(np.percentile(-rk[rk < 0], 99))
+
+
+def test_a_falling_run_has_no_upward_ramps_for_the_event_frequency():
+    t = np.arange(0, 30_001, 100)
+    m = metrics.compute_run_metrics(_run((t, 1000.0 - t / 100.0)))
+    assert m["ramp_event_frequency_1s"] is None
+    assert _notes(m)["ramp_event_frequency_1s"] == "no ramps"
