@@ -9,7 +9,8 @@
  * data/site.js (columns, formulas, flags, run count) is on every page; data/catalog.js (the rows,
  * column-wise) only on the catalog and sweep pages. The catalog draws PAGE_ROWS rows at a time and
  * filters and sorts an index of row numbers in memory, never the DOM (10,000 runs stay fast).
- * A run's files are under data/runs/<first 2 hex of its folder's hash>/<folder>/ (catalog.run_dir).
+ * A run's files are under data/runs/<first 2 hex of its folder's hash>/<folder>/ (catalog.run_dir);
+ * run.html?run= takes the folder (the catalog's links) or the run id (looked up in data/catalog.js).
  */
 "use strict";
 
@@ -237,6 +238,10 @@ const LPT = (() => {
     const search = $("input", { type: "search", id: "filter-text", placeholder: "run id contains…",
       oninput: () => { pageNo = 0; refilter(); } });
     bar.append(search);
+    // the axes that vary in this dataset come first; a column with one value (all runs alike, or
+    // runs without it) filters nothing much: those wait behind one "more filters" control
+    const fixed = $("div", { class: "filters-fixed" });
+    let nFixed = 0;
     for (const c of cols.filter((c) => c.filter)) {
       const values = new Set();
       for (const r of all) {
@@ -248,10 +253,15 @@ const LPT = (() => {
         onchange: (e) => { filters[c.name] = e.target.value; pageNo = 0; refilter(); } },
         $("option", { value: "", text: c.name + ": all" }));
       [...values].sort(collator.compare).forEach((v) => sel.append($("option", { value: v, text: v })));
-      bar.append(sel);
+      if (values.size > 1) bar.append(sel);
+      else { fixed.append(sel); nFixed += 1; }
     }
     bar.append(count, compareBtn);
     main.append(bar);
+    if (nFixed) {
+      main.append($("details", { class: "more-filters", id: "more-filters" },
+        $("summary", { text: nFixed + " more filter(s): columns with one value in this dataset" }), fixed));
+    }
     const prev = $("button", { id: "page-prev", onclick: () => { pageNo -= 1; draw(); } }, "◀ previous");
     const next = $("button", { id: "page-next", onclick: () => { pageNo += 1; draw(); } }, "next ▶");
     const pageInfo = $("span", { id: "page-info" });
@@ -576,14 +586,45 @@ const LPT = (() => {
     return out;
   }
 
+  // The folder of a run named by its run id (run.html?run=<run_id>): looked up in data/catalog.js,
+  // loaded on demand (the run page does not load the catalog otherwise); null when no run has it.
+  async function folderOfRunId(runId) {
+    if (!cache.catalog) {
+      const got = new Promise((resolve) => {
+        const s = document.createElement("script");
+        s.src = "data/catalog.js";
+        s.onload = () => { s.remove(); resolve(); };
+        s.onerror = () => { s.remove(); resolve(); };
+        document.head.appendChild(s);
+      });
+      await got;
+    }
+    if (!cache.catalog) return null;
+    const row = catalogRows().find((r) => String(r.run_id) === runId);
+    return row ? row.folder : null;
+  }
+
+  // A run's meta from ?run=: its folder (catalog links) or its run id (links others write).
+  async function runMeta(asked) {
+    if (FOLDER_RE.test(asked)) {
+      try { return await load(asked + "/meta"); } catch (err) { /* maybe a run id of that shape */ }
+    }
+    const folder = await folderOfRunId(asked);
+    if (!folder) return null;
+    try { return await load(folder + "/meta"); } catch (err) { return null; }
+  }
+
   async function runPage(main) {
-    const folder = params().get("run");
-    const missing = () => main.append($("p", { class: "error", text: "no run " + folder + " in this dataset" }));
-    if (!folder || !FOLDER_RE.test(folder)) { missing(); return; }
+    const asked = params().get("run");
+    const missing = () => {
+      main.append($("p", { class: "error", id: "no-run", text: "no run " + asked + " in this dataset" }));
+      state.ready = true;
+    };
+    if (!asked) { missing(); return; }
     const t0 = performance.now();
     mark("start");
-    let meta;
-    try { meta = await load(folder + "/meta"); } catch (err) { missing(); return; }
+    const meta = await runMeta(asked);
+    if (!meta) { missing(); return; }
     mark("meta");
     document.title = "LLM-PowerTrace — " + meta.run_id;
     main.append($("h1", { text: meta.run_id }));
@@ -665,12 +706,6 @@ const LPT = (() => {
       meta.flags.forEach((f) => ul.append($("li", {}, $("code", { text: f.flag }), " — " + f.description)));
       box.append(ul);
     }
-    if (meta.metric_notes.length) {
-      box.append($("h2", { text: "metric notes" }));
-      const ul = $("ul", { id: "metric-notes" });
-      meta.metric_notes.forEach((n) => ul.append($("li", { text: n })));
-      box.append(ul);
-    }
     box.append($("h2", { text: "metrics (node total)" }));
     const t = $("table", { id: "metrics" }, $("tr", {}, $("th", { text: "metric" }), $("th", { text: "value" }),
       $("th", { text: "formula" })));
@@ -679,6 +714,12 @@ const LPT = (() => {
         $("td", { class: "num", text: fmt(value) }), $("td", { class: "formula", text: cat.formulas[name] || "" })));
     }
     box.append(t);
+    if (meta.metric_notes.length) {  // why a metric is null or how it was taken: after the values, folded
+      const ul = $("ul", { id: "metric-notes" });
+      meta.metric_notes.forEach((n) => ul.append($("li", { text: n })));
+      box.append($("details", { id: "metric-notes-box" },
+        $("summary", { text: "metric notes (" + meta.metric_notes.length + ")" }), ul));
+    }
     box.append($("h2", { text: "settings" }));
     const s = $("table", { id: "settings" });
     for (const [k, v] of Object.entries(meta.settings)) if (v !== null) s.append($("tr", {}, $("td", { text: k }), $("td", { text: fmt(v) })));

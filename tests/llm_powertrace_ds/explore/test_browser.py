@@ -204,3 +204,39 @@ def test_a_month_long_run_draws_its_points(tmp_path, page, open_page):
     assert max(max(t["xs"]) for t in devices if t["xs"]) > 20 * 86_400  # seconds, not wrapped
     assert min(min(t["xs"]) for t in devices if t["xs"]) >= 0
     assert page.errors == []
+
+
+def test_run_page_opens_by_run_id_as_well_as_by_folder(demo_site, page, open_page):
+    _, site, _ = demo_site
+    open_page(page, site, "run.html?run=inf-llama")
+    assert page.locator("[data-run-plot]").get_attribute("data-run-plot") == "inf-llama"
+    assert page.locator("#no-run").count() == 0
+    open_page(page, site, "run.html?run=no-such-run")
+    assert page.inner_text("#no-run") == "no run no-such-run in this dataset"
+    assert page.errors == []
+
+
+def test_catalog_shows_the_varying_filters_and_folds_the_single_valued(demo_site, page,
+                                                                        open_page):
+    _, site, _ = demo_site
+    open_page(page, site, "index.html")
+    options = "s => s.map(x => [x.dataset.filter, x.options.length - 1])"
+    shown = dict(page.eval_on_selector_all(".filters select", options))
+    folded = dict(page.eval_on_selector_all("#more-filters select", options))
+    assert {"workload", "platform", "model_family"} <= set(shown)
+    assert all(n > 1 for n in shown.values()), shown
+    assert folded and all(n == 1 for n in folded.values()), folded
+    assert page.evaluate("document.querySelector('#more-filters').open") is False
+    assert page.errors == []
+
+
+def test_run_page_folds_metric_notes_after_the_metrics(demo_site, page, open_page):
+    _, site, _ = demo_site
+    open_page(page, site, f"run.html?run={run_folder('ft-gpt2-full')}")
+    assert page.locator("#metric-notes li").count() >= 1
+    after = page.evaluate("document.querySelector('#metrics').compareDocumentPosition("
+                          "document.querySelector('#metric-notes-box')) & 4")
+    assert after == 4  # the notes follow the metrics table
+    assert page.evaluate("document.querySelector('#metric-notes-box').tagName") == "DETAILS"
+    assert page.evaluate("document.querySelector('#metric-notes-box').open") is False
+    assert page.errors == []
