@@ -117,8 +117,8 @@ def _shard_files(folder: Path) -> list[Path]:
 
 @functools.cache
 def arrow_schema(config: str) -> pa.Schema:
-    """The on-disk Arrow schema of a config (cached: building it from ``Features`` is slow)."""
-    return schema.features_for(config).arrow_schema
+    """The on-disk Arrow schema of a config (``schema.arrow_schema``: ``datasets`` not imported)."""
+    return schema.arrow_schema(config)
 
 
 def open_source(source: str | Path, streaming: bool) -> Source:

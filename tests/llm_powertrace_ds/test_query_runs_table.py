@@ -38,3 +38,23 @@ def test_no_batch_gives_the_empty_table_of_the_schema():
     schema_ = _batch("x", 0.0).schema
     table = query._runs_table(iter([]), schema_)
     assert table.num_rows == 0 and table.schema.equals(schema_)
+
+
+def test_reading_a_folder_runs_table_does_not_import_datasets(tmp_path, make_run):
+    """The runs files' schema comes from ``schema.arrow_schema``, not ``Features`` (~0.5 s)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from llm_powertrace_ds import shards
+
+    shards.publish_run(tmp_path, make_run("r1"), refresh_card=False)
+    code = ("import sys\n"
+            "from llm_powertrace_ds.query import Runs\n"
+            f"n = Runs.load({str(tmp_path)!r}).to_arrow().num_rows\n"
+            "print(n, 'datasets' in sys.modules)\n")
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=repo, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["1", "False"]
