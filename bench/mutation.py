@@ -78,14 +78,12 @@ TARGETS: dict[str, Target] = {
     "process": Target("generation/sampler/process.py",
                       ("tests/generation/sampler/test_process.py",
                        "tests/generation/sampler/test_loop.py",
-                       "tests/generation/sampler/test_child.py",
-                       "tests/generation/sampler/test_process_pins.py"),
+                       "tests/generation/sampler/test_child.py"),
                       # measures a real CPU burst: fails when other workers load the CPU
                       ("-k", "not cpu_proxy_burst_rises_and_falls")),
     "convert": Target("generation/sampler/convert.py",
                       ("tests/generation/sampler/test_convert.py",
-                       "tests/generation/sampler/test_convert_behaviour.py",
-                       "tests/generation/sampler/test_convert_pins.py")),
+                       "tests/generation/sampler/test_convert_behaviour.py")),
 }
 
 _V = "llm_powertrace_ds.validate."

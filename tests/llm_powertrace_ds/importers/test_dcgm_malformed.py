@@ -1,7 +1,6 @@
 """Every malformed ``dcgmi dmon`` log gets its exact one-line error: reason, file, line, field.
 
-Found unpinned by mutation testing (``make mutation``): the tests matched a word of the message
-or only the field, so an error that lost its file, its line or its reason passed.
+Each error is compared whole, so one that lost its file, its line or its reason fails.
 """
 
 from __future__ import annotations

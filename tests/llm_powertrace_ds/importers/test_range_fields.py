@@ -1,8 +1,8 @@
 """A value outside its physical range is reported under the log's own column name.
 
-Found by mutation testing's helpers: ``assemble_run`` called the range check without the
-importer's column map, so the error named the project's signal (``mem_util_pct``) while a parse
-error in the same column named the file's (``memory_util_pct``).
+``assemble_run`` passes the importer's column map to the range check, so the error names the
+file's column (``memory_util_pct``), as a parse error in the same column does, not the
+project's signal (``mem_util_pct``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Synthetic runs for the scaling tests (shared by the pins files)."""
+"""Synthetic runs for the scaling tests (shared by the scaling test modules)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """A published run reads back whole: every device attribute, every event, both read paths.
 
-Found unpinned by mutation testing (``make mutation``): the round-trip tests compared samples
-and metadata, not the per-device attributes or the events, so a reader that dropped a GPU's
-name, limits or node, or an event, passed.
+A GPU's name, limits and node and every event survive the round trip, not only the samples and
+the metadata.
 """
 
 from __future__ import annotations

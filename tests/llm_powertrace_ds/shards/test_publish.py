@@ -1,7 +1,6 @@
-"""Pins of the write, publish and pack paths: messages, locks, durability, grouping.
+"""The write, publish and pack paths: messages, locks, durability, grouping.
 
-Found unpinned by mutation testing (``make mutation``): the exact error messages (the
-non-negotiable one-line errors), the status a commit writes, the lock names and their timeout,
+The exact one-line error messages, the status a commit writes, the lock names and their timeout,
 fsync before rename, batch sizes in a shard, shard grouping at the size bound, and the card's
 front matter at its edges.
 """

@@ -1,6 +1,6 @@
-"""Exact pins of the physics law, the fit result and ``predict``'s output.
+"""The physics law, the fit result and ``predict``'s output.
 
-These pins were found unpinned by mutation testing. Each test states a rule a one-line change would break: the physics terms of a row (total
+Each test states a rule a one-line change would break: the physics terms of a row (total
 parameters stream the weights, active parameters do the FLOPs), the positive-value guards,
 the run-count boundary, the scaled non-negative least squares written out independently,
 the bootstrap for a single replicate, the at-bound note, the interval half-width, the error

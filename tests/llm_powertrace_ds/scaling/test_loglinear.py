@@ -1,4 +1,4 @@
-"""Exact pins of the log-linear law (``scaling/loglinear.py``), found unpinned by mutation testing.
+"""The log-linear law (``scaling/loglinear.py``): design, fit, bootstrap, JSON and intervals.
 
 Each test states a rule a one-line change would break: the design columns the fit keeps or
 skips, the coefficients against an independent least-squares solve, the residual bootstrap
