@@ -302,6 +302,7 @@ def results_of(result: dict[str, Any]) -> list[_report.Result]:
     res = _report.result
     slow, cpu = result["slowdown_pct"], result["cpu_slowdown_pct"]
     return [
+        res("verdict", result["verdict"], "text"),
         res("sampler", result["sampler"], "source"),
         res("rounds", result["repeats"], "rounds"),
         res("slowdown_pct_mean", slow["mean"], "% (wall, sampler vs null)"),
