@@ -7,7 +7,7 @@ Every measuring script in ``bench/`` takes ``--json PATH`` and writes, through :
                  "python": "3.11.9", "load_avg_1min": 0.4, "load_avg_1min_end": 1.1},
      "date": "2026-12-03",
      "results": [{"name": "samples_per_s", "value": 1.2e7, "unit": "samples/s",
-                  "target": ">= 1e+07", "ok": true}, ...],
+                  "target": ">= 10,000,000", "ok": true}, ...],
      "command": "python bench/metrics.py --samples-per-device 500000 --json ..."}
 
 ``docs/benchmarks.md`` is rendered from these files by ``bench/render_benchmarks.py``. The
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import os
 import platform
 import shlex
@@ -62,7 +63,7 @@ def result(name: str, value: Value, unit: str, *, at_most: float | None = None,
 
     Args:
         name: what was measured.
-        value: the figure, or ``None`` when missing.
+        value: the figure, or ``None`` when missing (NaN and infinities are stored as ``None``).
         unit: its unit.
         at_most: the target is ``value <= at_most``.
         at_least: the target is ``value >= at_least``.
@@ -79,6 +80,8 @@ def result(name: str, value: Value, unit: str, *, at_most: float | None = None,
         >>> result("filter_s", 0.12, "s", at_most=0.2).ok
         True
     """
+    if isinstance(value, float) and not math.isfinite(value):
+        value = None  # NaN or infinity: not measured, and not valid JSON either
     bounds = [b for b in (at_most, at_least, equals, within) if b is not None]
     if len(bounds) > 1:
         raise ValueError(f"{name}: give one of at_most, at_least, equals, within")

@@ -100,6 +100,8 @@ def test_ok_follows_the_bound_and_is_null_without_a_value_or_target():
     assert _report.result("x", 0.97, "", within=(0.98, 1.02)).ok is False
     assert _report.result("x", None, "s", at_most=1.5).ok is None
     assert _report.result("x", 3.0, "s").ok is None
+    assert _report.result("x", float("nan"), "%", at_most=1.0) == \
+        _report.Result("x", None, "%", "<= 1", None)
     with pytest.raises(ValueError, match="one of"):
         _report.result("x", 1.0, "s", at_most=1.0, at_least=0.5)
 
