@@ -53,7 +53,7 @@ def nominal_period_ms(run: Run, t_ms: np.ndarray) -> float:
     of 1 s, so its regular readings are not gaps.
     """
     declared = run.meta.get("sample_period_ms")
-    median = float(np.median(np.diff(t_ms))) if len(t_ms) > 1 else float("nan")
+    median = metrics.interval_median(np.diff(t_ms)) if len(t_ms) > 1 else float("nan")
     if declared:
         return float(declared) if not median > float(declared) else median
     return median
@@ -142,7 +142,9 @@ def validate_run(run: Run) -> ValidationReport:
         if _longest_constant_run_ms(t, power) > STUCK_S * 1000:
             rep.add("stuck_sensor", f"{name}: power unchanged for more than {STUCK_S:.0f} s")
         counter_j = metrics.counter_energy_j(t, dev.signals.get("energy_mj"))
-        integral_j = metrics.device_energy_j(dev)
+        # the power integral only where a counter can disagree with it (mismatch_pct is None
+        # without a counter)
+        integral_j = metrics.device_energy_j(dev) if counter_j is not None else None
         mismatch = metrics.mismatch_pct(integral_j, counter_j)
         if mismatch is not None and abs(mismatch) > ENERGY_MISMATCH_PCT:
             rep.add("energy_mismatch", f"{name}: integral {integral_j:.0f} J vs counter "

@@ -131,20 +131,26 @@ def build_devices(table: common.Table, path: Path) -> list[DeviceData]:
     """One :class:`DeviceData` per ``gpu_id``, each on its own timestamps."""
     cols = table.columns
     gpu = cols["gpu"]
-    bad = ~np.isfinite(gpu) | (gpu != np.round(gpu)) | (gpu < 0)
+    keys = _round_robin(gpu)
+    # in a round-robin log row i of the first cycle holds keys[i] and every row one of them:
+    # the first bad key is the first bad row
+    ids = gpu if keys is None else keys
+    bad = ~np.isfinite(ids) | (ids != np.round(ids)) | (ids < 0)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         raise InputError("a gpu_id must be a whole number >= 0", file=path,
                          line=int(table.lines[row]), field="gpu_id")
     devices = []
     wanted = {k: v for k, v in cols.items() if k.startswith("signal:") or k == "ts"}
-    keys = _round_robin(gpu)
     if keys is not None:
         # rows cycle through the GPUs in ascending order (what a logger writes): device i is
-        # every len(keys)-th row from row i, no sort needed
+        # every len(keys)-th row from row i, no sort needed. Signals are copied (contiguous
+        # for the metrics); timestamps and lines stay strided views: assemble_run's
+        # ``ts_ms - t0`` makes the run's contiguous copy, and lines only name errors
         step = len(keys)
-        parts = [(int(key), {k: v[i::step].copy() for k, v in wanted.items()},
-                  table.lines[i::step].copy()) for i, key in enumerate(keys)]
+        parts = [(int(key), {k: v[i::step] if k == "ts" else v[i::step].copy()
+                             for k, v in wanted.items()},
+                  table.lines[i::step]) for i, key in enumerate(keys)]
     else:
         # one stable sort by GPU, then each device is a slice (file order kept within a GPU)
         small = gpu.max() < 2**15  # whole numbers >= 0 (checked): int16 keys sort by radix
@@ -190,6 +196,10 @@ def csv_run_id(table: common.Table, factors: dict[str, common.Factorizer],
     if "run_id" not in table.columns:
         return None
     codes = table.columns["run_id"]
+    if len(codes) and codes[0] >= 0 and codes.min() == codes.max():
+        # the usual file: one run id on every row (two passes, no masks)
+        return common.check_run_id(factors["run_id"].levels[int(codes[0])], file=path,
+                                   line=int(table.lines[0]))
     valid = codes[codes >= 0]
     if len(valid) == 0:
         return None
@@ -211,8 +221,10 @@ def stage_events(table: common.Table, factors: dict[str, common.Factorizer]
     if "stage" not in table.columns:
         return []
     codes = table.columns["stage"]
-    order = np.argsort(table.columns["ts"], kind="stable")
-    labelled = order[codes[order] >= 0]
+    # the labelled rows (few) in time order, file order among equal times: what a stable sort
+    # of every row keeps of them, without sorting every row
+    rows = np.flatnonzero(codes >= 0)
+    labelled = rows[np.argsort(table.columns["ts"][rows], kind="stable")]
     if len(labelled) == 0:
         return []
     seq = codes[labelled]

@@ -106,6 +106,7 @@ from .core import (
     _tokens,
     align,
     event_windows,
+    interval_median,
     node_total,
 )
 from .detect import detect_dips, detect_step_period
@@ -489,6 +490,7 @@ __all__ = [
     "device_energy_j",
     "device_mismatch_pct",
     "event_windows",
+    "interval_median",
     "metric_formulas",
     "mismatch_pct",
     "node_total",

@@ -189,6 +189,32 @@ class Aligned:
         return self._diffs[k]
 
 
+COUNTED_MEDIAN_SPAN = 1 << 16
+"""Widest range (max − min) of integers whose median :func:`interval_median` takes by counting."""
+
+
+def interval_median(values: np.ndarray) -> float:
+    """``float(numpy.median(values))``, by counting for integers of a narrow range.
+
+    Sampling intervals in ms take a handful of values (100 ± jitter), where ``numpy.median``'s
+    partition is slow (≈ 0.45 ms for 72,000 intervals). Counting finds the same order
+    statistics in one ``bincount`` of ``values − min``: the value of rank r (0-based) is the
+    first v with more than r values ≤ v, and the median is (a + b) / 2 of the ranks
+    ⌊(n − 1)/2⌋ and ⌊n/2⌋ summed in float64, as numpy forms it (a when n is odd). Floats,
+    an empty array and a range over :data:`COUNTED_MEDIAN_SPAN` go to ``numpy.median``.
+    """
+    n = len(values)
+    if n == 0 or values.dtype.kind not in "iu":
+        return float(np.median(values))
+    lo, hi = int(values.min()), int(values.max())
+    if hi - lo > COUNTED_MEDIAN_SPAN:
+        return float(np.median(values))
+    at_most = np.cumsum(np.bincount(values - lo))  # at_most[v]: values <= lo + v
+    a = lo + int(np.searchsorted(at_most, (n - 1) // 2, side="right"))
+    b = lo + int(np.searchsorted(at_most, n // 2, side="right"))
+    return (float(a) + float(b)) / 2.0
+
+
 def _prepare_device(run: Run, dev: DeviceSeries, index: int,
                     notes: list[str]) -> _Dev | None:
     p = dev.power_w
@@ -210,7 +236,7 @@ def _prepare_device(run: Run, dev: DeviceSeries, index: int,
     if len(t) < 2:
         return _Dev(index, t, p, float("nan"), np.zeros(0, dtype=np.int64))
     stride = max(1, len(dt) // 200_000)  # the period needs no exact median of millions
-    median = float(np.median(dt[::stride]))
+    median = interval_median(dt[::stride])
     declared = run.meta.get("sample_period_ms")
     period = max(float(declared), median) if declared else median
     limit = GAP_PERIODS * period

@@ -75,6 +75,23 @@ def _in_gap(d: _Dev, t: np.ndarray) -> np.ndarray:
     return inside
 
 
+def _positions(t_ms: np.ndarray, ticks: np.ndarray) -> np.ndarray:
+    """``numpy.searchsorted(t_ms, ticks)`` (side ``left``) for increasing ``ticks``.
+
+    Devices read in turn on one tick have one reading per tick, so the positions are usually
+    consecutive: they are guessed from the first one and checked against both neighbours
+    (``t_ms[j - 1] < tick <= t_ms[j]``, which defines the position); only when a check fails
+    (a missed or extra reading) is every tick searched.
+    """
+    m = len(ticks)
+    j0 = int(np.searchsorted(t_ms, ticks[0])) if m else 0
+    if 0 < m and j0 + m <= len(t_ms):
+        near = t_ms[j0:j0 + m]  # t_ms[j0 - 1] < ticks[0] holds by the search of j0
+        if (near >= ticks).all() and (near[:-1] < ticks[1:]).all():
+            return np.arange(j0, j0 + m)
+    return np.searchsorted(t_ms, ticks)
+
+
 def _tick_sum(devs: list[_Dev], start: int, end: int) -> np.ndarray | None:
     """Per-tick sums on the reference device's ticks, or ``None`` if too few ticks match."""
     ref = devs[0]
@@ -87,7 +104,7 @@ def _tick_sum(devs: list[_Dev], start: int, end: int) -> np.ndarray | None:
     matched = np.ones(len(ticks), dtype=bool)
     half = 0.5 * min(d.period_ms for d in devs)
     for d in devs[1:]:
-        j = np.searchsorted(d.t_ms, ticks)  # first reading at or after the tick
+        j = _positions(d.t_ms, ticks)  # first reading at or after the tick
         right = np.minimum(j, len(d.t_ms) - 1)
         left = np.maximum(j - 1, 0)
         dr = np.abs(d.t_ms[right] - ticks)
