@@ -8,9 +8,9 @@ it uses base dependencies only (matplotlib, when installed, draws the figures), 
 runs tables and only a few scalar columns of the trace shards, and is idempotent — the card holds
 no timestamp, and a second run rewrites nothing.
 
-Sections: YAML metadata (licence, tags, size, ``configs`` with globs; ``datasets`` reads the features from the files), configs and
-splits, how to use, figures, platforms, model families, every sweep axis with its values and run
-counts per platform, measurement method (with a prominent warning when ``cpu_proxy`` rows are
+Sections: YAML metadata (licence, tags, size, ``configs`` with globs; ``datasets`` reads the
+features from the files), configs and splits, how to use, figures, platforms, model families,
+every sweep axis with its values and run counts per platform, measurement method (with a prominent warning when ``cpu_proxy`` rows are
 present), quality summary, metric definitions (from ``metrics.py`` docstrings), the data
 dictionary (from ``schema.py``), licence, citation and changelog.
 
