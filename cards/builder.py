@@ -10,9 +10,10 @@ no timestamp, and a second run rewrites nothing.
 
 Sections: YAML metadata (licence, tags, size, ``configs`` with globs; ``datasets`` reads the
 features from the files), configs and splits, how to use, figures, platforms, model families,
-every sweep axis with its values and run counts per platform, measurement method (with a prominent warning when ``cpu_proxy`` rows are
-present), quality summary, metric definitions (from ``metrics.py`` docstrings), the data
-dictionary (from ``schema.py``), licence, citation and changelog.
+every sweep axis with its values and run counts per platform, measurement method (with a
+prominent warning when ``cpu_proxy`` rows are present), quality summary, metric definitions
+(from ``metrics.py`` docstrings), the data dictionary (from ``schema.py``), licence, citation
+and changelog.
 
 Example:
     >>> from cards.builder import write_card  # doctest: +SKIP
