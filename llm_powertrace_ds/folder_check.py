@@ -96,22 +96,28 @@ def _published_value_problems(root: Path) -> list[str]:
     would have checked it: every scalar finite and in range, every request id publishable.
     """
     from . import numbers, privacy
-    from .shards import iter_rows
+    from .shards import iter_batches
 
     out: list[str] = []
     for config in (*schema.RUNS_CONFIGS, schema.REQUESTS_CONFIG):
+        number_problems: list[str] = []
+        text_problems: list[str] = []
         try:
-            rows = list(iter_rows(root, config))
+            for batch in iter_batches(root, config):  # one record batch of rows at a time
+                rows = batch.to_pylist()
+                number_problems.extend(numbers.row_problems(config, rows))
+                if config != schema.REQUESTS_CONFIG:
+                    continue
+                for row in rows:
+                    rid = row.get("request_id")
+                    if not isinstance(rid, str):
+                        continue
+                    why = privacy.text_problem("request_id", rid)
+                    if why is not None:
+                        text_problems.append(
+                            f"run {row.get('run_id')!s}: inference_requests field "
+                            f"'request_id' value {privacy.strip_control(rid)[:40]!r} {why}")
         except FileNotFoundError:
             continue
-        out.extend(numbers.row_problems(config, rows))
-        if config == schema.REQUESTS_CONFIG:
-            for row in rows:
-                rid = row.get("request_id")
-                if not isinstance(rid, str):
-                    continue
-                why = privacy.text_problem("request_id", rid)
-                if why is not None:
-                    out.append(f"run {row.get('run_id')!s}: inference_requests field "
-                               f"'request_id' value {privacy.strip_control(rid)[:40]!r} {why}")
+        out.extend(number_problems + text_problems)
     return out

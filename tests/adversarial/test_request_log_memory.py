@@ -1,10 +1,11 @@
-"""A large request log is imported in memory that grows with its columns, not per Python object.
+"""A large request log is imported and validated in memory that grows with its columns.
 
-``llm-powertrace import requests-csv`` runs as a real subprocess; its peak resident set size
-comes from ``os.wait4`` (that child's own ``ru_maxrss``, not the largest child the test process
-ever had). A one-row import of the same kind is the interpreter's baseline; the log's rows may
-add at most :data:`MAX_GROWTH_PER_FILE_BYTE` bytes per byte of CSV text. Holding a Python object
-per request (a dataclass, then a row dict) added ≈ 15 bytes per byte; columns add ≈ 3.
+``llm-powertrace import requests-csv`` and ``llm-powertrace validate`` run as real subprocesses;
+their peak resident set size comes from ``os.wait4`` (that child's own ``ru_maxrss``, not the
+largest child the test process ever had). The same command on a one-request log is the
+interpreter's baseline; the log's rows may add at most :data:`MAX_GROWTH_PER_FILE_BYTE` bytes per
+byte of CSV text. Holding a Python object per request (a dataclass, then a row dict) added
+≈ 16 bytes per byte to the import; columns add ≈ 3.
 """
 
 from __future__ import annotations
@@ -45,17 +46,20 @@ def _write_log(path: Path, t0_s: float, n: int) -> np.ndarray:
     return np.array(written)
 
 
-def _import_peak_rss_bytes(out: Path, log: Path, tmp_path: Path) -> int:
-    """Run the import as a subprocess; its exit must be 0; returns its peak RSS in bytes."""
+def _peak_rss_bytes(args: list[str], tmp_path: Path) -> int:
+    """Run ``llm-powertrace ARGS`` as a subprocess; its exit must be 0; its peak RSS in bytes."""
     with (tmp_path / "stdout").open("wb") as so, (tmp_path / "stderr").open("wb") as se:
-        proc = subprocess.Popen([sys.executable, "-m", "llm_powertrace_ds.cli", "import",
-                                 "requests-csv", str(log), "--run", "serve-1", "--out", str(out),
-                                 "--workload", "inference"], stdout=so, stderr=se,
-                                env=os.environ.copy())
+        proc = subprocess.Popen([sys.executable, "-m", "llm_powertrace_ds.cli", *args],
+                                stdout=so, stderr=se, env=os.environ.copy())
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
     assert proc.returncode == 0, (tmp_path / "stderr").read_text()
     return usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+
+
+def _import_peak_rss_bytes(out: Path, log: Path, tmp_path: Path) -> int:
+    return _peak_rss_bytes(["import", "requests-csv", str(log), "--run", "serve-1", "--out",
+                            str(out), "--workload", "inference"], tmp_path)
 
 
 def _published(out: Path, make_run) -> float:
@@ -73,7 +77,7 @@ def _requests_file(out: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_a_large_request_csv_adds_at_most_four_bytes_of_memory_per_byte_of_file(
+def test_a_large_request_csv_imports_and_validates_in_four_bytes_of_memory_per_byte_of_file(
         tmp_path, make_run):
     small_out, large_out = tmp_path / "small", tmp_path / "large"
     t0_s = _published(small_out, make_run)
@@ -99,3 +103,11 @@ def test_a_large_request_csv_adds_at_most_four_bytes_of_memory_per_byte_of_file(
         f"peak RSS {peak / 2**20:.0f} MiB, {growth / 2**20:.0f} MiB over the one-row import "
         f"({baseline / 2**20:.0f} MiB) for a {size / 2**20:.1f} MiB CSV of {N_ROWS} rows: "
         f"{growth / size:.1f} bytes per byte of file")
+    # validate reads the published requests back: a record batch of rows at a time
+    baseline = _peak_rss_bytes(["validate", str(small_out)], tmp_path)
+    peak = _peak_rss_bytes(["validate", str(large_out)], tmp_path)
+    growth = peak - baseline
+    assert growth < MAX_GROWTH_PER_FILE_BYTE * size, (
+        f"validate: peak RSS {peak / 2**20:.0f} MiB, {growth / 2**20:.0f} MiB over the "
+        f"one-request folder's ({baseline / 2**20:.0f} MiB): {growth / size:.1f} bytes per byte "
+        "of the imported CSV")
