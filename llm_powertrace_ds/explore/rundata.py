@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import metrics as metrics_mod
 from .. import schema
+from ..request_rows import number_column
 from ..run import DeviceSeries, Run
 from . import pyramid
 
@@ -206,12 +207,14 @@ def requests_view(run: Run) -> dict[str, Any] | None:
     ``in_flight(t) = #{arrival_ms <= t} - #{finish_ms <= t}``; a request with no ``finish_ms``
     stays in flight to the end of the log (the log does not say when it left).
     """
-    rows = [r for r in (run.requests or []) if r.get("arrival_ms") is not None]
-    if not rows:
+    requests = run.requests or []
+    arrived = number_column(requests, "arrival_ms")
+    known = ~np.isnan(arrived)
+    if not known.any():
         return None
-    arrivals = np.array(sorted(int(r["arrival_ms"]) for r in rows), dtype=np.int64)
-    finishes = np.array(sorted(int(r["finish_ms"]) for r in rows
-                               if r.get("finish_ms") is not None), dtype=np.int64)
+    finished = number_column(requests, "finish_ms")[known]
+    arrivals = np.sort(arrived[known].astype(np.int64))
+    finishes = np.sort(finished[~np.isnan(finished)].astype(np.int64))
     t = np.concatenate((arrivals, finishes))
     step = np.concatenate((np.ones(len(arrivals), np.int64), -np.ones(len(finishes), np.int64)))
     order = np.argsort(t, kind="stable")

@@ -42,6 +42,7 @@ from .. import layout, schema, shards
 from ..errors import InputError, MissingExtra
 from ..formatting import safe_text
 from ..metrics import metric_formulas
+from ..request_rows import RequestRows
 from ..run import Run
 from .catalog import catalog, packed_rows, run_dir, run_folder
 from .rundata import RunData, encode_chunk
@@ -183,18 +184,26 @@ def iter_runs(root: Path) -> Iterator[Run]:
             yield shards.run_from_rows(group, root=root)
 
 
-def requests_by_run(root: Path) -> dict[str, list[dict[str, Any]]]:
-    """The ``inference_requests`` rows of every run, read in one pass.
+def requests_by_run(root: Path) -> dict[str, RequestRows]:
+    """The ``inference_requests`` rows of every run, read in one pass, held as columns.
 
     ``shards.run_from_rows`` looks for a run's own requests file only, which ``pack`` merges
     away; this reads the config whatever its layout (per-run files or packed shards).
     """
-    out: dict[str, list[dict[str, Any]]] = {}
-    for row in shards.iter_rows(root, schema.REQUESTS_CONFIG):
-        rid = str(row.pop("run_id"))
-        row.pop("platform", None)
-        out.setdefault(rid, []).append(row)
-    return out
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    parts: dict[str, list[pa.RecordBatch]] = {}
+    for batch in shards.iter_batches(root, schema.REQUESTS_CONFIG):
+        ids = batch.column("run_id")
+        unique = pc.unique(ids)
+        if len(unique) == 1:  # a per-run file's batch: all of it
+            parts.setdefault(str(unique[0].as_py()), []).append(batch)
+            continue
+        for rid in unique.to_pylist():
+            parts.setdefault(str(rid), []).append(batch.filter(pc.equal(ids, rid)))
+    return {rid: RequestRows.from_shard(pa.Table.from_batches(batches))
+            for rid, batches in parts.items()}
 
 
 def _write_site(root: Path, tmp: Path, name: str) -> tuple[int, int, int]:
