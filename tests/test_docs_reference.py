@@ -85,3 +85,26 @@ def test_site_hook_renders_tested_fences_as_plain_code():
     spec.loader.exec_module(hooks)
     page = "a\n```bash test\nls\n```\n```python test\nx = 1\n```\n```bash\nmake\n```\n"
     assert hooks.on_page_markdown(page) == "a\n```bash\nls\n```\n```python\nx = 1\n```\n```bash\nmake\n```\n"
+
+
+def test_reliability_page_names_tests_that_exist():
+    """Every test the reliability table cites exists: a renamed test cannot leave a stale row."""
+    import fnmatch
+    import re
+
+    text = (REPO / "docs" / "reliability.md").read_text(encoding="utf-8")
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert rows
+    for row in rows:
+        cited = row.rstrip(" |").rsplit("|", 1)[-1]
+        current: Path | None = None
+        for ref in re.findall(r"`([^`]+)`", cited):
+            name, _, func = ref.partition("::")
+            if name:
+                path = REPO / name if "/" in name else REPO / "tests" / "adversarial" / name
+                assert path.is_file(), f"reliability.md cites {ref}, but {path} does not exist"
+                current = path
+            if func:
+                assert current is not None, ref
+                defs = re.findall(r"^def (test_\w+)", current.read_text(encoding="utf-8"), re.M)
+                assert fnmatch.filter(defs, func), f"reliability.md cites {ref}: no such test"
