@@ -331,15 +331,52 @@ def _percentiles(x: np.ndarray, qs: tuple[float, ...] | list[float]) -> list[flo
         return [float(v) for v in np.atleast_1d(np.percentile(x, qs, overwrite_input=True))]
     virtual = [(n - 1) * (q / 100.0) for q in qs]
     kth = sorted({min(int(math.floor(v)) + j, n - 1) for v in virtual for j in (0, 1)})
-    x.partition(kth)
+    stat = _order_statistics(x, kth)
     out = []
     for v in virtual:
         lo = int(math.floor(v))
         if lo >= n - 1:
-            out.append(float(x[n - 1]))
+            out.append(stat[n - 1])
         else:
-            out.append(_percentile_lerp(float(x[lo]), float(x[lo + 1]), v - lo))
+            out.append(_percentile_lerp(stat[lo], stat[lo + 1], v - lo))
     return out
+
+
+BAND_SELECT_MIN = 1 << 14
+"""Arrays from this length on whose wanted ranks lie close together (a p95 and a p99) are
+narrowed to a band of values before the partition (:func:`_order_statistics`)."""
+_SAMPLE_STEP = 64
+
+
+def _order_statistics(x: np.ndarray, kth: list[int]) -> dict[int, float]:
+    """The k-th smallest value of ``x`` for each k of ``kth`` (sorted; finite ``x``).
+
+    Partitioning the whole array costs ≈ 10 ns a value. When the ranks span under an eighth of
+    a long array, a strided sample of every 64th value bounds them instead: [low, high] are
+    sample order statistics a safety margin beyond the ranks' places. With B values below
+    ``low`` and the band S = {low ≤ x ≤ high}, rank k of ``x`` is rank k − B of S whenever
+    B ≤ min(kth) and B + |S| > max(kth) (checked; otherwise the whole array is partitioned),
+    so the values are exactly the partition's. ``x`` may be reordered.
+    """
+    n = len(x)
+    k0, k1 = kth[0], kth[-1]
+    if n >= BAND_SELECT_MIN and 8 * (k1 - k0) < n:
+        sample = x[::_SAMPLE_STEP].copy()
+        s = len(sample)
+        margin = 2 * math.isqrt(s) + 2  # ≈ 4 standard deviations of a sample rank
+        a, b = int(k0 * s / n) - margin, int(k1 * s / n) + margin
+        inside = [k for k in (a, b) if 0 <= k < s]
+        if inside:
+            sample.partition(inside)
+        low = sample[a] if a >= 0 else -np.inf
+        high = sample[b] if b < s else np.inf
+        below = int(np.count_nonzero(x < low))
+        band = x[(x >= low) & (x <= high)]
+        if below <= k0 and below + len(band) > k1:
+            band.partition([k - below for k in kth])
+            return {k: float(band[k - below]) for k in kth}
+    x.partition(kth)
+    return {k: float(x[k]) for k in kth}
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

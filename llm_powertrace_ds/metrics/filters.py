@@ -159,8 +159,10 @@ def _window_extreme(x: np.ndarray, size: int, fill: float, acc: np.ufunc) -> np.
     blocks = pad.reshape(-1, size)
     prefix = acc.accumulate(blocks, axis=1).ravel()  # from each block's start to i
     suffix = acc.accumulate(blocks[:, ::-1], axis=1)[:, ::-1].ravel()  # from i to block's end
-    j = np.arange(n - size + 1)
-    return acc(suffix[j], prefix[j + size - 1])
+    # window j is suffix[j] (its first block's part) with prefix[j + size - 1] (the rest):
+    # two aligned slices of the n − size + 1 windows (none when n < size), no index arrays
+    count = max(n - size + 1, 0)
+    return acc(suffix[:count], prefix[size - 1:size - 1 + count])
 
 
 def sliding_max(x: np.ndarray, size: int) -> np.ndarray:

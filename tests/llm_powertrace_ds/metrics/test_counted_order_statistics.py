@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llm_powertrace_ds.metrics import interval_median
-from llm_powertrace_ds.metrics.core import COUNTED_MEDIAN_SPAN
+from llm_powertrace_ds.metrics.core import BAND_SELECT_MIN, COUNTED_MEDIAN_SPAN, _percentiles
 from llm_powertrace_ds.metrics.levels import _positions
 
 
@@ -60,3 +61,26 @@ def test_tick_positions_of_devices_read_in_turn_missing_a_reading_or_reading_on_
     three = np.array([0, 100, 200], dtype=np.int64)
     assert _positions(on_tick, three).tolist() == np.searchsorted(on_tick, three).tolist() \
         == [0, 0, 2]
+
+
+def long_arrays() -> dict[str, np.ndarray]:
+    """Long arrays of every shape the band selection meets, including a misleading sample."""
+    rng = np.random.default_rng(11)
+    n = 3 * BAND_SELECT_MIN + 17
+    decoy = rng.normal(0, 1, n)
+    decoy[::64] = 1e6  # every sampled value is an outlier: the band misses, the fallback runs
+    ties = rng.integers(0, 4, n).astype(float)
+    sparse = np.zeros(n)
+    sparse[rng.integers(0, n, 25)] = rng.normal(0, 1, 25)
+    return {"normal": rng.normal(300, 40, n), "ascending": np.arange(n, dtype=float),
+            "descending": np.arange(n, 0, -1, dtype=float), "ties": ties, "sparse": sparse,
+            "decoy": decoy}
+
+
+@pytest.mark.parametrize("qs", [(95, 99), (99,), (95,), (0.5,), (50,), (100,), (0,), (5, 95),
+                                (5, 50, 95, 99)])
+def test_percentiles_of_long_arrays_equal_numpy(qs):
+    """Narrow ranks through the band, wide ones through the whole partition: numpy's values."""
+    for name, x in long_arrays().items():
+        want = [float(v) for v in np.atleast_1d(np.percentile(x, qs))]
+        assert _percentiles(x.copy(), qs) == want, name
