@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -141,16 +142,16 @@ def build_devices(table: common.Table, path: Path) -> list[DeviceData]:
         raise InputError("a gpu_id must be a whole number >= 0", file=path,
                          line=int(table.lines[row]), field="gpu_id")
     devices = []
-    wanted = {k: v for k, v in cols.items() if k.startswith("signal:") or k == "ts"}
+    names = [k for k in cols if k.startswith("signal:") or k == "ts"]
     if keys is not None:
         # rows cycle through the GPUs in ascending order (what a logger writes): device i is
         # every len(keys)-th row from row i, no sort needed. Signals are copied (contiguous
         # for the metrics); timestamps and lines stay strided views: assemble_run's
         # ``ts_ms - t0`` makes the run's contiguous copy, and lines only name errors
         step = len(keys)
-        parts = [(int(key), {k: v[i::step] if k == "ts" else v[i::step].copy()
-                             for k, v in wanted.items()},
-                  table.lines[i::step]) for i, key in enumerate(keys)]
+        split = _split_columns(cols, names, lambda name, v, i: v[i::step] if name == "ts"
+                               else v[i::step].copy(), range(step))
+        parts = [(int(key), split[i], table.lines[i::step]) for i, key in enumerate(keys)]
     else:
         # one stable sort by GPU, then each device is a slice (file order kept within a GPU)
         small = gpu.max() < 2**15  # whole numbers >= 0 (checked): int16 keys sort by radix
@@ -158,10 +159,12 @@ def build_devices(table: common.Table, path: Path) -> list[DeviceData]:
         by_gpu = gpu[order]  # sorted: each GPU starts where the value changes
         starts = np.r_[0, np.flatnonzero(by_gpu[1:] != by_gpu[:-1]) + 1]
         bounds = np.r_[starts, len(order)]
-        sorted_cols = {k: v[order] for k, v in wanted.items()}
+        spans = list(zip(bounds[:-1], bounds[1:], strict=True))
+        split = _split_columns(cols, names, lambda name, v, i: v[spans[i][0]:spans[i][1]],
+                               range(len(spans)), order=order)
         lines = table.lines[order]
-        parts = [(int(by_gpu[start]), {k: v[start:stop] for k, v in sorted_cols.items()},
-                  lines[start:stop]) for start, stop in zip(bounds[:-1], bounds[1:], strict=True)]
+        parts = [(int(by_gpu[start]), split[i], lines[start:stop])
+                 for i, (start, stop) in enumerate(spans)]
     for key, part, lines_of in parts:
         signals = {k.split(":", 1)[1]: v for k, v in part.items() if k.startswith("signal:")}
         dev = DeviceData(gpu_index=key, ts_ms=part["ts"], lines=lines_of, signals=signals)
@@ -171,6 +174,26 @@ def build_devices(table: common.Table, path: Path) -> list[DeviceData]:
         raise InputError("no usable power value: every value is empty", file=path,
                          line=int(table.lines[0]), field="power_w")
     return devices
+
+
+def _split_columns(cols: dict[str, np.ndarray], names: list[str],
+                   pick: Callable[[str, np.ndarray, int], np.ndarray], devices: range, *,
+                   order: np.ndarray | None = None) -> list[dict[str, np.ndarray]]:
+    """Per device, ``pick(name, column, device)`` of each named column (reordered by ``order``).
+
+    Column by column, and each signal column leaves ``cols`` once split (``ts`` stays: the stage
+    events read it): freed, its memory takes the next column's copies, where fresh pages would
+    cost a page fault each.
+    """
+    out: list[dict[str, np.ndarray]] = [{} for _ in devices]
+    for name in names:
+        column = cols[name] if name == "ts" else cols.pop(name)
+        if order is not None:
+            column = column[order]
+        for i in devices:
+            out[i][name] = pick(name, column, i)
+        del column
+    return out
 
 
 def _round_robin(gpu: np.ndarray) -> np.ndarray | None:
