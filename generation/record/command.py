@@ -225,7 +225,7 @@ def _spawn_gated(cmd: list[str], sdir: Path) -> tuple[subprocess.Popen[bytes], i
 
 
 def record_command(cmd: Sequence[str], config: RecordConfig, *,
-                   requests_from: Callable[..., list[dict[str, Any]]] | None = None,
+                   requests_from: Callable[..., Sequence[dict[str, Any]]] | None = None,
                    recording: Callable[[RecordConfig, list[int]], Any] | None = None
                    ) -> CommandOutcome:
     """Run ``cmd`` under the sampler as one run (see the module docstring).

@@ -47,7 +47,6 @@ from typing import Any, Literal
 from llm_powertrace_ds import layout, schema
 from llm_powertrace_ds.atomic import write_json_atomic
 from llm_powertrace_ds.errors import InputError, PowerTraceError
-from llm_powertrace_ds.request_rows import RequestRows
 
 from .provenance import planned_meta
 
@@ -294,7 +293,7 @@ class Recording:
         """Quality flags the recorder adds to the run (``children_outlived``)."""
         self.work_begin_ns: int | None = None
         self.work_end_ns: int | None = None
-        self.requests_from: Callable[..., list[dict[str, Any]] | RequestRows] | None = None
+        self.requests_from: Callable[..., Sequence[dict[str, Any]]] | None = None
         self._sampler: Any = None
         self._run_events: Any = None
         self._events: Any = None
