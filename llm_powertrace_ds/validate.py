@@ -60,14 +60,22 @@ def nominal_period_ms(run: Run, t_ms: np.ndarray) -> float:
 
 
 def _longest_constant_run_ms(t_ms: np.ndarray, power: np.ndarray) -> float:
+    """The longest time over which power repeats one reading (``t_ms`` strictly increasing).
+
+    span = max over runs of equal consecutive readings of t_last − t_first (0 without a
+    repeat). Only the repeats are visited: i with P_i+1 − P_i == 0 (never true at a NaN or
+    between infinities), grouped where the indices are consecutive; a reading without a repeat
+    spans 0 ms.
+    """
     if len(power) < 2:
         return 0.0
-    change = np.flatnonzero(np.diff(power) != 0) + 1
-    bounds = np.concatenate(([0], change, [len(power)]))
-    starts, ends = bounds[:-1], bounds[1:] - 1
-    spans = t_ms[ends] - t_ms[starts]
-    valid = ~np.isnan(power[starts])
-    return float(spans[valid].max()) if valid.any() else 0.0
+    same = np.flatnonzero(np.diff(power) == 0)
+    if not len(same):
+        return 0.0
+    cut = np.flatnonzero(np.diff(same) != 1) + 1  # where a new run of repeats begins
+    first = same[np.r_[0, cut]]
+    last = same[np.r_[cut - 1, len(same) - 1]] + 1
+    return float((t_ms[last] - t_ms[first]).max())
 
 
 def _per_device_view(run: Run) -> list[DeviceSeries]:
