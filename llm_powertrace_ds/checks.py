@@ -248,7 +248,10 @@ def check_times(devices: Sequence[Any], *, file: str | Path | None = None,
         ts = np.asarray(dev.ts_ms, dtype=np.int64)
         if len(ts) == 0:
             continue
-        bad = np.flatnonzero((ts < lo) | (ts >= hi))
+        # the usual device: its extremes inside the range, no gap beyond the limit; the masks
+        # and their first offending sample only when one is not
+        inside = lo <= int(ts.min()) and int(ts.max()) < hi
+        bad = np.zeros(0, np.int64) if inside else np.flatnonzero((ts < lo) | (ts >= hi))
         if len(bad):
             raise InputError("the date is outside 1990-2200", file=file,
                              line=_line(lines, k, int(bad[0])), field="timestamp")
@@ -256,7 +259,9 @@ def check_times(devices: Sequence[Any], *, file: str | Path | None = None,
             raise InputError(f"GPU index {int(dev.gpu_index)} is outside 0..{MAX_GPU_INDEX}",
                              file=file, line=_line(lines, k, 0), field="index")
         if len(ts) > 1:
-            gaps = np.flatnonzero(np.diff(ts) > MAX_GAP_S * 1000)
+            steps = np.diff(ts)
+            gaps = (np.flatnonzero(steps > MAX_GAP_S * 1000) if steps.max() > MAX_GAP_S * 1000
+                    else np.zeros(0, np.int64))
             if len(gaps):
                 i = int(gaps[0])
                 raise InputError(f"GPU {int(dev.gpu_index)} has a gap of "
