@@ -31,7 +31,9 @@ import importlib.metadata
 import logging
 import os
 import shutil
+import signal
 import socket
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -366,7 +368,8 @@ def _execute_locked(sweep: Sweep, machine: MachineInfo, run: PlannedRun, staging
                         "sweep": str(sweep.path)})
     staging.set_status(RunStatus.RUNNING, started_utc=utc_now(), pid=os.getpid())
     try:
-        result = _measure(sweep, machine, run, staging.dir, progress=progress)
+        # a workload that returns nothing reports no result columns
+        result = _measure(sweep, machine, run, staging.dir, progress=progress) or {}
         record = _build_run(staging.dir, meta, result)
         _gpu_state_facts(record, run, machine)
         published = publish(staging.root, record)
@@ -650,16 +653,17 @@ def stop_on_sampler_death(sampler: Sampler, poll_s: float = SAMPLER_WATCH_S) -> 
     A watchdog thread polls ``sampler.alive()``; on death it interrupts the main thread
     (``_thread.interrupt_main``), and the interrupt is turned into a ``RunError`` here, so the
     run fails at once instead of running on unmeasured (issue 12, item 16). A real Ctrl-C
-    still propagates as ``KeyboardInterrupt``.
+    still propagates as ``KeyboardInterrupt``. The interrupt reaches the main thread whatever
+    SIGINT's disposition (:func:`_interruptible_main`).
 
     Raises:
         RunError: the sampler died while the block ran.
     """
     import _thread
-    import threading
 
     died = threading.Event()
     done = threading.Event()
+    restore = _interruptible_main(died)
 
     def watch() -> None:
         while not done.wait(poll_s):
@@ -680,6 +684,36 @@ def stop_on_sampler_death(sampler: Sampler, poll_s: float = SAMPLER_WATCH_S) -> 
     finally:
         done.set()
         watcher.join()
+        restore()
+
+
+def _interruptible_main(died: threading.Event) -> Callable[[], None]:
+    """Let ``_thread.interrupt_main`` reach the main thread; return what undoes it.
+
+    ``interrupt_main`` only runs a Python-level SIGINT handler: in a process started with
+    SIGINT ignored (``nohup``, ``cmd &`` in a script, a background CI job) it does nothing, and
+    the workload would run on unmeasured. Then, for the block, a handler is installed that
+    raises ``KeyboardInterrupt`` once ``died`` is set and otherwise keeps the disposition: a
+    real SIGINT stays ignored (at ``SIG_DFL`` it interrupts, as Python's own handler does).
+    Nothing changes when a Python handler is already there, or off the main thread.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.getsignal(signal.SIGINT)
+    if callable(previous) or previous is None:  # None: a handler not set from Python
+        return lambda: None
+    ignored = previous == signal.SIG_IGN
+
+    def handler(signum: int, frame: Any) -> None:
+        if died.is_set() or not ignored:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
+
+    def restore() -> None:
+        signal.signal(signal.SIGINT, previous)
+
+    return restore
 
 
 def _check_sampler(summary: SamplerSummary) -> None:

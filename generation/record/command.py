@@ -49,7 +49,9 @@ from .session import RECORD_DIR_ENV, RecordConfig, Recording, make_run_id
 log = logging.getLogger(__name__)
 
 GATE_CODE = """\
-import os, sys
+import os, signal, sys
+for s in (signal.SIGINT, signal.SIGTERM):  # record forwards them: the command must act on them
+    signal.signal(s, signal.SIG_DFL)
 fd = int(sys.argv[1])
 go = os.read(fd, 1)
 os.close(fd)
@@ -62,7 +64,10 @@ except OSError as exc:
     os._exit(127 if isinstance(exc, FileNotFoundError) else 126)
 """
 """Runs in the child before the command: wait for ``1`` on the pipe, then become the command
-(exit 127 when it does not exist, 126 when it cannot be executed, as shells do)."""
+(exit 127 when it does not exist, 126 when it cannot be executed, as shells do). SIGINT and
+SIGTERM are put back to their default first: a ``record`` started with them ignored (``nohup``,
+``cmd &`` in a script) still forwards them, and the command, in its own process group, receives
+them only from ``record``."""
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM)
 KILL_GRACE_S = 10.0

@@ -122,26 +122,55 @@ CTRL_C = textwrap.dedent("""
 """)
 
 
+def sigint_at_default() -> None:
+    """In the child before exec: SIGINT at its default (Python makes it ``KeyboardInterrupt``)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def event_kinds(sdir: Path) -> set[str]:
+    """The kinds of the events flushed so far (a line being appended is skipped)."""
+    kinds = set()
+    for f in (sdir / "events").glob("*.jsonl"):
+        for line in f.read_text(encoding="utf-8").splitlines():
+            try:
+                kinds.add(json.loads(line)[1])
+            except (ValueError, IndexError):
+                continue
+    return kinds
+
+
+def wait_for_step_begin(out: Path, proc: subprocess.Popen, *, limit_s: float) -> Path:
+    """The run's ``status.json`` once it says ``running`` and its events hold a ``step_begin``.
+
+    ``limit_s`` only bounds a failure: the wait ends at the event, not after a set time.
+    """
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        for status in (out / ".staging").glob("*/status.json") if out.exists() else []:
+            if json.loads(status.read_text())["status"] == "running" and \
+                    "step_begin" in event_kinds(status.parent):
+                return status
+        time.sleep(0.05)
+    if proc.poll() is None:
+        proc.kill()
+    raise AssertionError(f"no step_begin within {limit_s:g} s: {proc.communicate()}")
+
+
 def test_ctrl_c_marks_interrupted_prints_one_line_exits_130(tmp_path):
     """Item 15."""
     sweep = tmp_path / "s.yaml"
     sweep.write_text("name: cc\nworkload: finetune\nsampler: {source: cpu_proxy, period_ms: 50}\n"
                      "base: {model: llama-tiny, seq_len: 16, max_steps: 3, batch_size: 1}\n")
     out = tmp_path / "ds"
+    # SIGINT at its default, as under a terminal: a test run in the background (`pytest &`)
+    # inherits it ignored, and a process started so never sees a Ctrl-C
     proc = subprocess.Popen([sys.executable, "-c", CTRL_C, "generate", str(sweep), "--out",
                              str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
-    deadline = time.monotonic() + 240
-    status = None
-    while time.monotonic() < deadline and proc.poll() is None:
-        found = list((out / ".staging").glob("*/status.json")) if out.exists() else []
-        if found and json.loads(found[0].read_text())["status"] == "running" and \
-                list(found[0].parent.glob("events*")):
-            status = found[0]
-            break
-        time.sleep(0.2)
-    assert status is not None, proc.communicate()
-    time.sleep(1.0)
+                            text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+                            preexec_fn=sigint_at_default)
+    # the signal is sent once the workload marked a step (it runs for 100 s), however long the
+    # start took on a loaded machine
+    status = wait_for_step_begin(out, proc, limit_s=240)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
