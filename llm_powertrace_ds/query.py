@@ -160,8 +160,11 @@ def _predicate_mask(table: pa.Table, pred: Callable[[Row], Any]) -> pa.Array:
 # Runs
 # ---------------------------------------------------------------------------------------------
 
-_RUNS_CHUNK_BATCHES = 128
-"""Batches combined at a time by :func:`_runs_table` (an unpacked folder: one batch per run)."""
+_RUNS_CHUNK_BATCHES = 32
+"""Batches combined at a time by :func:`_runs_table` (an unpacked folder: one batch per run).
+
+Measured on imported 300- and 1,000-run folders (``Runs.load``, CPU, fresh processes): 32 at a
+time, 0.36-0.45 ms a run at 1,000; 128, 0.51; all at once, 0.52-0.54; 8, 0.42-0.44."""
 
 
 def _batches_table(got: list[pa.RecordBatch], schema_: pa.Schema) -> pa.Table:
@@ -189,8 +192,9 @@ def _runs_table(batches: Iterable[pa.RecordBatch], schema_: pa.Schema) -> pa.Tab
     chunks (each holding its file's memory map) cost more per run the more runs there are.
     The batches are combined ``_RUNS_CHUNK_BATCHES`` at a time, then the parts once more:
     combining all of an unpacked folder's one-row batches at once (each column a chunk per
-    run, every file's memory map held until the end) cost 4.4x more CPU at 1,000 runs than at
-    300; in parts, 3.3x (``bench/scale.py --published-only``).
+    run, every file's memory map held until the end) cost up to 4.4x more CPU at 1,000 runs
+    than at 300 (``bench/scale.py --published-only``; linear is 3.33x); a few dozen at a time
+    stay in the processor's caches.
     """
     parts: list[pa.Table] = []
     got: list[pa.RecordBatch] = []
