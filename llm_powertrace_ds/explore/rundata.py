@@ -254,11 +254,18 @@ class RunData:
         ends = [int(t[-1]) for t in self.times.values() if len(t)]
         self.origin_ms = min(starts) if starts else 0
         self.end_ms = max(ends) if ends else 0
-        period = run.meta.get("sample_period_ms")
-        if not period:
-            dts = [np.median(np.diff(t)) for t in self.times.values() if len(t) > 1]
-            period = float(min(dts)) if dts else float(metrics_mod.GRID_MS)
-        self.period_ms = float(period)
+        # the metrics' period: the declared one, or the devices' median interval when longer
+        # (a logger declared at 100 ms that read every second breaks its line at 3 s holes,
+        # not at every reading)
+        declared = run.meta.get("sample_period_ms")
+        dts = [float(np.median(np.diff(t))) for key, t in self.times.items()
+               if key != TOTAL_KEY and len(t) > 1]
+        observed = min(dts) if dts else None
+        if declared and observed is not None:
+            period = max(float(declared), observed)
+        else:
+            period = float(declared or observed or metrics_mod.GRID_MS)
+        self.period_ms = period
         self.levels = pyramid.plan_levels(self.origin_ms, self.end_ms, self.period_ms)
 
     # -- description -----------------------------------------------------------------------
