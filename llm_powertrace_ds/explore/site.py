@@ -290,6 +290,7 @@ def build_site(root: str | Path, out: str | Path, *, name: str | None = None) ->
     bokeh_js()  # fail before any work when the extra is missing
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    old: Path | None = None
     try:
         runs, proxy, skipped = _write_site(root, tmp, name or root.resolve().name)
         data_bytes = _folder_bytes(tmp / "data")
@@ -300,7 +301,6 @@ def build_site(root: str | Path, out: str | Path, *, name: str | None = None) ->
         manifest["generator"] = "llm-powertrace explore"
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
         os.chmod(tmp, 0o755)
-        old = None
         if out.exists():
             old = out.parent / f".{out.name}.old-{os.getpid()}"
             out.rename(old)
@@ -309,5 +309,7 @@ def build_site(root: str | Path, out: str | Path, *, name: str | None = None) ->
             shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and old.exists() and not out.exists():
+            old.rename(out)  # the new site never arrived: the old one is back in place
         raise
     return report
