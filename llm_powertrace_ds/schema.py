@@ -118,7 +118,9 @@ WARNING_FLAGS = (
 QUALITY_FLAGS = ERROR_FLAGS + WARNING_FLAGS
 
 GAP_PERIODS = 3.0
-"""``gap``: an interval between two samples longer than this many nominal sample periods."""
+"""``gap``: an interval between two samples longer than this many sample periods; the period is
+max(declared ``sample_period_ms``, median interval), in ``validate``, the metrics and the
+explorer alike."""
 ENERGY_MISMATCH_PCT = 5.0
 """``energy_mismatch``: the energy counter and integrated power differ by more than this (%)."""
 
