@@ -616,6 +616,7 @@ DUCKDB_PROBE = (
     "res['runs_mean_by_platform_s'] = time.perf_counter() - t\n"
     "want = {r['platform']: r['mean_power_w_mean'] for r in api.to_pylist()}\n"
     "con = duckdb.connect()\n"
+    "con.execute('SET enable_progress_bar = false')  # it prints to stdout after 2 s\n"
     "t = time.perf_counter()\n"
     "got = dict(con.execute(f\"SELECT platform, avg(mean_power_w) FROM read_parquet('{folder}/"
     "data/finetune_runs/*/*.parquet') GROUP BY platform\").fetchall())\n"
