@@ -8,6 +8,7 @@ an empty result.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -100,3 +101,47 @@ def known_configs() -> list[str]:
 
     return list(schema.ALL_CONFIGS) + [f"{w}-{f}" for w in schema.TRACE_CONFIGS
                                        for f in schema.MODEL_FAMILIES]
+
+
+def check_platform(slug: str, existing: Iterable[str] = (), *, allow_new: bool = False,
+                   field: str = "--platform", new_option: str = "--new-platform") -> str:
+    """Return a user-given platform slug if it is known, already a split, or explicitly new.
+
+    A slug is a split: a typo or a short form (``h100``) would otherwise open a split of its
+    own beside the real one (``h100_sxm_80gb``).
+
+    Args:
+        slug: the slug the user gave.
+        existing: the splits the target folder already holds (accepted as they are).
+        allow_new: accept any slug that is a valid split name (the user asked for a new one).
+        field: the option the slug came from, for the message.
+        new_option: the option that allows a new slug, for the message.
+
+    Raises:
+        UnknownName: an unknown slug without ``allow_new`` (the message suggests the closest
+            known one and lists them all), or a slug that is no valid split name.
+
+    Example:
+        >>> check_platform("l40s")
+        'l40s'
+        >>> check_platform("h100")
+        Traceback (most recent call last):
+        ...
+        llm_powertrace_ds.names.UnknownName: field '--platform': unknown platform 'h100'; did you mean one of h100_nvl_94gb, h100_pcie_80gb, h100_sxm_80gb? known: ...; a new one needs --new-platform
+    """
+    from .platforms import known_platforms
+
+    valid = set(known_platforms()) | set(existing)
+    if slug in valid:
+        return slug
+    if not re.match(r"^\w+(\.\w+)*$", slug):  # schema.SPLIT_NAME_RE (schema imports layout, which imports this module)
+        raise UnknownName(f"platform {slug!r} is no valid split name (letters, digits and _, "
+                          "dot-separated)", field=field)
+    if allow_new:
+        return slug
+    starting = sorted(v for v in valid if v.startswith(slug))  # h100 -> its form factors
+    close = closest(slug, valid)
+    hint = (f"; did you mean one of {', '.join(starting)}?" if len(starting) > 1
+            else f"; did you mean {close!r}?" if close else ";")
+    raise UnknownName(f"unknown platform {slug!r}{hint} known: {', '.join(sorted(valid))}; "
+                      f"a new one needs {new_option}", field=field)

@@ -139,7 +139,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 def _check_platform(args: argparse.Namespace) -> None:
     """Refuse a ``--platform`` slug that is neither known nor a split of ``--out``."""
     from ..layout import shard_folders
-    from ..platforms import check_platform
+    from ..names import check_platform
 
     existing = ({s for splits in shard_folders(args.out).values() for s in splits}
                 if args.out.is_dir() else set())
