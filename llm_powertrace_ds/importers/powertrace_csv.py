@@ -129,7 +129,11 @@ def read_trace(path: Path, zone: dt.tzinfo = dt.timezone.utc, unread: list[str] 
 
 
 def build_devices(table: common.Table, path: Path) -> list[DeviceData]:
-    """One :class:`DeviceData` per ``gpu_id``, each on its own timestamps."""
+    """One :class:`DeviceData` per ``gpu_id``, each on its own timestamps.
+
+    The table's signal columns move into the devices: they leave ``table.columns`` (its
+    ``ts``, ``run_id`` and ``stage`` stay for the run id and the stage events).
+    """
     cols = table.columns
     gpu = cols["gpu"]
     keys = _round_robin(gpu)
