@@ -12,7 +12,6 @@ could name a person, machine or path refused under the field ``label`` with the 
 from __future__ import annotations
 
 import datetime as dt
-import json
 from pathlib import Path
 
 import numpy as np
@@ -185,43 +184,6 @@ def test_one_second_average_follows_the_logged_gpu_name_not_the_platform():
     flags = finish_meta([_device(gpu_name="NVIDIA H100 80GB HBM3")], meta,
                         platform="a100_sxm4_80gb", num_gpus=None, file=Path("log.csv"))
     assert "power_is_1s_average" in flags
-
-
-PT_HEADER = ("run_id,timestamp,time_relative_s,gpu_id,power_w,sm_clock_mhz,gpu_util_pct,"
-             "memory_util_pct,memory_used_mb,memory_total_mb,temperature_c,stage")
-
-
-RUN_ID = "powertraces-ptX_r1_1-abc123"
-
-
-def _pt_csv(path: Path, *, zulu: bool, ticks: int = 10) -> Path:
-    t0 = dt.datetime(2026, 5, 1, 12, 0, 0)
-    lines = [PT_HEADER]
-    for k in range(ticks):
-        for g in range(2):
-            ms = k * 100 + 2 * g
-            t = t0 + dt.timedelta(milliseconds=ms)
-            stamp = t.strftime("%Y-%m-%dT%H:%M:%S") + f".{t.microsecond // 1000:03d}"
-            lines.append(f"{RUN_ID},{stamp}{'Z' if zulu else ''},{ms / 1000},{g},{40 + g},1980,"
-                         f"{k},0,,,,")
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
-
-
-def _pt_json(path: Path, **over) -> Path:  # noqa: ANN003
-    meta = {"run_id": RUN_ID, "gpu_type": "L40s", "gpu_count": 2, "precision": "bf16",
-            "sampling_interval_declared_s": 0.1}
-    meta.update(over)
-    path.write_text(json.dumps(meta), encoding="utf-8")
-    return path
-
-
-def test_declared_sample_period_wins_over_the_median(tmp_path):
-    csv_path = _pt_csv(tmp_path / "t.csv", zulu=True)
-    run = import_file("powertrace-csv", csv_path, workload="finetune",
-                      meta_path=_pt_json(tmp_path / "m.json", sampling_interval_declared_s=0.25))
-    assert run.meta["sample_period_ms"] == 250.0
-    assert len(run.devices) == 2 and run.devices[0].t_ms.tolist()[:2] == [0, 100]
 
 
 def test_time_going_back_names_both_instants():

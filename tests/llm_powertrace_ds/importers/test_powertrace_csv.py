@@ -691,3 +691,11 @@ def test_powertrace_csv_zone_less_stamps_use_tz(tmp_path):
     utc = import_file("powertrace-csv", csv_path, workload="finetune", meta_path=meta)
     assert utc.meta["start_time"] == dt.datetime(2026, 5, 1, 12, tzinfo=dt.timezone.utc)
     assert paris.meta["start_time"] == dt.datetime(2026, 5, 1, 10, tzinfo=dt.timezone.utc)
+
+
+def test_declared_sample_period_wins_over_the_median(tmp_path):
+    csv_path = _pt_csv(tmp_path / "t.csv", zulu=True)
+    run = import_file("powertrace-csv", csv_path, workload="finetune",
+                      meta_path=_pt_json(tmp_path / "m.json", sampling_interval_declared_s=0.25))
+    assert run.meta["sample_period_ms"] == 250.0
+    assert len(run.devices) == 2 and run.devices[0].t_ms.tolist()[:2] == [0, 100]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from metric_runs import run_of_devices as _run
 
 from llm_powertrace_ds import metrics
 from llm_powertrace_ds.metrics import core
@@ -159,15 +160,6 @@ def test_ramp_percentiles_and_maxima_on_a_parabola():
     down = metrics.compute_run_metrics(run_of((i * 100, (999 - i) ** 2 / 2.0)))
     assert down["ramp_down_max_1s_w_per_s"] == pytest.approx(r_1s.max())
     assert down["ramp_up_max_1s_w_per_s"] == 0.0
-
-
-def _run(*devices: tuple[np.ndarray, np.ndarray], requests: list[dict] | None = None,
-         workload: str = "finetune") -> Run:
-    devs = [DeviceSeries(g, np.asarray(t, dtype=np.int64), {"power_w": np.asarray(p, float)},
-                         power_limit_w=400.0, default_power_limit_w=400.0)
-            for g, (t, p) in enumerate(devices)]
-    return Run({"run_id": "pins", "workload": workload, "platform": "l40s",
-                "sample_period_ms": 100.0}, devs, [], requests)
 
 
 def _group_a() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from metric_runs import run_of_devices as _run
 
 from llm_powertrace_ds import metrics
 from llm_powertrace_ds.metrics import core
@@ -288,15 +289,6 @@ def test_percentiles_helper_is_numpys_bit_for_bit():
         want = np.percentile(x, qs)
         got = _percentiles(x.copy(), qs)
         np.testing.assert_array_equal(np.array(got), want)
-
-
-def _run(*devices: tuple[np.ndarray, np.ndarray], requests: list[dict] | None = None,
-         workload: str = "finetune") -> Run:
-    devs = [DeviceSeries(g, np.asarray(t, dtype=np.int64), {"power_w": np.asarray(p, float)},
-                         power_limit_w=400.0, default_power_limit_w=400.0)
-            for g, (t, p) in enumerate(devices)]
-    return Run({"run_id": "pins", "workload": workload, "platform": "l40s",
-                "sample_period_ms": 100.0}, devs, [], requests)
 
 
 def test_ramp_names_are_four_per_window_and_unit_in_order():

@@ -9,18 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from metric_runs import run_of_devices as _run
 
 from llm_powertrace_ds import metrics
-from llm_powertrace_ds.run import DeviceSeries, Run
-
-
-def _run(*devices: tuple[np.ndarray, np.ndarray], requests: list[dict] | None = None,
-         workload: str = "finetune") -> Run:
-    devs = [DeviceSeries(g, np.asarray(t, dtype=np.int64), {"power_w": np.asarray(p, float)},
-                         power_limit_w=400.0, default_power_limit_w=400.0)
-            for g, (t, p) in enumerate(devices)]
-    return Run({"run_id": "pins", "workload": workload, "platform": "l40s",
-                "sample_period_ms": 100.0}, devs, [], requests)
+from llm_powertrace_ds.run import Run
 
 
 def _grid_run(p: np.ndarray, events: list | None = None) -> Run:
