@@ -59,9 +59,9 @@ def test_unexpected_errors_get_the_hint(monkeypatch, tmp_path, capsys, make_run)
 
 def test_one_current_login_command_everywhere():
     """``hf auth login`` (huggingface_hub's current CLI), never the deprecated spelling."""
-    texts = [REPO / "README.md", REPO / "upload.py", *sorted((REPO / "cards").glob("*.py")),
-             *sorted((REPO / "llm_powertrace_ds").rglob("*.py"))]
+    texts = [REPO / "README.md", REPO / "upload.py", *sorted((REPO / "docs").rglob("*.md")),
+             *sorted((REPO / "cards").glob("*.py")), *sorted((REPO / "llm_powertrace_ds").rglob("*.py"))]
     old = "huggingface" + "-cli"
     assert not [p.name for p in texts if old in p.read_text(encoding="utf-8")]
-    assert "hf auth login" in (REPO / "README.md").read_text(encoding="utf-8")
+    assert "hf auth login" in (REPO / "docs" / "publishing.md").read_text(encoding="utf-8")
     assert "hf auth login" in (REPO / "upload.py").read_text(encoding="utf-8")
