@@ -83,7 +83,7 @@ STEPS: tuple[Step, ...] = (
     Step("load", 10, "the benchmark load keeps its operands' magnitude (no decay to zeros)"),
     Step("nvml", 20, "the probe finds field 186 (instant power) and the driver's power buffer; "
          "per-call latency, and the power phase of a tick extrapolated to 8 GPUs", gpu_only=True),
-    Step("fields", 25, "square wave 250 ms on/off: instant (186) follows it, the 1 s average "
+    Step("fields", 25, "a load switched on and off every 250 ms: instant (186) follows it, the 1 s average "
          "(185) and nvmlDeviceGetPowerUsage lag ~1 s; energy counter / integral of instant "
          "power in 0.98-1.02", gpu_only=True),
     Step("sampler", 25, "the sampler at 100 ms under load: no missed ticks, lateness, no stale "

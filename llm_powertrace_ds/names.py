@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from .errors import InputError
+from .platforms import known_platforms
 
 
 class UnknownName(InputError):
@@ -129,12 +130,10 @@ def check_platform(slug: str, existing: Iterable[str] = (), *, allow_new: bool =
         ...
         llm_powertrace_ds.names.UnknownName: field '--platform': unknown platform 'h100'; did you mean one of h100_nvl_94gb, h100_pcie_80gb, h100_sxm_80gb? known: ...; a new one needs --new-platform
     """
-    from .platforms import known_platforms
-
     valid = set(known_platforms()) | set(existing)
     if slug in valid:
         return slug
-    if not re.match(r"^\w+(\.\w+)*$", slug):  # schema.SPLIT_NAME_RE (schema imports layout, which imports this module)
+    if not re.match(r"^\w+(\.\w+)*$", slug):  # schema.SPLIT_NAME_RE: schema imports layout, which imports this module
         raise UnknownName(f"platform {slug!r} is no valid split name (letters, digits and _, "
                           "dot-separated)", field=field)
     if allow_new:

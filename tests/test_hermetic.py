@@ -124,7 +124,7 @@ def test_two_sessions_in_a_row_with_a_shared_home_give_the_same_result(tmp_path)
     env.update(HOME=str(tmp_path / "home"), PYTHONPATH=str(REPO), CI="")
     hermetic = (REPO / "tests" / "conftest.py").read_text()
     bare = '"""No fixtures: the home cache is shared."""\n'
-    # Control: without the fixture the home cache is shared and the second session fails.
+    # Control: without the fixture the home cache is shared and the second pytest run fails.
     bare_dir = tmp_path / "bare"
     bare_dir.mkdir()
     assert _session(bare_dir, bare, env, "run-a", tmp_path / "data") == 0
