@@ -512,9 +512,9 @@ class _Equals:
         asked = [v for v in values if isinstance(v, str)]
         if not _is_text(column.type) or not asked or len(asked) != len(values):
             return
-        present = sorted(str(v) for v in pc.unique(column).drop_null().to_pylist())
-        if set(asked) & set(present):
+        if pc.any(pc.is_in(column, value_set=pa.array(asked))).as_py():
             return
+        present = sorted(str(v) for v in pc.unique(column).drop_null().to_pylist())
         close = closest(asked[0], present)
         hint = f"; did you mean {close!r}?" if close else ""
         shown = ", ".join(present[:_PRESENT_SHOWN]) if present else "(none)"
