@@ -436,15 +436,29 @@ def _cli(*args: str, **kw) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, **kw)
 
 
-def _mean_power(row: dict, begin: str, end: str, own_rank: bool) -> float:
-    t = np.asarray(row["t_ms"])
+def _mean_power(row: dict, begin: str, end: str, own_rank: bool, *, overlap: bool) -> float:
+    """Mean of the samples that measured the ``begin``..``end`` windows.
+
+    A cpu_proxy (or 1 s-average) reading at ``t`` averages ``(t - period, t]``. With
+    ``overlap`` a window ``[b, e]`` takes every sample whose interval overlaps it
+    (``b < t < e + period``): a step shorter than one period that falls between two ticks is
+    measured by the tick after it, so eight ~10 ms steps are never "no samples". Without it
+    only samples whose whole interval lies inside the window count (``b + period <= t <= e``),
+    so an idle mean does not take in the work next to it.
+    """
+    t = np.asarray(row["t_ms"], dtype=float)
     p = np.asarray(row["power_w"], dtype=float)
+    period_ms = float(row["sample_period_ms"])
     ev = [e for e in row["events"] if not own_rank or e["rank"] == row["gpu_index"]]
     mask = np.zeros(len(t), bool)
     for b, e in zip([e for e in ev if e["kind"] == begin], [e for e in ev if e["kind"] == end],
                     strict=False):
-        mask |= (t >= b["t_ms"]) & (t <= e["t_ms"])
-    return float(p[mask].mean()) if mask.any() else float("nan")
+        if overlap:
+            mask |= (t > b["t_ms"]) & (t < e["t_ms"] + period_ms)
+        else:
+            mask |= (t >= b["t_ms"] + period_ms) & (t <= e["t_ms"])
+    assert mask.any(), (row["run_id"], begin, end)
+    return float(p[mask].mean())
 
 
 @pytest.mark.slow
@@ -467,8 +481,8 @@ def test_demo_sweep_acceptance(tmp_path):
         kinds = {e["kind"] for e in row["events"]}
         assert {"idle_begin", "step_begin", "step_end", "checkpoint_begin"} <= kinds
         assert row["tokens"] > 0
-        assert (_mean_power(row, "step_begin", "step_end", True)
-                > _mean_power(row, "idle_begin", "idle_end", False)), row["run_id"]
+        assert (_mean_power(row, "step_begin", "step_end", True, overlap=True)
+                > _mean_power(row, "idle_begin", "idle_end", False, overlap=False)), row["run_id"]
     ddp = [r for r in ds if r["parallelism"] == "ddp"]
     assert sorted(r["gpu_index"] for r in ddp) == [0, 1]
     for r in ddp:
