@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from llm_powertrace_ds import numbers, privacy, schema
+from llm_powertrace_ds import privacy, schema
 from llm_powertrace_ds.errors import InputError
 
 from .conftest import tree_hash
@@ -223,6 +223,8 @@ def _numeric_columns():
 @pytest.mark.parametrize(("config", "col"), list(_numeric_columns()),
                          ids=lambda x: x if isinstance(x, str) else x.name)
 def test_every_numeric_column_refuses_hostile_numbers(config, col):
+    from llm_powertrace_ds import numbers  # only this case needs the module
+
     for value in HOSTILE_NUMBERS:
         why = numbers.problem(col.dtype, value)
         if value == 2**31 and col.dtype in ("int64", "float32", "float64"):
@@ -314,16 +316,20 @@ def test_a_deep_vllm_result_file_is_one_line(tmp_path):
         read_requests("vllm", path)
 
 
-def test_a_malformed_sglang_line_is_one_line(tmp_path):
-    from llm_powertrace_ds.importers.requests_sglang_log import read_print_requests_log
+@pytest.mark.parametrize("ttft", ["(" * 200_000 + ")",  # too many parentheses to tokenize
+                                  "-" * 100_000 + "1",   # the parser's stack: MemoryError
+                                  "1+" * 100_000 + "1"],  # the AST's depth: RecursionError
+                         ids=["parentheses", "unary-chain", "binary-chain"])
+def test_a_malformed_sglang_line_is_one_line(tmp_path, ttft):
+    from llm_powertrace_ds.importers.requests import read_requests
 
-    out = "RequestFuncOutput(" + "(" * 200_000 + ")"
-    text = f'rid=a time=2.0 time_delta=0.5 message="request end" output="{out}"\n'
+    out = f"RequestFuncOutput(success=True, latency=0.5, ttft={ttft})"
     path = tmp_path / "sglang.log"
-    path.write_text(text, encoding="utf-8")
+    path.write_text(f'rid=a time=2.0 time_delta=0.5 message="request end" output="{out}"\n',
+                    encoding="utf-8")
     with pytest.raises(InputError) as exc:
-        read_print_requests_log(path, text, fmt="sglang")
-    assert exc.value.line == 1 and exc.value.field == "output"
+        read_requests("sglang", path)
+    assert (exc.value.line, exc.value.field) == (1, "output") and "\n" not in str(exc.value)
 
 
 # ---- request times and token counts -----------------------------------------------------------

@@ -10,7 +10,6 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from llm_powertrace_ds import layout, shards
-from llm_powertrace_ds.formatting import safe_text
 
 OSC52 = "\x1b]52;c;ZWNobyBwd25lZA==\x07"   # a clipboard write
 CLEAR = "\x1b[2J\x1b[H"                    # a screen clear
@@ -40,5 +39,7 @@ def test_list_strips_terminal_escapes_and_bidi(cli, tmp_path, make_run):
 
 
 def test_safe_text_keeps_newlines_and_plain_text():
+    from llm_powertrace_ds.formatting import safe_text
+
     assert safe_text("a\tb\nc") == "a\tb\nc"
     assert safe_text(f"x{OSC52}y{BIDI}") == "x]52;c;ZWNobyBwd25lZA==yexe.txt"
