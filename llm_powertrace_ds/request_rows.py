@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 import numpy as np
 
 if TYPE_CHECKING:  # imported where columns are read: the metrics import this module
+    from pathlib import Path
+
     import pyarrow as pa
 
 BATCH_ROWS = 65_536
@@ -100,6 +102,85 @@ class RequestRows(ColumnRows[dict[str, Any]]):
                                        if c in table.column_names]))
 
 
+class SpilledRequests(RequestRows):
+    """``inference_requests`` rows of one run in an Arrow IPC stream file, read a block at a time.
+
+    What ``import requests-csv`` publishes: the shard written block by block, never held
+    whole. Iterating it (rows, or :func:`request_blocks`) holds one block of :data:`BATCH_ROWS`
+    rows; :attr:`table` (the whole file, for code that wants columns at once) reads it all.
+
+    Args:
+        path: the stream file (its ``run_id``/``platform`` columns are dropped when read).
+        num_rows: its row count.
+    """
+
+    def __init__(self, path: Path, num_rows: int) -> None:  # no table held: see `table`
+        self.path = path
+        self.num_rows = num_rows
+
+    @property  # type: ignore[override]  # read on demand: a spilled log is not held
+    def table(self) -> pa.Table:
+        """Every row as one table (memory grows with the rows: prefer :meth:`blocks`)."""
+        blocks = list(self.blocks())
+        if not blocks:
+            return self._empty()
+        return pa.concat_tables(blocks) if len(blocks) > 1 else blocks[0]
+
+    def _empty(self) -> pa.Table:
+        import pyarrow as pa
+        import pyarrow.ipc as ipc
+
+        with pa.OSFile(str(self.path)) as fh:
+            return RequestRows.from_shard(ipc.open_stream(fh).schema.empty_table()).table
+
+    def blocks(self) -> Iterator[pa.Table]:
+        """The rows, :data:`BATCH_ROWS` at a time (the last block may be shorter)."""
+        import pyarrow as pa
+        import pyarrow.ipc as ipc
+
+        with pa.OSFile(str(self.path)) as fh:  # read, not mapped: pages of a map count as RSS
+            batches: list[pa.RecordBatch] = []
+            held = 0
+            for batch in ipc.open_stream(fh):
+                while len(batch):
+                    take = min(len(batch), BATCH_ROWS - held)
+                    batches.append(batch.slice(0, take))
+                    held += take
+                    batch = batch.slice(take)
+                    if held == BATCH_ROWS:
+                        yield RequestRows.from_shard(pa.Table.from_batches(batches)).table
+                        batches, held = [], 0
+            if held:
+                yield RequestRows.from_shard(pa.Table.from_batches(batches)).table
+
+    def __len__(self) -> int:
+        return self.num_rows
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for table in self.blocks():
+            yield from RequestRows(table)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.num_rows} rows in {self.path.name})"
+
+
+def request_blocks(requests: Sequence[dict[str, Any]]) -> Iterator[Sequence[dict[str, Any]]]:
+    """A run's requests, :data:`BATCH_ROWS` at a time from the first.
+
+    The same blocks whether the rows are held (:class:`RequestRows`, a list) or spilled
+    (:class:`SpilledRequests`), so sums taken block by block are the same numbers either way.
+    """
+    if isinstance(requests, SpilledRequests):
+        for table in requests.blocks():
+            yield RequestRows(table)
+        return
+    for start in range(0, len(requests), BATCH_ROWS):
+        if isinstance(requests, RequestRows):
+            yield RequestRows(requests.table.slice(start, BATCH_ROWS))
+        else:
+            yield requests[start:start + BATCH_ROWS]
+
+
 def number_column(requests: Sequence[dict[str, Any]], name: str) -> np.ndarray:
     """One numeric column of a run's requests as float64, NaN where null or absent.
 
@@ -133,4 +214,5 @@ def status_is(requests: Sequence[dict[str, Any]], status: str) -> np.ndarray:
     return np.array([r.get("status") == status for r in requests], dtype=bool)
 
 
-__all__ = ["BATCH_ROWS", "ColumnRows", "RequestRows", "number_column", "status_is"]
+__all__ = ["BATCH_ROWS", "ColumnRows", "RequestRows", "SpilledRequests", "number_column",
+           "request_blocks", "status_is"]

@@ -14,6 +14,7 @@ from ..errors import InputError
 from .requests_common import RequestLog, summary_columns, to_run_clock
 from .requests_csv import read_csv_requests
 from .requests_sglang import read_sglang_requests
+from .requests_stream import discard, stream_csv_requests
 from .requests_vllm import read_vllm_requests
 
 READERS: dict[str, Callable[[Path], RequestLog]] = {
@@ -43,7 +44,8 @@ def attach_requests(root: str | Path, run_id: str, fmt: str, path: str | Path) -
     """Put a wall-clock request log onto a published inference run and publish it again.
 
     Only ``csv`` logs (UNIX seconds) can be aligned after the fact, through the run's
-    ``start_time`` (the UTC time of its first tick, ms precision). vLLM's and SGLang's
+    ``start_time`` (the UTC time of its first tick, ms precision). The file is streamed
+    (:mod:`.requests_stream`): memory does not grow with its rows. vLLM's and SGLang's
     ``start_times`` are on the client machine's monotonic clock, which only the sampler's anchor
     relates to UTC: give those files to ``record --requests`` while recording.
 
@@ -58,11 +60,16 @@ def attach_requests(root: str | Path, run_id: str, fmt: str, path: str | Path) -
     from ..run import coerce_meta
     from ..shards import publish_run, read_run
 
-    log = read_requests(fmt, path)
-    if log.clock != "unix":
+    if fmt not in READERS:
+        raise InputError(f"unknown request-log format {fmt!r}; known: {', '.join(READERS)}",
+                         field="format")
+    if fmt != "csv":
         raise InputError(f"{fmt} request times are on the client's monotonic clock and cannot be "
                          "aligned after the fact: record them with `llm-powertrace record "
                          f"--requests {fmt}:FILE -- ...`", file=path, field="format")
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("no such file (did the command write its result there?)", file=path)
     run = read_run(root, run_id)
     if run.workload != "inference":
         raise InputError(f"run {run_id} is a {run.workload} run; request logs belong to "
@@ -73,14 +80,18 @@ def attach_requests(root: str | Path, run_id: str, fmt: str, path: str | Path) -
                          file=path, field="start_time")
     utc_ns = int(round(start.timestamp() * 1000)) * 1_000_000
     run_end_ms = max((int(d.t_ms[-1]) for d in run.devices if len(d.t_ms)), default=0)
-    rows = to_run_clock(log, run_id=run.run_id, platform=run.platform, t0_ns=0,
-                        anchor={"monotonic_ns": 0, "utc_ns": utc_ns}, run_end_ms=run_end_ms)
-    del log  # its seconds columns: the rows share the others, and publishing needs neither
-    run.requests = rows
-    found = {k: v for k, v in summary_columns(rows).items()
-             if v is not None and run.meta.get(k) is None}
-    run.meta.update(coerce_meta(found, "inference"))
-    return publish_run(root, run, refresh_card=False)
+    root = Path(root)
+    run.requests = None  # an earlier log of the run (if any) is replaced, never read
+    streamed = stream_csv_requests(root, run, path, anchor={"monotonic_ns": 0, "utc_ns": utc_ns},
+                                   run_end_ms=run_end_ms)
+    try:
+        run.requests = streamed.requests
+        found = {k: v for k, v in streamed.summary.items()
+                 if v is not None and run.meta.get(k) is None}
+        run.meta.update(coerce_meta(found, "inference"))
+        return publish_run(root, run, refresh_card=False)
+    finally:
+        discard(root, run.run_id)  # published: renamed away; else what was staged
 
 
 __all__ = ["REQUEST_FORMATS", "RequestLog", "attach_requests", "read_requests",

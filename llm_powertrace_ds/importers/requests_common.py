@@ -26,7 +26,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import numpy as np
 import pyarrow as pa
@@ -170,8 +170,16 @@ _INT64_SAFE_US = 2.0**62
 """Largest |µs| converted to int64 column-wise; beyond it a time is far outside any run."""
 
 
+def duplicate_error(request_id: str, *, file: Path,
+                    lines: tuple[int, int] | None = None) -> InputError:
+    """The error of an id that appears twice (at ``lines``, first and second, when known)."""
+    where = "" if lines is None else f" (lines {lines[0]} and {lines[1]})"
+    return InputError(f"request id {request_id!r} appears twice{where}", file=file,
+                      line=None if lines is None else lines[1], field="request_id")
+
+
 def _check_one(req: Request, *, log: RequestLog, offset_ns: int, run_end_ms: int,
-               seen: bool) -> dict[str, int | None]:
+               seen: bool, lines: tuple[int, int] | None = None) -> dict[str, int | None]:
     """The run-clock times of one request, after every check (the errors name the request).
 
     Raises:
@@ -201,8 +209,7 @@ def _check_one(req: Request, *, log: RequestLog, offset_ns: int, run_end_ms: int
                          f"token <= finish): {times}", file=log.file, line=None,
                          field="first_token_s")
     if seen:
-        raise InputError(f"request id {req.request_id!r} appears twice", file=log.file,
-                         field="request_id")
+        raise duplicate_error(req.request_id, file=log.file, lines=lines)
     return times
 
 
@@ -252,6 +259,90 @@ def _first_private(ids: pa.ChunkedArray, stop: int) -> int | None:
     return None
 
 
+def clock_offset_ns(log: RequestLog, *, t0_ns: int, anchor: dict[str, Any] | None) -> int:
+    """The offset subtracted from a log's times (ns on its clock) to put them on the run clock.
+
+    Raises:
+        InputError: a ``unix`` log without the sampler's anchor.
+    """
+    if log.clock == "monotonic":
+        return t0_ns
+    if not anchor:
+        raise InputError("wall-clock request times need the sampler's anchor, which this "
+                         "run lacks", file=log.file)
+    return int(anchor["utc_ns"]) - int(anchor["monotonic_ns"]) + t0_ns
+
+
+@dataclass(frozen=True)
+class ClockedColumns:
+    """Rows of a log on the run clock, before the duplicate-id check.
+
+    Attributes:
+        rows: the ``inference_requests`` columns (:func:`to_run_clock`'s table).
+        bad: whether each row fails a check other than the privacy gate and duplicate ids.
+    """
+
+    rows: pa.Table
+    bad: np.ndarray
+
+
+def clock_columns(cols: pa.Table, *, offset_ns: int, run_end_ms: int, run_id: str,
+                  platform: str) -> ClockedColumns:
+    """Log columns (:data:`LOG_TYPES`) on the run clock, every per-row check column-wise.
+
+    The per-row part of :func:`to_run_clock` (a block of a log gives the same rows as the whole
+    log's rows at its positions): finite times, inside the run, in order.
+    """
+    n = cols.num_rows
+    ms: dict[str, np.ndarray] = {}
+    present: dict[str, np.ndarray] = {}
+    bad = np.zeros(n, dtype=bool)
+    for name, field_name in _TIMES:
+        column = cols.column(field_name)
+        t_s = np.asarray(to_numpy(column), dtype=np.float64)
+        present[name] = np.asarray(to_numpy(column.is_valid()), dtype=bool)
+        bad |= present[name] & ~np.isfinite(t_s)
+        ms[name], convertible = _ms_column(t_s, present[name], offset_ns)
+        bad |= present[name] & ~convertible
+        bad |= convertible & ((ms[name] < -TOLERANCE_MS)
+                              | (ms[name] > run_end_ms + TOLERANCE_MS))
+    for (a, _), (b, _) in (((_TIMES[0]), (_TIMES[1])), ((_TIMES[1]), (_TIMES[2])),
+                           ((_TIMES[0]), (_TIMES[2]))):
+        bad |= present[a] & present[b] & (ms[a] > ms[b])
+    times = {name: to_arrow(ms[name], pa.int64(), valid=present[name]) for name, _ in _TIMES}
+    constant = to_arrow(np.zeros(n, dtype=np.int32))
+    rows = pa.table({
+        "run_id": pa.DictionaryArray.from_arrays(constant, strings([run_id])),
+        "platform": pa.DictionaryArray.from_arrays(constant, strings([platform])),
+        "request_id": cols.column("request_id"),
+        "arrival_ms": times["arrival"], "start_ms": times["arrival"],
+        "first_token_ms": times["first_token"], "finish_ms": times["finish"],
+        "prompt_tokens": cols.column("prompt_tokens"),
+        "requested_output_tokens": cols.column("requested_output_tokens"),
+        "output_tokens": cols.column("output_tokens"), "status": cols.column("status")})
+    return ClockedColumns(rows=rows, bad=bad)
+
+
+def first_failing(clocked: ClockedColumns, duplicate: np.ndarray | None = None) -> int | None:
+    """The first row that fails any check (privacy gate, times, a repeated id), or ``None``."""
+    bad = clocked.bad if duplicate is None else clocked.bad | duplicate
+    flagged = np.flatnonzero(bad)
+    stop = int(flagged[0]) + 1 if flagged.size else len(bad)
+    private = _first_private(clocked.rows.column("request_id"), stop)
+    return private if private is not None else (int(flagged[0]) if flagged.size else None)
+
+
+def raise_for(req: Request, *, log: RequestLog, offset_ns: int, run_end_ms: int,
+              seen: bool, lines: tuple[int, int] | None = None) -> NoReturn:
+    """Raise the one-line error of a request flagged by :func:`first_failing`.
+
+    ``lines`` (the file lines of the id's first and second appearance) are named in a
+    repeated id's error when the format has lines.
+    """
+    _check_one(req, log=log, offset_ns=offset_ns, run_end_ms=run_end_ms, seen=seen, lines=lines)
+    raise AssertionError(f"request {req.request_id!r} flagged but passed every check")
+
+
 def to_run_clock(log: RequestLog, *, run_id: str, platform: str, t0_ns: int,
                  anchor: dict[str, Any] | None, run_end_ms: int) -> RequestRows:
     """The log's requests as ``inference_requests`` rows on the run clock.
@@ -275,52 +366,15 @@ def to_run_clock(log: RequestLog, *, run_id: str, platform: str, t0_ns: int,
         InputError: a request outside the run (misaligned clocks), times out of order
             (arrival <= first token <= finish), or a ``unix`` log without an anchor.
     """
-    if log.clock == "monotonic":
-        offset_ns = t0_ns
-    else:
-        if not anchor:
-            raise InputError("wall-clock request times need the sampler's anchor, which this "
-                             "run lacks", file=log.file)
-        offset_ns = int(anchor["utc_ns"]) - int(anchor["monotonic_ns"]) + t0_ns
-    cols = log.columns()
-    n = cols.num_rows
-    ms: dict[str, np.ndarray] = {}
-    present: dict[str, np.ndarray] = {}
-    bad = np.zeros(n, dtype=bool)
-    for name, field_name in _TIMES:
-        column = cols.column(field_name)
-        t_s = np.asarray(to_numpy(column), dtype=np.float64)
-        present[name] = np.asarray(to_numpy(column.is_valid()), dtype=bool)
-        bad |= present[name] & ~np.isfinite(t_s)
-        ms[name], convertible = _ms_column(t_s, present[name], offset_ns)
-        bad |= present[name] & ~convertible
-        bad |= convertible & ((ms[name] < -TOLERANCE_MS)
-                              | (ms[name] > run_end_ms + TOLERANCE_MS))
-    for (a, _), (b, _) in (((_TIMES[0]), (_TIMES[1])), ((_TIMES[1]), (_TIMES[2])),
-                           ((_TIMES[0]), (_TIMES[2]))):
-        bad |= present[a] & present[b] & (ms[a] > ms[b])
-    duplicate = _first_duplicates(cols.column("request_id"))
-    bad |= duplicate
-    flagged = np.flatnonzero(bad)
-    stop = int(flagged[0]) + 1 if flagged.size else n
-    private = _first_private(cols.column("request_id"), stop)
-    first = private if private is not None else (int(flagged[0]) if flagged.size else None)
+    offset_ns = clock_offset_ns(log, t0_ns=t0_ns, anchor=anchor)
+    clocked = clock_columns(log.columns(), offset_ns=offset_ns, run_end_ms=run_end_ms,
+                            run_id=run_id, platform=platform)
+    duplicate = _first_duplicates(clocked.rows.column("request_id"))
+    first = first_failing(clocked, duplicate)
     if first is not None:
-        req = log.requests[first]
-        _check_one(req, log=log, offset_ns=offset_ns, run_end_ms=run_end_ms,
-                   seen=bool(duplicate[first]))
-        raise AssertionError(f"request {first} flagged but passed every check")  # unreachable
-    times = {name: to_arrow(ms[name], pa.int64(), valid=present[name]) for name, _ in _TIMES}
-    constant = to_arrow(np.zeros(n, dtype=np.int32))
-    return RequestRows(pa.table({
-        "run_id": pa.DictionaryArray.from_arrays(constant, strings([run_id])),
-        "platform": pa.DictionaryArray.from_arrays(constant, strings([platform])),
-        "request_id": cols.column("request_id"),
-        "arrival_ms": times["arrival"], "start_ms": times["arrival"],
-        "first_token_ms": times["first_token"], "finish_ms": times["finish"],
-        "prompt_tokens": cols.column("prompt_tokens"),
-        "requested_output_tokens": cols.column("requested_output_tokens"),
-        "output_tokens": cols.column("output_tokens"), "status": cols.column("status")}))
+        raise_for(log.requests[first], log=log, offset_ns=offset_ns, run_end_ms=run_end_ms,
+                  seen=bool(duplicate[first]))
+    return RequestRows(clocked.rows)
 
 
 def summary_columns(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -346,5 +400,7 @@ def summary_columns(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["LOG_TYPES", "Request", "RequestColumns", "RequestLog", "as_float", "as_int", "column",
-           "log_table", "summary_columns", "to_run_clock"]
+__all__ = ["LOG_TYPES", "ClockedColumns", "Request", "RequestColumns", "RequestLog", "as_float",
+           "as_int", "clock_columns", "clock_offset_ns", "column", "duplicate_error", "first_failing",
+           "log_table",
+           "raise_for", "summary_columns", "to_run_clock"]

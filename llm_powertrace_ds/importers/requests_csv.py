@@ -10,17 +10,22 @@ sampler's (monotonic, UTC) anchor (see :mod:`.requests_common`); an empty cell i
 failed request has no first token). ``status`` is ``ok`` (default), ``error`` or
 ``cancelled``; ``request_id`` defaults to the row's index.
 
-The rows are parsed one at a time and kept as columns, :data:`BATCH_ROWS` rows of Python values
-at a time (a :class:`~.requests_common.RequestColumns`): memory grows by ≈ 60 bytes a request,
-about the CSV text's own size, never by a Python object per request.
+The rows are parsed one at a time into blocks of :data:`BATCH_ROWS` rows of columns
+(:func:`iter_csv_blocks`, which ``import requests-csv`` streams through
+:mod:`.requests_stream` in memory independent of the file's length); :func:`read_csv_requests`
+keeps every block as one table (a :class:`~.requests_common.RequestColumns`, ≈ 60 bytes a
+request), never a Python object per request.
 """
 
 from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 
 from .. import bounded
@@ -32,6 +37,20 @@ FORMAT = "csv"
 REQUIRED = ("arrival_s", "first_token_s", "finish_s", "prompt_tokens", "output_tokens")
 OPTIONAL = ("request_id", "status", "requested_output_tokens")
 STATUSES = ("ok", "error", "cancelled")
+
+
+@dataclass(frozen=True)
+class CsvBlock:
+    """Consecutive rows of a request CSV.
+
+    Attributes:
+        table: their columns (:data:`~.requests_common.LOG_TYPES`).
+        lines: the file line (1-based, the header is line 1) each row ends on, as the
+            errors name it.
+    """
+
+    table: pa.Table
+    lines: np.ndarray
 
 
 def _float(row: dict[str, str], key: str, *, file: Path, line: int) -> float | None:
@@ -57,16 +76,19 @@ def _count(row: dict[str, str], key: str, *, file: Path, line: int) -> int | Non
                        where="", line=line)
 
 
-def read_csv_requests(path: str | Path) -> RequestLog:
-    """Read a plain request CSV (see the module docstring).
+def iter_csv_blocks(path: str | Path) -> Iterator[CsvBlock]:
+    """The rows of a plain request CSV, :data:`BATCH_ROWS` at a time, checked as they are read.
+
+    Each block holds the next rows' columns (:data:`LOG_TYPES`) and the file line each row
+    starts on; memory is one block's, whatever the file's length.
 
     Raises:
         InputError: unreadable file, a missing or unknown column, a bad value (file, line, field).
     """
     path = Path(path)
     bounded.check_regular(path)
-    tables: list[pa.Table] = []
     values: dict[str, list] = {k: [] for k in LOG_TYPES}
+    lines: list[int] = []
     try:
         with path.open(newline="", encoding="utf-8") as fh:
             reader = csv.DictReader(fh)
@@ -92,14 +114,29 @@ def read_csv_requests(path: str | Path) -> RequestLog:
                     values[key].append(_float(row, key, file=path, line=line))
                 for key in ("prompt_tokens", "output_tokens", "requested_output_tokens"):
                     values[key].append(_count(row, key, file=path, line=line))
-                if len(values["status"]) >= BATCH_ROWS:
-                    tables.append(log_table(values))
+                lines.append(line)
+                if len(lines) >= BATCH_ROWS:
+                    yield CsvBlock(log_table(values), np.array(lines, dtype=np.int64))
                     values = {k: [] for k in LOG_TYPES}
+                    lines = []
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise InputError(f"Failed to read: {type(exc).__name__}: {exc}", file=path) from None
-    tables.append(log_table(values))
+    if lines:
+        yield CsvBlock(log_table(values), np.array(lines, dtype=np.int64))
+
+
+def read_csv_requests(path: str | Path) -> RequestLog:
+    """Read a plain request CSV (see the module docstring) into memory, as one table.
+
+    Raises:
+        InputError: unreadable file, a missing or unknown column, a bad value (file, line, field).
+    """
+    path = Path(path)
+    tables = [block.table for block in iter_csv_blocks(path)]
+    if not tables:
+        tables.append(log_table({k: [] for k in LOG_TYPES}))
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     return RequestLog(file=path, fmt=FORMAT, clock="unix", requests=RequestColumns(table))
 
 
-__all__ = ["FORMAT", "read_csv_requests"]
+__all__ = ["FORMAT", "CsvBlock", "iter_csv_blocks", "read_csv_requests"]

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..request_rows import number_column
+from ..request_rows import number_column, request_blocks
 from ..run import DeviceSeries, Event, Run
 from ..schema import GAP_PERIODS
 
@@ -480,24 +480,35 @@ def _tokens(run: Run) -> float | None:
     key = "tokens" if run.workload == "finetune" else "tokens_out"
     tokens = run.meta.get(key)
     if tokens is None and run.workload == "inference" and run.requests:
-        outs = number_column(run.requests, "output_tokens")
-        if outs.size and not np.isnan(outs).any():
-            tokens = float(np.sum(outs))
+        total = 0.0
+        for block in request_blocks(run.requests):  # whole counts: exact in any order
+            outs = number_column(block, "output_tokens")
+            if np.isnan(outs).any():
+                total = math.nan
+                break
+            total += float(np.sum(outs))
+        if not math.isnan(total):
+            tokens = total
     return float(tokens) if tokens else None
 
 
 def _steady_tokens(run: Run, t0: int, t1: int) -> float | None:
     if not run.requests:
         return None
-    first, finish, k = (number_column(run.requests, name)
-                        for name in ("first_token_ms", "finish_ms", "output_tokens"))
-    known = ~(np.isnan(first) | np.isnan(finish) | np.isnan(k))
-    if not known.any():
-        return None
-    first, finish, k = first[known], finish[known], k[known]
-    in_first = ((first >= t0) & (first <= t1)).astype(np.float64)
-    span = finish - first
-    overlap = np.clip(np.minimum(finish, t1) - np.maximum(first, t0), 0.0, None)
-    rest = np.where(span > 0, overlap / np.where(span > 0, span, 1.0),
-                    ((finish >= t0) & (finish <= t1)).astype(np.float64))
-    return float(np.sum(np.minimum(k, 1.0) * in_first + np.maximum(k - 1.0, 0.0) * rest))
+    total, any_known = 0.0, False
+    # one block of requests at a time (a spilled log is never held whole), summed in order
+    for block in request_blocks(run.requests):
+        first, finish, k = (number_column(block, name)
+                            for name in ("first_token_ms", "finish_ms", "output_tokens"))
+        known = ~(np.isnan(first) | np.isnan(finish) | np.isnan(k))
+        if not known.any():
+            continue
+        any_known = True
+        first, finish, k = first[known], finish[known], k[known]
+        in_first = ((first >= t0) & (first <= t1)).astype(np.float64)
+        span = finish - first
+        overlap = np.clip(np.minimum(finish, t1) - np.maximum(first, t0), 0.0, None)
+        rest = np.where(span > 0, overlap / np.where(span > 0, span, 1.0),
+                        ((finish >= t0) & (finish <= t1)).astype(np.float64))
+        total += float(np.sum(np.minimum(k, 1.0) * in_first + np.maximum(k - 1.0, 0.0) * rest))
+    return total if any_known else None

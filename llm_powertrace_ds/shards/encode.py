@@ -6,6 +6,7 @@ import datetime as dt
 import functools
 import logging
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -14,7 +15,7 @@ import pyarrow.ipc as ipc
 
 from .. import numbers, schema
 from ..arrow_numpy import from_python, strings, to_arrow, to_numpy
-from ..request_rows import RequestRows
+from ..request_rows import RequestRows, SpilledRequests
 from ..run import DeviceSeries, Run
 
 if TYPE_CHECKING:  # imported on first encode: `datasets` takes ~0.6 s to import
@@ -307,9 +308,15 @@ def runs_table(run: Run, metrics: dict[str, Any]) -> pa.Table:
     return _table(config, {k: [v] for k, v in meta.items()})
 
 
-def requests_table(run: Run) -> pa.Table:
-    """The ``inference_requests`` rows of a run."""
+def requests_table(run: Run) -> pa.Table | Path:
+    """The ``inference_requests`` rows of a run.
+
+    Requests already written as the shard (:class:`~..request_rows.SpilledRequests`, built
+    block by block with :func:`requests_block`) are that file, which publishing renames.
+    """
     reqs = run.requests or []
+    if isinstance(reqs, SpilledRequests):
+        return reqs.path
     if isinstance(reqs, RequestRows):
         return _requests_columns(run, reqs)
     names = [c.name for c in schema.REQUEST_COLUMNS]
@@ -320,6 +327,11 @@ def requests_table(run: Run) -> pa.Table:
         for k in names:
             rows[k].append(r.get(k))
     return _table(schema.REQUESTS_CONFIG, rows)
+
+
+def requests_block(run: Run, reqs: RequestRows) -> pa.Table:
+    """The shard's rows of a block of a run's requests (one block of a log written in parts)."""
+    return _requests_columns(run, reqs)
 
 
 def _requests_columns(run: Run, reqs: RequestRows) -> pa.Table:
