@@ -55,18 +55,35 @@ def test_bidi_overrides_never_reach_the_site_files(tmp_path, make_run):
             assert ch not in text and json.dumps(ch).strip('"') not in text, f
 
 
-def test_summary_only_runs_are_skipped_with_a_reason_not_fatal(tmp_path, make_run, cli):
-    from llm_powertrace_ds.importers import import_summaries
-    from llm_powertrace_ds.importers.mlenergy_v2 import publish_summaries
-    from llm_powertrace_ds.samples import SAMPLES
+def _mlenergy_task(root):
+    """An ML.ENERGY v2 task folder with one configuration: a summary without a trace."""
+    task = root / "chat"
+    run = {"Model": "org/m", "GPU": "NVIDIA H100 80GB HBM3", "TP": 1, "PP": 1,
+           "Energy/req (J)": 100.0, "Avg TPOT (s)": 0.05, "Token tput (tok/s)": 1200.0,
+           "Avg Output Tokens": 400.0, "Avg BS (reqs)": 60.0, "Max BS (reqs)": 64}
+    path = task / "H100" / "org" / "m" / "bs64+tp1+pp1.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(run), encoding="utf-8")
+    (task / "models.json").write_text(json.dumps({"org/m": {"params": 8}}), encoding="utf-8")
+    return task
+
+
+def test_summary_only_runs_are_skipped_with_a_reason_not_fatal(tmp_path, make_run, cli,
+                                                                monkeypatch, capsys):
+    import upload
 
     root = tmp_path / "ds"
     shards.publish_run(root, make_run("inf-1", workload="inference",
                                       platform="h100_sxm_80gb"), refresh_card=False)
-    publish_summaries(root, import_summaries("mlenergy-v2", SAMPLES["mlenergy-v2-chat"].folder))
+    res = cli(["import", "mlenergy-v2", _mlenergy_task(tmp_path), "--out", root])
+    assert res.rc == 0, res.err
     res = cli(["explore", root, "--out", tmp_path / "site"])
-    assert res.rc == 0 and "skipped: 191 summary-only run(s)" in res.out
+    assert res.rc == 0 and "skipped: 1 summary-only run(s)" in res.out, res.err
     res = cli(["facility", root, "--gpus", "2048", "--config", "inference_runs", "--format",
                "json"])
-    assert res.rc == 0
-    assert any("191 summary-only run(s)" in line for line in json.loads(res.out)["limits"])
+    assert res.rc == 0, res.err
+    assert any("1 summary-only run(s)" in line for line in json.loads(res.out)["limits"])
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    capsys.readouterr()
+    assert upload.main([str(root), "--space", "org/explorer", "--dry-run"]) == 0, \
+        capsys.readouterr().err

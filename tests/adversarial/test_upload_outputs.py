@@ -56,3 +56,38 @@ def test_the_work_folder_of_a_killed_upload_is_removed_by_the_next(tmp_path, mon
     other.mkdir()
     assert upload._remove_stale_work_dirs() == [stale]
     assert not stale.exists() and live.exists() and other.exists()
+
+
+KILLED_UPLOAD = ("import os, signal, sys\nimport upload\n"
+                 "def killed(*args, **kw):\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+                 "upload.space_readme = killed  # SIGKILL once the site is built in the work folder\n"
+                 "sys.exit(upload.main(sys.argv[1:]))\n")
+
+
+def test_a_killed_upload_leaves_no_work_folder_once_upload_runs_again(tmp_path, make_run):
+    """A real ``upload.py --space`` killed mid-way, then run again: no work folder is left."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("bokeh")
+    from test_upload import make_folder
+
+    repo = Path(__file__).resolve().parents[2]
+    root = make_folder(tmp_path / "ds", make_run)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(repo), "TMPDIR": str(tmp), "HF_HUB_OFFLINE": "1",
+           "LLM_POWERTRACE_CARD_FIGURES": "0"}
+    args = [str(root), "--space", "org/explorer", "--dry-run"]
+    first = subprocess.run([sys.executable, "-c", KILLED_UPLOAD, *args], env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert first.returncode == -signal.SIGKILL, first.stderr
+    left = [p.name for p in tmp.iterdir() if p.name.startswith("llm-powertrace-")]
+    assert left, "the killed upload left no work folder: the case is not exercised"
+    again = subprocess.run([sys.executable, str(repo / "upload.py"), *args], env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert [p.name for p in tmp.iterdir() if p.name.startswith("llm-powertrace-")] == []

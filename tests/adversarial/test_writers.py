@@ -106,7 +106,9 @@ def test_merge_refuses_a_symlinked_data_file(tmp_path, make_run):
         p.is_file() for p in layout.data_root(dest).rglob("*"))
 
 
-def test_merge_publishes_a_run_all_or_nothing(tmp_path, make_run, monkeypatch):
+@pytest.mark.parametrize("failing", ["finetune_runs", "finetune"])
+def test_merge_publishes_a_run_all_or_nothing(tmp_path, make_run, monkeypatch, failing):
+    """A full disk at the runs row's copy or at the trace's leaves nothing of the run."""
     import shutil
 
     src = tmp_path / "src"
@@ -115,7 +117,7 @@ def test_merge_publishes_a_run_all_or_nothing(tmp_path, make_run, monkeypatch):
     real = shutil.copyfile
 
     def full_disk(a, b, *args, **kw):
-        if "/finetune/" in str(a):  # the trace file
+        if f"/{failing}/" in str(a):
             raise OSError(28, "No space left on device")
         return real(a, b, *args, **kw)
 
@@ -124,7 +126,7 @@ def test_merge_publishes_a_run_all_or_nothing(tmp_path, make_run, monkeypatch):
         merge([src], dest)
     left = [p for p in layout.data_root(dest).rglob("*") if p.is_file()] \
         if layout.data_root(dest).exists() else []
-    assert left == []  # no row without its trace, no hidden temporary copy
+    assert left == []  # no row without its trace, no trace without its row, no temporary copy
 
 
 def test_merge_renames_the_trace_last(tmp_path, make_run, monkeypatch):
@@ -148,7 +150,21 @@ def test_merge_renames_the_trace_last(tmp_path, make_run, monkeypatch):
                                                      "inference_requests"}
 
 
-MERGE = ("import sys; from pathlib import Path; from llm_powertrace_ds.merge import merge\n"
+# Each merge pauses after its first file copy until the other merge has copied one too (at most
+# 5 s), so both are under way at once: without the folder lock both would plan on an empty
+# folder and both copy.
+MERGE = ("import shutil, sys, time\nfrom pathlib import Path\n"
+         "from llm_powertrace_ds.merge import merge\n"
+         "mine, other = Path(sys.argv[3]), Path(sys.argv[4])\nreal = shutil.copyfile\n"
+         "def copy_then_meet(*args, **kw):\n"
+         "    out = real(*args, **kw)\n"
+         "    if not mine.exists():\n"
+         "        mine.touch()\n"
+         "        deadline = time.monotonic() + 5\n"
+         "        while not other.exists() and time.monotonic() < deadline:\n"
+         "            time.sleep(0.02)\n"
+         "    return out\n"
+         "shutil.copyfile = copy_then_meet\n"
          "try:\n    merge([Path(sys.argv[1])], Path(sys.argv[2]))\nexcept Exception as e:\n"
          "    print(type(e).__name__, e, file=sys.stderr); sys.exit(1)\n")
 
@@ -158,8 +174,10 @@ def test_two_merges_into_one_folder_at_once_never_mix_sources(tmp_path, make_run
     shards.publish_run(a, make_run("same-id", seed=1))
     shards.publish_run(b, make_run("same-id", seed=2))  # same id, different data
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    procs = [subprocess.Popen([sys.executable, "-c", MERGE, str(src), str(dest)], env=env,
-                              stderr=subprocess.PIPE, text=True) for src in (a, b)]
+    marks = [tmp_path / "a-copied", tmp_path / "b-copied"]
+    procs = [subprocess.Popen([sys.executable, "-c", MERGE, str(src), str(dest), str(mine),
+                               str(other)], env=env, stderr=subprocess.PIPE, text=True)
+             for src, mine, other in ((a, *marks), (b, *marks[::-1]))]
     results = [(p.wait(timeout=120), p.stderr.read() if p.stderr else "") for p in procs]
     codes = sorted(rc for rc, _ in results)
     assert codes == [0, 1], results
