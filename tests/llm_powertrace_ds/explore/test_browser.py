@@ -203,6 +203,15 @@ def test_a_month_long_run_draws_its_points(tmp_path, page, open_page):
     assert devices and all(t["n"] > 100 for t in devices)
     assert max(max(t["xs"]) for t in devices if t["xs"]) > 20 * 86_400  # seconds, not wrapped
     assert min(min(t["xs"]) for t in devices if t["xs"]) >= 0
+    # zoomed into day 30's last hour: the raw samples (level 0), past 2^31 ms, one a minute
+    draws = page.evaluate("LPT.state.draws")
+    start, end = 30 * 86_400 - 3_600, 30 * 86_400
+    page.evaluate(f"{TIME}.setv({{start: {start}, end: {end}}})")
+    page.wait_for_function(f"LPT.state.draws > {draws}")
+    assert page.evaluate("LPT.state.level") == 0
+    shown = [[x for x in t["xs"] if start <= x <= end]
+             for t in page.evaluate(TRACE_SUMMARY) if t["role"] == "device"]
+    assert shown and all(len(xs) >= 60 for xs in shown), [len(xs) for xs in shown]
     assert page.errors == []
 
 
