@@ -7,7 +7,9 @@ int64 numbers, UTF-8 ids). :class:`ColumnRows` keeps the columns and still reads
 of rows (``rows[i]``, ``for row in rows``, a batch of :data:`BATCH_ROWS` rows made into Python
 objects at a time), so code that wants one row at a time keeps working;
 :func:`number_column` gives any request sequence's column as numpy, which the metrics and the
-run-level summaries use.
+run-level summaries use. A log too long to hold is :class:`SpilledRequests` (its shard file,
+read :data:`BATCH_ROWS` rows at a time); :func:`request_blocks` gives either kind in the same
+blocks, so what is summed block by block is the same number for both.
 
 Example:
     >>> import pyarrow as pa
@@ -121,6 +123,8 @@ class SpilledRequests(RequestRows):
     @property  # type: ignore[override]  # read on demand: a spilled log is not held
     def table(self) -> pa.Table:
         """Every row as one table (memory grows with the rows: prefer :meth:`blocks`)."""
+        import pyarrow as pa
+
         blocks = list(self.blocks())
         if not blocks:
             return self._empty()
