@@ -40,6 +40,17 @@ def read_requests(fmt: str, path: str | Path) -> RequestLog:
     return READERS[fmt](path)
 
 
+def _read_without_requests(root: str | Path, run_id: str) -> Any:
+    """A published run's trace and metadata, not its request log (the import replaces it)."""
+    from ..shards.read import RunReader
+
+    class WithoutRequests(RunReader):
+        def _attach(self, run: Any) -> None:
+            return None
+
+    return WithoutRequests(root).read(run_id)
+
+
 def attach_requests(root: str | Path, run_id: str, fmt: str, path: str | Path) -> Any:
     """Put a wall-clock request log onto a published inference run and publish it again.
 
@@ -58,7 +69,7 @@ def attach_requests(root: str | Path, run_id: str, fmt: str, path: str | Path) -
         RunNotFound: no such run.
     """
     from ..run import coerce_meta
-    from ..shards import publish_run, read_run
+    from ..shards import publish_run
 
     if fmt not in READERS:
         raise InputError(f"unknown request-log format {fmt!r}; known: {', '.join(READERS)}",
@@ -70,7 +81,7 @@ def attach_requests(root: str | Path, run_id: str, fmt: str, path: str | Path) -
     path = Path(path)
     if not path.is_file():
         raise InputError("no such file (did the command write its result there?)", file=path)
-    run = read_run(root, run_id)
+    run = _read_without_requests(root, run_id)  # an earlier log is never loaded
     if run.workload != "inference":
         raise InputError(f"run {run_id} is a {run.workload} run; request logs belong to "
                          "inference runs", field="workload")
@@ -81,7 +92,6 @@ def attach_requests(root: str | Path, run_id: str, fmt: str, path: str | Path) -
     utc_ns = int(round(start.timestamp() * 1000)) * 1_000_000
     run_end_ms = max((int(d.t_ms[-1]) for d in run.devices if len(d.t_ms)), default=0)
     root = Path(root)
-    run.requests = None  # an earlier log of the run (if any) is replaced, never read
     streamed = stream_csv_requests(root, run, path, anchor={"monotonic_ns": 0, "utc_ns": utc_ns},
                                    run_end_ms=run_end_ms)
     try:

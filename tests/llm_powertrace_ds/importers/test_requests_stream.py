@@ -175,3 +175,25 @@ def test_equal_ids_hash_equal_in_any_array_and_slice():
     assert np.array_equal(requests_stream.id_hash(ids.slice(1, 3)), h[1:4])
     chunked = pa.chunked_array([ids.slice(0, 2), ids.slice(2)])
     assert np.array_equal(requests_stream.id_hash(chunked), h)
+
+
+def test_a_second_log_replaces_the_first_without_reading_it(tmp_path, make_run, small_blocks,
+                                                            monkeypatch):
+    from llm_powertrace_ds.shards import read as shard_read
+
+    out = tmp_path / "out"
+    t0_s = _published(out, make_run)
+    first, second = tmp_path / "first.csv", tmp_path / "second.csv"
+    _write_csv(first, t0_s, 3000, seed=1)
+    _write_csv(second, t0_s, 1500, seed=2)
+    attach_requests(out, "serve-1", "csv", first)
+    loaded = []
+    monkeypatch.setattr(shard_read.RunReader, "_attach",
+                        lambda self, run: loaded.append(run.run_id))
+
+    attach_requests(out, "serve-1", "csv", second)
+
+    assert loaded == []
+    table = _table(_one(out, "inference_requests"))
+    assert table.num_rows == 1500
+    assert table.column("request_id")[0].as_py() == "req-0"
