@@ -197,3 +197,23 @@ def test_a_second_log_replaces_the_first_without_reading_it(tmp_path, make_run, 
     table = _table(_one(out, "inference_requests"))
     assert table.num_rows == 1500
     assert table.column("request_id")[0].as_py() == "req-0"
+
+
+def test_a_private_id_in_a_later_block_is_refused_as_the_whole_log_path_refuses_it(
+        tmp_path, make_run, small_blocks):
+    out = tmp_path / "out"
+    t0_s = _published(out, make_run)
+    log = tmp_path / "log.csv"
+    _write_csv(log, t0_s, 3 * BLOCK_ROWS)
+    lines = log.read_text().splitlines()
+    lines[2600] = lines[2600].replace("req-2599,", "someone@example.org,", 1)
+    log.write_text("\n".join(lines) + "\n")
+
+    with pytest.raises(InputError) as streamed:
+        attach_requests(out, "serve-1", "csv", log)
+    with pytest.raises(InputError) as whole:
+        _whole_log_publish(out, log)
+
+    assert "request_id" in str(streamed.value)
+    assert str(streamed.value) == str(whole.value)
+    assert not (out / ".staging" / "serve-1" / "requests-import").exists()
