@@ -35,7 +35,7 @@ from typing import Any
 
 from llm_powertrace_ds.errors import InputError
 
-from .sweep import SweepError, load_sweep, load_yaml_with_lines, plan
+from .sweep import SweepError, load_sweep, load_yaml_with_lines, plan, read_sweep_text
 from .workloads import models
 
 CAMPAIGN_KEYS = ("name", "description", "platform", "gpus_per_node", "budget_gpu_hours",
@@ -52,8 +52,8 @@ SERVING_AXES = ("serving_engine", "concurrency", "arrival_pattern", "arrival_rat
 def is_campaign(path: str | Path) -> bool:
     """Whether a YAML file is a campaign (a mapping with a ``sweeps`` list), not a sweep."""
     try:
-        data, _ = load_yaml_with_lines(Path(path).read_text(encoding="utf-8"), path)
-    except (SweepError, OSError, UnicodeDecodeError):
+        data, _ = load_yaml_with_lines(read_sweep_text(Path(path)), path)
+    except SweepError:  # not a regular file, too big, not UTF-8, not YAML: never a campaign
         return False
     return isinstance(data, dict) and isinstance(data.get("sweeps"), list)
 
@@ -91,7 +91,7 @@ def load_campaign(path: str | Path) -> Campaign:
             exist (one line naming the file, the field and the value).
     """
     path = Path(path)
-    data, _ = load_yaml_with_lines(path.read_text(encoding="utf-8"), path)
+    data, _ = load_yaml_with_lines(read_sweep_text(path), path)
     if not isinstance(data, dict):
         raise InputError("a campaign file is a YAML mapping", file=path)
     for key in data:

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from llm_powertrace_ds import bounded
 from llm_powertrace_ds.errors import InputError
 from llm_powertrace_ds.privacy import text_problem
 
@@ -227,7 +228,10 @@ def load_yaml_with_lines(text: str, file: str | Path) -> tuple[Any, dict[tuple, 
     """
     loader = yaml.SafeLoader("")
     try:
+        bounded.check_yaml_depth(text, file=file)  # flow and block style, without recursion
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except InputError as exc:
+        raise SweepError(file, [Problem(exc.line or 1, "<yaml>", exc.reason)]) from None
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else None
         raise SweepError(file, [Problem(line, "<yaml>", f"not valid YAML: {exc.problem}")]) from None
@@ -378,12 +382,19 @@ class _Loader:
         return out
 
 
-def _sweep_text(path: Path) -> str:
-    """The sweep file's text (size-limited, UTF-8 with an optional BOM)."""
-    raw = path.read_bytes()
-    if len(raw) > MAX_SWEEP_BYTES:
-        raise SweepError(path, [Problem(1, "<file>", f"the file is {len(raw)} bytes; a sweep is "
-                                        f"at most {MAX_SWEEP_BYTES} bytes")])
+def read_sweep_text(path: Path) -> str:
+    """A sweep or campaign file's text, read by the bounded reader.
+
+    A regular file of at most ``MAX_SWEEP_BYTES`` (a FIFO or ``/dev/zero`` is refused before a
+    byte is read), UTF-8 with an optional BOM.
+
+    Raises:
+        SweepError: any of these bounds broken (one problem, naming the file).
+    """
+    try:
+        raw = bounded.read_bytes(path, max_bytes=MAX_SWEEP_BYTES)
+    except InputError as exc:  # no such file, not a regular file, too big
+        raise SweepError(path, [Problem(exc.line or 1, "<file>", exc.reason)]) from None
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -475,11 +486,11 @@ def load_sweep(path: str | Path, *, strict: bool = True) -> Sweep:
 
     Raises:
         SweepError: every problem found, each with its line (always when the file cannot be
-            planned at all: not YAML, not a mapping, no known workload).
-        FileNotFoundError: no such file.
+            planned at all: no such file, not a regular file, not YAML, nested too deeply,
+            not a mapping, no known workload).
     """
     path = Path(path)
-    data, lines = load_yaml_with_lines(_sweep_text(path), path)
+    data, lines = load_yaml_with_lines(read_sweep_text(path), path)
     ld = _Loader(path, lines)
     if not isinstance(data, dict):
         raise SweepError(path, [Problem(1, "<file>", "a sweep file is a YAML mapping")])

@@ -45,9 +45,12 @@ def check_regular(path: str | Path, *, field: str | None = None) -> os.stat_resu
     return st
 
 
-def read_text(path: str | Path, *, max_bytes: int = MAX_BYTES, field: str | None = None,
-              encoding: str = "utf-8-sig") -> str:
-    """The text of a regular file of at most ``max_bytes`` bytes (one-line errors otherwise)."""
+def read_bytes(path: str | Path, *, max_bytes: int = MAX_BYTES,
+               field: str | None = None) -> bytes:
+    """The bytes of a regular file of at most ``max_bytes`` bytes (one-line errors otherwise).
+
+    For a caller that decodes the bytes itself; :func:`read_text` is this plus UTF-8.
+    """
     p = Path(path)
     st = check_regular(p, field=field)
     if st.st_size > max_bytes:
@@ -61,6 +64,14 @@ def read_text(path: str | Path, *, max_bytes: int = MAX_BYTES, field: str | None
                          field=field) from None
     if len(data) > max_bytes:
         raise InputError(f"the file grew past {max_bytes} bytes while read", file=p, field=field)
+    return data
+
+
+def read_text(path: str | Path, *, max_bytes: int = MAX_BYTES, field: str | None = None,
+              encoding: str = "utf-8-sig") -> str:
+    """The text of a regular file of at most ``max_bytes`` bytes (one-line errors otherwise)."""
+    p = Path(path)
+    data = read_bytes(p, max_bytes=max_bytes, field=field)
     try:
         return data.decode(encoding)
     except UnicodeDecodeError as exc:
@@ -100,6 +111,32 @@ def check_depth(text: str, *, file: str | Path, max_depth: int = MAX_DEPTH,
     if nesting_depth(text) > max_depth:
         raise InputError(f"nested deeper than {max_depth} levels; refused", file=file,
                          field=field)
+
+
+def check_yaml_depth(text: str, *, file: str | Path, max_depth: int = MAX_DEPTH,
+                     field: str | None = None) -> None:
+    """Refuse YAML nested deeper than ``max_depth`` (before any recursive composer sees it).
+
+    Block style (``- - - x`` or indented mappings) has no brackets for :func:`nesting_depth` to
+    count, so this walks the parser's event stream, which PyYAML builds without recursion, and
+    stops at the first start event past the cap.
+
+    Raises:
+        InputError: too deep, naming the line where the cap is passed.
+        yaml.YAMLError: the text is not YAML (left to the caller, which names its own line).
+    """
+    import yaml
+
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > max_depth:
+                line = event.start_mark.line + 1 if event.start_mark is not None else None
+                raise InputError(f"nested deeper than {max_depth} levels; refused", file=file,
+                                 line=line, field=field)
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
 
 
 def read_json(path: str | Path, *, max_bytes: int = MAX_BYTES, max_depth: int = MAX_DEPTH,

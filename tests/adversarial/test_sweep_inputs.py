@@ -1,4 +1,4 @@
-"""Adversarial sweep files (issue 12, items 1, 17, 18), one table row per file.
+"""Adversarial sweep files (issue 12, items 1, 17, 18; issue 33, case 25), one table row per file.
 
 ``generate --dry-run`` refuses each one up front with the line and field of the problem, before
 any allocation or measurement.
@@ -6,7 +6,11 @@ any allocation or measurement.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -50,6 +54,13 @@ CASES = [
          "not UTF-8 text (byte 0xe9"),
     case("YAML alias bomb", BOMB, 4, "<yaml>",
          "the file expands to more than 100000 values"),
+    case("flow nested 100,000 deep", "base: {x: " + "[" * 100_000 + "]" * 100_000 + "}\n", 3,
+         "<yaml>", "nested deeper than 64 levels; refused"),
+    case("block nested 100,000 deep", "base:\n  x:\n    " + "- " * 100_000 + "1\n", 5, "<yaml>",
+         "nested deeper than 64 levels; refused"),
+    case("block mappings nested 100 deep", "base:\n" + "".join(
+        f"{'  ' * (i + 1)}k{i}:\n" for i in range(100)) + "  " * 101 + "1\n", 67, "<yaml>",
+        "nested deeper than 64 levels; refused"),
 ]
 
 
@@ -72,3 +83,30 @@ def test_a_big_but_bounded_sweep_still_plans(tmp_path, cli):
                     "grid:\n  concurrency: [1, 2, 4, 8]\n  num_requests: [8, 16]\n")
     res = cli(["generate", path, "--out", tmp_path / "ds", "--dry-run"])
     assert res.rc == 0, res.err
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_a_sweep_that_is_not_a_regular_file_is_refused_before_a_byte_is_read(tmp_path, kind):
+    """A FIFO would hang the reader and ``/dev/zero`` would read until memory runs out.
+
+    Run in a child process with a time and memory bound, so a reader without the bound fails
+    this test instead of hanging or exhausting the machine.
+    """
+    if kind == "fifo":
+        sweep = tmp_path / "sweep.yaml"
+        os.mkfifo(sweep)
+    else:
+        sweep = Path("/dev/zero")
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30)); "
+            "from llm_powertrace_ds.cli import main; sys.exit(main(sys.argv[1:]))")
+    try:
+        res = subprocess.run([sys.executable, "-c", code, "generate", str(sweep), "--out",
+                              str(tmp_path / "ds"), "--dry-run"],
+                             capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"reading the sweep {kind} did not return within 60 s")
+    assert res.returncode == 1, res.stderr
+    assert "Traceback" not in res.stderr and "unexpected" not in res.stderr, res.stderr
+    assert f"error: '{sweep}'" in res.stderr, res.stderr
+    assert "not a regular file; refused" in res.stderr, res.stderr
+    assert not (tmp_path / "ds").exists()
