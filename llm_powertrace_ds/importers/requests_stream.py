@@ -1,4 +1,4 @@
-"""A request CSV onto a published run in memory independent of its length.
+"""A request CSV onto a run's clock and into its shard, in memory independent of its length.
 
 ``import requests-csv`` streams the file in one pass of :data:`BATCH_ROWS`-row blocks
 (:func:`.requests_csv.iter_csv_blocks`). Each block goes through every per-row check and the
@@ -8,11 +8,12 @@ as an Arrow IPC stream under the folder's ``.staging/<run_id>/`` (the same schem
 compression as a shard written whole; publishing renames it into ``data/``). Nothing is kept
 of a block but what the three whole-log results need, each on disk beside the shard:
 
-* **Repeated ids**, exactly: every id goes, with its row and line, to one of ``K`` partition
-  files chosen by a hash of its bytes (``K`` grows with the file, about
-  :data:`PARTITION_FILE_BYTES` of CSV a partition), so equal ids share a partition; each
-  partition is then sorted alone. The repeat reported is the earliest row whose id appeared
-  before, named with both lines (the whole-log check's choice).
+* **Repeated ids**, exactly (:class:`..repeated_ids.IdPartitions`, which ``validate`` uses
+  too): every id goes, with its row and line, to one of ``K`` partition files chosen by a hash
+  of its bytes (``K`` grows with the file, about :data:`PARTITION_FILE_BYTES` of CSV a
+  partition), so equal ids share a partition; each partition is then sorted alone. The repeat
+  reported is the earliest row whose id appeared before, named with both lines (the whole-log
+  check's choice).
 * **p50/p99 of TTFT and latency**, exactly ``numpy.percentile``'s (``linear``: for ``n`` values
   sorted ``v``, ``i = (n - 1) q``, ``g = i - floor(i)``, ``p = v[⌊i⌋] + (v[⌊i⌋+1] - v[⌊i⌋]) g``,
   computed as numpy computes it, :func:`_lerp`): the values of completed requests are written
@@ -37,11 +38,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from .. import layout
-from ..arrow_numpy import to_numpy
+from ..repeated_ids import IdPartitions, Repeat, id_hash
 from ..request_rows import BATCH_ROWS, RequestRows, SpilledRequests, number_column, status_is
 from ..run import Run
 from .requests_common import (
@@ -61,7 +61,6 @@ PARTITION_FILE_BYTES = 8 * 2**20
 MAX_PARTITIONS = 512
 """At most this many partition files are open at once (beyond, partitions grow instead)."""
 _DIGIT_BITS = 16
-_ID_SCHEMA = pa.schema([("id", pa.string()), ("row", pa.int64()), ("line", pa.int64())])
 _WORK_DIR = "requests-import"
 _SHARD_NAME = "requests.arrow"
 
@@ -94,15 +93,20 @@ def discard(root: Path, run_id: str) -> None:
 
 
 def stream_csv_requests(root: str | Path, run: Run, path: str | Path, *,
-                        anchor: dict[str, Any], run_end_ms: int) -> StreamedRequests:
+                        anchor: dict[str, Any], run_end_ms: int,
+                        t0_ns: int = 0) -> StreamedRequests:
     """Check a request CSV, put it on ``run``'s clock and write it as the run's staged shard.
+
+    ``import requests-csv`` (a published run) and ``record --requests csv:FILE`` (the run being
+    recorded) both write the shard this way.
 
     Args:
         root: the dataset folder (the shard is written under its ``.staging/``).
-        run: the published run the requests belong to.
+        run: the run the requests belong to (its ``run_id`` and ``platform``).
         path: the CSV (:mod:`.requests_csv`).
-        anchor: the ``{"monotonic_ns", "utc_ns"}`` pair relating the run clock to UTC.
+        anchor: the ``{"monotonic_ns", "utc_ns"}`` pair relating the sampler's clock to UTC.
         run_end_ms: the run's last tick on the run clock.
+        t0_ns: the sampler's first tick on its clock (the run clock's zero).
 
     Returns:
         The shard and the run-level summary. The caller publishes the shard, or calls
@@ -114,7 +118,7 @@ def stream_csv_requests(root: str | Path, run: Run, path: str | Path, *,
     """
     root, path = Path(root), Path(path)
     log = RequestLog(file=path, fmt=FORMAT, clock="unix")
-    offset_ns = clock_offset_ns(log, t0_ns=0, anchor=anchor)
+    offset_ns = clock_offset_ns(log, t0_ns=t0_ns, anchor=anchor)
     discard(root, run.run_id)  # what an interrupted import left
     folder = work_dir(root, run.run_id)
     folder.mkdir(parents=True)
@@ -130,7 +134,7 @@ def _stream(folder: Path, run: Run, log: RequestLog, *, offset_ns: int,
     from ..shards.encode import ipc_options, requests_block
 
     size = log.file.stat().st_size
-    ids = _IdPartitions(folder, max(1, min(MAX_PARTITIONS, -(-size // PARTITION_FILE_BYTES))))
+    ids = IdPartitions(folder, max(1, min(MAX_PARTITIONS, -(-size // PARTITION_FILE_BYTES))))
     totals = _Totals(folder)
     shard = folder / _SHARD_NAME
     writer: ipc.RecordBatchStreamWriter | None = None
@@ -202,108 +206,6 @@ def _fsync(path: Path) -> None:
 
     with open(path, "rb") as fh:
         os.fsync(fh.fileno())
-
-
-# ---------------------------------------------------------------------------------------------
-# Repeated ids: hash partitions
-# ---------------------------------------------------------------------------------------------
-
-_HASH_WEIGHTS = np.random.default_rng(0x5EED).integers(1, 2**63, size=64, dtype=np.uint64) | 1
-"""Odd 64-bit weights of a byte by its position (mod 64) in an id: a fixed hash, every run."""
-
-
-def id_hash(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """A 64-bit hash of each id's UTF-8 bytes (equal ids, equal hashes), column-wise.
-
-    ``h = mix(Σ_j (byte_j + 1) · W[j mod 64] + 0x9E37… · len)`` with wrapping uint64 arithmetic
-    and a final avalanche (``mix``: xor-shift-multiply), so ids differing in any byte spread
-    over the partitions.
-    """
-    if isinstance(ids, pa.ChunkedArray):
-        ids = ids.combine_chunks() if ids.num_chunks != 1 else ids.chunk(0)
-    ids = ids.cast(pa.large_string())
-    n = len(ids)
-    offsets = np.frombuffer(ids.buffers()[1], dtype=np.int64)[ids.offset:ids.offset + n + 1]
-    data_buf = ids.buffers()[2]
-    data = (np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None
-            else np.zeros(0, dtype=np.uint8))[offsets[0]:offsets[-1]]
-    starts = offsets[:-1] - offsets[0]
-    lengths = np.diff(offsets)
-    position = np.arange(len(data), dtype=np.int64) - np.repeat(starts, lengths)
-    with np.errstate(over="ignore"):
-        terms = (data.astype(np.uint64) + np.uint64(1)) * _HASH_WEIGHTS[position & 63]
-        sums = np.concatenate((np.zeros(1, dtype=np.uint64), np.cumsum(terms, dtype=np.uint64)))
-        h = sums[starts + lengths] - sums[starts]
-        h += lengths.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-        h ^= h >> np.uint64(33)
-        h *= np.uint64(0xFF51AFD7ED558CCD)
-        h ^= h >> np.uint64(33)
-    return h
-
-
-@dataclass(frozen=True)
-class Repeat:
-    """An id seen before: at ``row`` (file line ``line``), first at ``first_line``."""
-
-    request_id: str
-    row: int
-    line: int
-    first_line: int
-
-
-class _IdPartitions:
-    """Every id of a log with its row and line, split over files by :func:`id_hash`."""
-
-    def __init__(self, folder: Path, count: int) -> None:
-        self.paths = [folder / f"ids-{i}.arrow" for i in range(count)]
-        self._sinks = [pa.OSFile(str(p), "wb") for p in self.paths]
-        self._writers = [ipc.new_stream(s, _ID_SCHEMA) for s in self._sinks]
-
-    def add(self, ids: pa.ChunkedArray, first_row: int, lines: np.ndarray) -> None:
-        n = len(ids)
-        rows = np.arange(first_row, first_row + n, dtype=np.int64)
-        part = (id_hash(ids) % np.uint64(len(self.paths))).astype(np.int64)
-        order = np.argsort(part, kind="stable")
-        bounds = np.searchsorted(part[order], np.arange(len(self.paths) + 1))
-        table = pa.table({"id": ids, "row": rows, "line": lines}, schema=_ID_SCHEMA)
-        for i, writer in enumerate(self._writers):
-            if bounds[i + 1] > bounds[i]:
-                writer.write_table(table.take(order[bounds[i]:bounds[i + 1]]))
-
-    def close(self) -> None:
-        for writer in self._writers:
-            writer.close()
-        for sink in self._sinks:
-            if not sink.closed:
-                sink.close()
-        self._writers = []
-        self._sinks = []
-
-    def first_repeat(self, before: int | None) -> Repeat | None:
-        """The earliest row (below ``before``) whose id appeared at an earlier row."""
-        best: Repeat | None = None
-        for path in self.paths:
-            with pa.OSFile(str(path)) as fh:
-                table = ipc.open_stream(fh).read_all()
-            if before is not None:
-                table = table.filter(pc.less(table.column("row"), before))
-            if table.num_rows < 2:
-                continue
-            # rows were appended in order: a stable sort keeps equal ids in row order
-            order = pc.sort_indices(table.column("id"))
-            ranked = table.take(order)
-            ids = ranked.column("id")
-            same = np.asarray(to_numpy(pc.equal(ids.slice(1), ids.slice(0, len(ids) - 1)),
-                                       null_value=False), dtype=bool)
-            if not same.any():
-                continue
-            rows = np.asarray(to_numpy(ranked.column("row")), dtype=np.int64)[1:]
-            k = int(np.flatnonzero(same)[np.argmin(rows[same])])
-            if best is None or int(rows[k]) < best.row:
-                line = np.asarray(to_numpy(ranked.column("line")), dtype=np.int64)
-                best = Repeat(request_id=str(ids[k + 1].as_py()), row=int(rows[k]),
-                              line=int(line[k + 1]), first_line=int(line[k]))
-        return best
 
 
 # ---------------------------------------------------------------------------------------------
