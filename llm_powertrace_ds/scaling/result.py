@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import bounded
 from ..errors import InputError
 from ..schema import is_cpu_proxy
 from .common import BASELINES, FORMAT, N_BOOT, TARGETS, _num
@@ -142,10 +143,13 @@ def load_fit(path_or_data: str | Path | Mapping[str, Any]) -> dict[str, Any]:
         data = dict(path_or_data)
     else:
         path = Path(path_or_data)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise InputError(f"cannot read the fit: {exc}", file=path) from None
+        try:  # the bounded reader: a regular file, size and depth capped, one-line errors
+            data = bounded.read_json(path)
+        except InputError as exc:
+            raise InputError(f"cannot read the fit: {exc.reason}", file=path,
+                             line=exc.line) from None
+        if not isinstance(data, Mapping):
+            raise InputError("a fit file is a JSON object", file=path)
     if data.get("format") != FORMAT:
         raise InputError(f"not a fit file of this version (format {data.get('format')!r}, "
                          f"expected {FORMAT!r}); fit again", field="format")
