@@ -78,7 +78,9 @@ def validate_folder(root: str | Path) -> FolderReport:
                           unpublished=unpublished_runs(root))
     report.problems.extend(_published_value_problems(root))
     orphans = set(folder.orphan_rows)
-    for run in iter_runs(root):  # one walk of data/, one trace file in memory at a time
+    # one walk of data/, one trace file in memory at a time; the request logs are checked
+    # by _published_value_problems, a batch at a time, never attached to their runs
+    for run in iter_runs(root, requests=False):
         if run.run_id in orphans:
             continue
         rep = validate.validate_run(run)
@@ -93,31 +95,25 @@ def _published_value_problems(root: Path) -> list[str]:
     """The number gate and the text gate on what the runs and requests tables already hold.
 
     A folder written by an older version, by hand or by someone else is checked as the writer
-    would have checked it: every scalar finite and in range, every request id publishable.
+    would have checked it: every scalar finite and in range, every request id publishable,
+    request times in order and no request id twice in a run (:mod:`.request_checks`, in memory
+    independent of the number of requests).
     """
-    from . import numbers, privacy
+    from . import numbers
+    from .request_checks import request_problems
     from .shards import iter_batches
 
     out: list[str] = []
-    for config in (*schema.RUNS_CONFIGS, schema.REQUESTS_CONFIG):
-        number_problems: list[str] = []
-        text_problems: list[str] = []
+    for config in schema.RUNS_CONFIGS:
+        problems: list[str] = []
         try:
             for batch in iter_batches(root, config):  # one record batch of rows at a time
-                rows = batch.to_pylist()
-                number_problems.extend(numbers.row_problems(config, rows))
-                if config != schema.REQUESTS_CONFIG:
-                    continue
-                for row in rows:
-                    rid = row.get("request_id")
-                    if not isinstance(rid, str):
-                        continue
-                    why = privacy.text_problem("request_id", rid)
-                    if why is not None:
-                        text_problems.append(
-                            f"run {row.get('run_id')!s}: inference_requests field "
-                            f"'request_id' value {privacy.strip_control(rid)[:40]!r} {why}")
+                problems.extend(numbers.row_problems(config, batch.to_pylist()))
         except FileNotFoundError:
             continue
-        out.extend(number_problems + text_problems)
+        out.extend(problems)
+    try:
+        out.extend(request_problems(root))
+    except FileNotFoundError:
+        pass
     return out

@@ -226,17 +226,19 @@ class RunReader:
             run.requests = RequestRows.from_shard(table)
 
 
-def iter_runs(root: str | Path) -> Iterator[Run]:
+def iter_runs(root: str | Path, *, requests: bool = True) -> Iterator[Run]:
     """Every published run of a folder, one trace file in memory at a time.
 
     One walk of ``data/`` (``layout.shard_files`` per trace config); rows are decoded from
     Arrow with numpy (no Python object per sample). In packed shards the rows of a run are
-    consecutive (``pack`` appends whole per-run files).
+    consecutive (``pack`` appends whole per-run files). With ``requests=False`` an inference
+    run's request log is not read (``run.requests`` stays empty): a caller that checks the
+    request shards itself reads them a batch at a time instead of holding a run's log whole.
     """
     root = Path(root)
     for workload in schema.TRACE_CONFIGS:
         for path in layout.shard_files(root, workload):
-            yield from runs_from_table(read_table(path), root=root)
+            yield from runs_from_table(read_table(path), root=root if requests else None)
 
 
 _PER_DEVICE = ("node_index", "gpu_index", "gpu_name", "gpu_uuid_hash", "power_limit_w",
