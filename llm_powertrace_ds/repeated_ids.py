@@ -33,12 +33,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-from .arrow_numpy import to_numpy
+from .arrow_numpy import to_arrow, to_numpy
 
 _ID_SCHEMA = pa.schema([("group", pa.int32()), ("id", pa.string()), ("row", pa.int64()),
                         ("line", pa.int64())])
 _HASH_WEIGHTS = np.random.default_rng(0x5EED).integers(1, 2**63, size=64, dtype=np.uint64) | 1
 """Odd 64-bit weights of a byte by its position (mod 64) in an id: a fixed hash, every run."""
+_HASH_IDS = 4096
+"""Ids hashed at a time."""
 
 
 def id_hash(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -46,10 +48,18 @@ def id_hash(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
 
     ``h = mix(Σ_j (byte_j + 1) · W[j mod 64] + 0x9E37… · len)`` with wrapping uint64 arithmetic
     and a final avalanche (``mix``: xor-shift-multiply), so ids differing in any byte spread
-    over the partitions.
+    over the partitions. Computed :data:`_HASH_IDS` ids at a time: the per-byte temporaries
+    (eight of 8 bytes a byte) stay small whatever the number of ids.
     """
     if isinstance(ids, pa.ChunkedArray):
         ids = ids.combine_chunks() if ids.num_chunks != 1 else ids.chunk(0)
+    if len(ids) > _HASH_IDS:
+        return np.concatenate([_hash_slice(ids.slice(start, _HASH_IDS))
+                               for start in range(0, len(ids), _HASH_IDS)])
+    return _hash_slice(ids)
+
+
+def _hash_slice(ids: pa.Array) -> np.ndarray:
     ids = ids.cast(pa.large_string())
     n = len(ids)
     offsets = np.frombuffer(ids.buffers()[1], dtype=np.int64)[ids.offset:ids.offset + n + 1]
@@ -112,11 +122,16 @@ class IdPartitions:
         part = (h % np.uint64(len(self.paths))).astype(np.int64)
         order = np.argsort(part, kind="stable")
         bounds = np.searchsorted(part[order], np.arange(len(self.paths) + 1))
-        table = pa.table({"group": np.full(n, group, dtype=np.int32), "id": ids, "row": rows,
-                          "line": lines}, schema=_ID_SCHEMA)
+        # from numpy through to_arrow: pa.array/pa.table on numpy would import pandas (≈ 50 MB)
+        table = pa.Table.from_arrays(
+            [pa.chunked_array([to_arrow(np.full(n, group, dtype=np.int32))]),
+             ids if isinstance(ids, pa.ChunkedArray) else pa.chunked_array([ids]),
+             pa.chunked_array([to_arrow(rows)]),
+             pa.chunked_array([to_arrow(np.asarray(lines, dtype=np.int64))])],
+            schema=_ID_SCHEMA)
         for i, writer in enumerate(self._writers):
             if bounds[i + 1] > bounds[i]:
-                writer.write_table(table.take(order[bounds[i]:bounds[i + 1]]))
+                writer.write_table(table.take(to_arrow(order[bounds[i]:bounds[i + 1]])))
 
     def close(self) -> None:
         """Finish the partition files (before :meth:`first_repeats`; again is harmless)."""

@@ -64,3 +64,13 @@ def test_group_zero_partitions_ids_by_their_hash_alone(tmp_path):
     for k, path in enumerate(parts.paths):
         table = pa.ipc.open_stream(pa.OSFile(str(path))).read_all()
         assert (expected[table.column("row").to_numpy()] == k).all()
+
+
+def test_a_long_column_hashes_as_its_ids_one_by_one(tmp_path):
+    """Hashed a slice at a time, each id's hash is still its own (the slices cut nowhere)."""
+    ids = pa.array([f"request-{i}" * (1 + i % 3) for i in range(10_000)])
+    whole = id_hash(pa.chunked_array([ids.slice(0, 5_000), ids.slice(5_000)]))
+    assert len(whole) == 10_000
+    for i in (0, 4095, 4096, 4097, 5_000, 9_999):
+        assert whole[i] == id_hash(ids.slice(i, 1))[0]
+    assert len(np.unique(whole)) == 10_000
