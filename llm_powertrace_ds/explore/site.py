@@ -31,14 +31,13 @@ import json
 import os
 import shutil
 import string
-import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .. import layout, schema, shards
+from .. import layout, schema, shards, work_dirs
 from ..errors import InputError, MissingExtra
 from ..formatting import safe_text
 from ..metrics import metric_formulas
@@ -289,7 +288,11 @@ def build_site(root: str | Path, out: str | Path, *, name: str | None = None) ->
     _check_target(out)
     bokeh_js()  # fail before any work when the extra is missing
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    # a killed explore's work folders (their pid is gone) go first; a previous site it had
+    # moved aside comes back when no new one replaced it
+    work_dirs.remove_stale_work_dirs(out.parent, out.name)
+    _check_target(out)
+    tmp = work_dirs.make_work_dir(out, "tmp")
     old: Path | None = None
     try:
         runs, proxy, skipped = _write_site(root, tmp, name or root.resolve().name)
@@ -302,7 +305,7 @@ def build_site(root: str | Path, out: str | Path, *, name: str | None = None) ->
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
         os.chmod(tmp, 0o755)
         if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
+            old = work_dirs.aside_name(out)
             out.rename(old)
         tmp.rename(out)
         if old is not None:

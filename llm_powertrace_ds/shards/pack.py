@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 
-from .. import audit, layout, schema
+from .. import audit, layout, schema, work_dirs
 from ..errors import ShardError
 from .encode import DEFAULT_MAX_SHARD_BYTES
 from .publish import write_configs_block
@@ -54,6 +53,8 @@ def pack(src: str | Path, dst: str | Path, *,
         ShardError: ``dst`` is not empty, or a count does not match.
     """
     src, dst = Path(src), Path(dst)
+    # a killed pack's hidden copy (its pid is gone) is removed by the next pack into the place
+    work_dirs.remove_stale_work_dirs(dst.parent, dst.name)
     if dst.exists() and any(dst.iterdir()):
         raise ShardError(f"'{dst}' exists and is not empty; pack writes a new folder")
     if dst.resolve() == src.resolve():
@@ -61,7 +62,7 @@ def pack(src: str | Path, dst: str | Path, *,
     dst.parent.mkdir(parents=True, exist_ok=True)
     # Everything is written into a hidden sibling folder and renamed into place at the end, so
     # a failed pack leaves nothing behind and can simply be run again.
-    work = Path(tempfile.mkdtemp(prefix=f".{dst.name}.packing-", dir=dst.parent))
+    work = work_dirs.make_work_dir(dst, "packing")
     try:
         result = _pack_into(src, work, max_shard_bytes=max_shard_bytes, refresh_card=refresh_card)
         if dst.exists():

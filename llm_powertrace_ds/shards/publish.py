@@ -11,7 +11,7 @@ import pyarrow as pa
 import yaml
 from filelock import FileLock, Timeout
 
-from .. import audit, checks, layout, schema
+from .. import audit, checks, layout, schema, work_dirs
 from ..atomic import write_text_atomic
 from ..errors import InputError, LockTimeout, ShardError
 from ..run import Run
@@ -265,14 +265,18 @@ def write_configs_block(root: str | Path) -> Path:
 def repair_folder(root: str | Path) -> list[str]:
     """Remove what an interrupted publish left behind; return what was removed (relative paths).
 
-    Removed: hidden temporary files of writers that are gone, and the runs row and requests of
-    a run whose trace file is missing (a publish from before all-or-nothing writes, or one
-    stopped between two renames) unless that run is being published now (its lock is held).
+    Removed: hidden temporary files of writers that are gone, the hidden work folders of a
+    killed ``pack`` or ``explore`` inside the folder (:mod:`llm_powertrace_ds.work_dirs`), and
+    the runs row and requests of a run whose trace file is missing (a publish from before
+    all-or-nothing writes, or one stopped between two renames) unless that run is being
+    published now (its lock is held).
     Traces without a runs row are reported by ``validate`` and left alone: they hold the
     measurement.
     """
     root = Path(root)
     removed = audit.remove_leftovers(root)
+    removed += [p.relative_to(root).as_posix()
+                for p in work_dirs.remove_stale_work_dirs_under(root)]
     found = audit.audit_folder(root)
     for run_id in found.orphan_rows:
         try:
