@@ -38,13 +38,16 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llm_powertrace_ds import layout
 from llm_powertrace_ds.errors import InputError
 from llm_powertrace_ds.procs import group_alive
 
 from .session import RECORD_DIR_ENV, RecordConfig, Recording, make_run_id
+
+if TYPE_CHECKING:  # a CSV log streamed into the staged shard (imported where used)
+    from llm_powertrace_ds.importers.requests import StreamedRequests
 
 log = logging.getLogger(__name__)
 
@@ -230,7 +233,8 @@ def _spawn_gated(cmd: list[str], sdir: Path) -> tuple[subprocess.Popen[bytes], i
 
 
 def record_command(cmd: Sequence[str], config: RecordConfig, *,
-                   requests_from: Callable[..., Sequence[dict[str, Any]]] | None = None,
+                   requests_from: (Callable[..., Sequence[dict[str, Any]] | StreamedRequests]
+                                   | None) = None,
                    recording: Callable[[RecordConfig, list[int]], Any] | None = None
                    ) -> CommandOutcome:
     """Run ``cmd`` under the sampler as one run (see the module docstring).
@@ -240,6 +244,7 @@ def record_command(cmd: Sequence[str], config: RecordConfig, *,
         config: where and what to record (``program`` is set from ``cmd``).
         requests_from: called after the command ended with the staging folder (and
             ``run_id``, ``platform``, ``run_end_ms``), returns the request rows on the run clock
+            or a CSV log streamed into the run's staged shard
             (:func:`generation.record.requests.loader`).
         recording: makes the recording from the config and the command's pid (default
             :class:`Recording`); anything with its ``start()``, ``stop(error)``, ``exit_code``

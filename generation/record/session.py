@@ -42,13 +42,16 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from llm_powertrace_ds import layout, schema
 from llm_powertrace_ds.atomic import write_json_atomic
 from llm_powertrace_ds.errors import InputError, PowerTraceError
 
 from .provenance import planned_meta
+
+if TYPE_CHECKING:  # a CSV log streamed into the staged shard (imported where used)
+    from llm_powertrace_ds.importers.requests import StreamedRequests
 
 log = logging.getLogger(__name__)
 
@@ -235,16 +238,16 @@ def read_results(staging_dir: Path) -> dict[str, Any]:
     return out
 
 
-def _fill_request_results(record: Any, rows: Sequence[dict[str, Any]]) -> None:
-    """Fill the run's request results from its request rows where the user gave none.
+def _fill_request_results(record: Any, summary: dict[str, Any]) -> None:
+    """Fill the run's request results from its requests' summary where the user gave none.
 
-    ``requests_completed``, ``tokens_in``, ``tokens_out``, TTFT and latency percentiles.
+    ``requests_completed``, ``tokens_in``, ``tokens_out``, TTFT and latency percentiles
+    (:func:`llm_powertrace_ds.importers.requests.summary_columns`, or the same numbers of a
+    streamed log).
     """
-    from llm_powertrace_ds.importers.requests import summary_columns
     from llm_powertrace_ds.run import coerce_meta
 
-    found = {k: v for k, v in summary_columns(rows).items()
-             if v is not None and record.meta.get(k) is None}
+    found = {k: v for k, v in summary.items() if v is not None and record.meta.get(k) is None}
     record.meta.update(coerce_meta(found, record.workload))
 
 
@@ -293,7 +296,9 @@ class Recording:
         """Quality flags the recorder adds to the run (``children_outlived``)."""
         self.work_begin_ns: int | None = None
         self.work_end_ns: int | None = None
-        self.requests_from: Callable[..., Sequence[dict[str, Any]]] | None = None
+        # the rows of a log read whole, or a CSV log streamed into its staged shard
+        self.requests_from: (Callable[..., Sequence[dict[str, Any]] | StreamedRequests]
+                             | None) = None
         self._sampler: Any = None
         self._run_events: Any = None
         self._events: Any = None
@@ -445,19 +450,34 @@ class Recording:
             meta["exit_code"] = self.exit_code
         record = spool_to_run(self.staging_dir, meta)
         requests = results.get("_requests")
+        streamed = False
         if self.requests_from is not None:
+            from llm_powertrace_ds.importers.requests import StreamedRequests, summary_columns
+
             if self.config.workload != "inference":
                 raise InputError("a request log belongs to an inference run (--workload "
                                  "inference)", field="workload")
             run_end_ms = max((int(d.t_ms[-1]) for d in record.devices if len(d.t_ms)),
                              default=0)
-            requests = self.requests_from(self.staging_dir, run_id=self.run_id,
-                                          platform=record.platform, run_end_ms=run_end_ms)
-            _fill_request_results(record, requests)
+            loaded = self.requests_from(self.staging_dir, run_id=self.run_id,
+                                        platform=record.platform, run_end_ms=run_end_ms)
+            if isinstance(loaded, StreamedRequests):  # a CSV log, already the staged shard
+                streamed = True
+                requests = loaded.requests
+                _fill_request_results(record, loaded.summary)
+            else:
+                requests = loaded
+                _fill_request_results(record, summary_columns(loaded))
         if requests:
             record.requests = requests
         record.add_flags(*self.extra_flags)
-        result = publish_run(self.config.out, record)
+        try:
+            result = publish_run(self.config.out, record)
+        finally:
+            if streamed:  # published: renamed away; else the staged shard and its work files
+                from llm_powertrace_ds.importers.requests import discard
+
+                discard(self.config.out, self.run_id)
         # the card's configs block (and its files fingerprint) current after every recording;
         # the full card too when a card writer is registered (the CLI registers it)
         rebuild_card(self.config.out)

@@ -14,7 +14,7 @@ from ..errors import InputError
 from .requests_common import RequestLog, summary_columns, to_run_clock
 from .requests_csv import read_csv_requests
 from .requests_sglang import read_sglang_requests
-from .requests_stream import discard, stream_csv_requests
+from .requests_stream import StreamedRequests, discard, stream_csv_requests
 from .requests_vllm import read_vllm_requests
 
 READERS: dict[str, Callable[[Path], RequestLog]] = {
@@ -25,11 +25,11 @@ READERS: dict[str, Callable[[Path], RequestLog]] = {
 REQUEST_FORMATS = tuple(READERS)
 
 
-def read_requests(fmt: str, path: str | Path) -> RequestLog:
-    """Read one request log.
+def log_file(fmt: str, path: str | Path) -> Path:
+    """``path`` as a request log of a known format that exists.
 
     Raises:
-        InputError: an unknown format, a missing file, or bad content (names file and field).
+        InputError: an unknown format or a missing file.
     """
     if fmt not in READERS:
         raise InputError(f"unknown request-log format {fmt!r}; known: {', '.join(READERS)}",
@@ -37,6 +37,16 @@ def read_requests(fmt: str, path: str | Path) -> RequestLog:
     path = Path(path)
     if not path.is_file():
         raise InputError("no such file (did the command write its result there?)", file=path)
+    return path
+
+
+def read_requests(fmt: str, path: str | Path) -> RequestLog:
+    """Read one request log whole (a long CSV is streamed instead: :mod:`.requests_stream`).
+
+    Raises:
+        InputError: an unknown format, a missing file, or bad content (names file and field).
+    """
+    path = log_file(fmt, path)  # before READERS[fmt]: an unknown format is an InputError
     return READERS[fmt](path)
 
 
@@ -71,16 +81,11 @@ def attach_requests(root: str | Path, run_id: str, fmt: str, path: str | Path) -
     from ..run import coerce_meta
     from ..shards import publish_run
 
-    if fmt not in READERS:
-        raise InputError(f"unknown request-log format {fmt!r}; known: {', '.join(READERS)}",
-                         field="format")
-    if fmt != "csv":
+    if fmt in READERS and fmt != "csv":
         raise InputError(f"{fmt} request times are on the client's monotonic clock and cannot be "
                          "aligned after the fact: record them with `llm-powertrace record "
                          f"--requests {fmt}:FILE -- ...`", file=path, field="format")
-    path = Path(path)
-    if not path.is_file():
-        raise InputError("no such file (did the command write its result there?)", file=path)
+    path = log_file(fmt, path)
     run = _read_without_requests(root, run_id)  # an earlier log is never loaded
     if run.workload != "inference":
         raise InputError(f"run {run_id} is a {run.workload} run; request logs belong to "
@@ -104,5 +109,6 @@ def attach_requests(root: str | Path, run_id: str, fmt: str, path: str | Path) -
         discard(root, run.run_id)  # published: renamed away; else what was staged
 
 
-__all__ = ["REQUEST_FORMATS", "RequestLog", "attach_requests", "read_requests",
-           "summary_columns", "to_run_clock"]
+__all__ = ["REQUEST_FORMATS", "RequestLog", "attach_requests", "log_file", "read_requests",
+           "StreamedRequests", "discard", "stream_csv_requests", "summary_columns",
+           "to_run_clock"]

@@ -93,7 +93,7 @@ def discard(root: Path, run_id: str) -> None:
 
 
 def stream_csv_requests(root: str | Path, run: Run, path: str | Path, *,
-                        anchor: dict[str, Any], run_end_ms: int,
+                        anchor: dict[str, Any] | None, run_end_ms: int,
                         t0_ns: int = 0) -> StreamedRequests:
     """Check a request CSV, put it on ``run``'s clock and write it as the run's staged shard.
 
@@ -114,7 +114,8 @@ def stream_csv_requests(root: str | Path, run: Run, path: str | Path, *,
 
     Raises:
         InputError: the first problem of the file, as :func:`.requests_common.to_run_clock`
-            would name it (an id repeated before it first). Nothing is left staged.
+            would name it (an id repeated before it first), or no ``anchor``. Nothing is left
+            staged.
     """
     root, path = Path(root), Path(path)
     log = RequestLog(file=path, fmt=FORMAT, clock="unix")

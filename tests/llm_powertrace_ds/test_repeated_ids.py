@@ -66,7 +66,7 @@ def test_group_zero_partitions_ids_by_their_hash_alone(tmp_path):
         assert (expected[table.column("row").to_numpy()] == k).all()
 
 
-def test_a_long_column_hashes_as_its_ids_one_by_one(tmp_path):
+def test_a_long_column_hashes_as_its_ids_one_by_one():
     """Hashed a slice at a time, each id's hash is still its own (the slices cut nowhere)."""
     ids = pa.array([f"request-{i}" * (1 + i % 3) for i in range(10_000)])
     whole = id_hash(pa.chunked_array([ids.slice(0, 5_000), ids.slice(5_000)]))
