@@ -5,9 +5,8 @@ no browser). Browser tests skip, never fail, when Playwright or Chromium is abse
 installs Chromium when ``CI=true``). Screenshots go to ``$LLM_POWERTRACE_SCREENSHOTS`` when set
 (CI keeps them), else into the test's temporary folder.
 
-A test module uses them by importing the fixtures it needs::
-
-    from browser_fixtures import browser, open_page, page  # noqa: F401
+``tests/conftest.py`` imports them, so they are defined once for every suite: one Playwright
+instance per test process (a second ``sync_playwright`` started beside the first fails).
 """
 
 from __future__ import annotations

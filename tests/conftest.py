@@ -8,6 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+# the headless-browser fixtures, defined here once for every suite: one Playwright instance per
+# test process (a second sync_playwright started beside the first fails)
+from browser_fixtures import browser, open_page, page, shots  # noqa: F401
 from hypothesis import settings as hypothesis_settings
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,13 +1,12 @@
 """The explorer in a real headless Chromium, for adversarial inputs (issue 33, case 15).
 
 A month-long run's times pass 2^31 ms: stored as 32-bit integers they wrapped and its page drew
-no points. Uses the shared browser fixtures (``tests/browser_fixtures.py``): skipped, never
-failed, when Playwright or Chromium is absent.
+no points. Uses the shared browser fixtures (``tests/browser_fixtures.py``, defined once in
+``tests/conftest.py``): skipped, never failed, when Playwright or Chromium is absent.
 """
 
 from __future__ import annotations
 
-from browser_fixtures import browser, open_page, page  # noqa: F401  (fixtures)
 from explore.pages import TIME, TRACE_SUMMARY
 
 from llm_powertrace_ds import shards
@@ -15,7 +14,7 @@ from llm_powertrace_ds import shards
 from .test_explorer_inputs import _month_run
 
 
-def test_a_month_long_run_draws_its_points(tmp_path, page, open_page):  # noqa: F811
+def test_a_month_long_run_draws_its_points(tmp_path, page, open_page):
     from llm_powertrace_ds.explore import build_site
     from llm_powertrace_ds.explore.catalog import run_folder
 

@@ -1,8 +1,8 @@
 """Fixtures of the explorer tests: a demo-like dataset, its site, and a headless Chromium.
 
 The browser fixtures (``browser``, ``page``, ``open_page``, ``shots``) live in
-``tests/browser_fixtures.py``, shared with the adversarial suite; browser tests skip, never fail,
-when Playwright or Chromium is absent.
+``tests/browser_fixtures.py`` and are defined once in ``tests/conftest.py`` for every suite;
+browser tests skip, never fail, when Playwright or Chromium is absent.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from browser_fixtures import browser, open_page, page, shots  # noqa: F401  (shared fixtures)
 from conftest import synthetic_run
 
 
