@@ -9,7 +9,8 @@ Per-run quality lives in ``validate.py``; this module checks the folder as a who
   packed shard name. A symlink anywhere in the folder (outside ``.staging/``) is refused too:
   following one would publish a file from outside the folder.
 * **Pairs** (:func:`audit_folder`): every trace file's run has a runs row and every runs row has
-  a trace; a run missing either is reported by run id.
+  a trace; a run missing either, or with two runs rows (a runs-table segment and a one-run
+  file left by an interrupted merge), is reported by run id.
 * **Proxy** data read from the trace files themselves (``sampler``, ``power_field``,
   ``platform``, ``quality_flags``), not from the runs rows, so a cpu_proxy trace copied into a
   GPU folder without its runs row is still seen.
@@ -32,6 +33,7 @@ from .errors import ShardError
 from .procs import pid_alive as _pid_alive
 
 _RUN_FILE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+-]{0,199}$")
+_SEGMENT_RE = re.compile(rf"^{layout.SEGMENT_PREFIX}[0-9a-f]{{16}}\{layout.SHARD_SUFFIX}$")
 _TMP_RE = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.tmp$")
 PROXY_COLUMNS = ("run_id", "sampler", "power_field", "platform", "quality_flags")
 
@@ -46,6 +48,8 @@ class FolderAudit:
         orphan_rows: run ids with a runs row but no trace file.
         proxy_runs: run ids whose trace rows say ``cpu_proxy``.
         leftovers: hidden temporary files of a writer that is no longer running.
+        duplicate_rows: run ids with more than one runs row (a merge into a runs-table segment
+            or a republish stopped before its removals; ``validate --repair`` keeps one).
     """
 
     bad_files: list[str] = field(default_factory=list)
@@ -53,16 +57,20 @@ class FolderAudit:
     orphan_rows: list[str] = field(default_factory=list)
     proxy_runs: list[str] = field(default_factory=list)
     leftovers: list[str] = field(default_factory=list)
+    duplicate_rows: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not (self.bad_files or self.orphan_traces or self.orphan_rows)
+        return not (self.bad_files or self.orphan_traces or self.orphan_rows
+                    or self.duplicate_rows)
 
     def messages(self) -> list[str]:
         """One line per problem."""
         out = list(self.bad_files)
         out += [f"run {r}: trace file without a runs row" for r in self.orphan_traces]
         out += [f"run {r}: runs row without a trace file" for r in self.orphan_rows]
+        out += [f"run {r}: more than one runs row (run `validate --repair`)"
+                for r in self.duplicate_rows]
         return out
 
 
@@ -87,6 +95,8 @@ def _expected(rel: tuple[str, ...]) -> str | None:
     name = rel[-1]
     if not name.endswith(layout.READ_SUFFIXES):
         return f"not a shard: files here end in {' or '.join(layout.READ_SUFFIXES)} ({where})"
+    if depth == 4 and config in schema.RUNS_CONFIGS and _SEGMENT_RE.match(name):
+        return None  # a runs-table segment (layout.is_segment)
     if not _RUN_FILE_RE.match(name):
         return f"not a shard name ({where})"
     return None
@@ -191,12 +201,15 @@ def audit_folder(root: str | Path) -> FolderAudit:
                 if schema.is_cpu_proxy(row):
                     proxy.add(row["run_id"])
     rows: set[str] = set()
+    twice: set[str] = set()
     summaries: set[str] = set()  # flag summary_only: a published summary, no trace by design
     for config in schema.RUNS_CONFIGS:
         for path in layout.shard_files(root, config):
             if path.relative_to(root).as_posix() in bad:
                 continue
             for row in _read_columns(path, PROXY_COLUMNS):
+                if row["run_id"] in rows:
+                    twice.add(row["run_id"])
                 rows.add(row["run_id"])
                 if "summary_only" in (row.get("quality_flags") or []):
                     summaries.add(row["run_id"])
@@ -205,6 +218,7 @@ def audit_folder(root: str | Path) -> FolderAudit:
     audit.orphan_traces = sorted(traces - rows)
     audit.orphan_rows = sorted(rows - traces - summaries)
     audit.proxy_runs = sorted(proxy)
+    audit.duplicate_rows = sorted(twice)
     return audit
 
 

@@ -9,8 +9,12 @@
     <root>/.staging/                                              hidden from every glob
 
 ``<shard>`` is ``<run_id>.arrow`` while the folder is filled and
-``<platform>-NNNNN-of-MMMMM.arrow`` after ``pack``. Temporary files start with a dot and end in
-``.tmp``, so no glob ever matches a half-written file.
+``<platform>-NNNNN-of-MMMMM.arrow`` after ``pack``. A runs folder also holds **segments**,
+``segment_<16 hex>.arrow``: the rows of many runs merged into one file when a writing command
+finishes (``shards.segments``), because a one-row file of a runs config costs ~29 KB of schema
+and batch metadata whatever its data. The underscore is a character no run id may hold, so no
+run's file can take a segment's name. Traces and requests stay one file per run. Temporary
+files start with a dot and end in ``.tmp``, so no glob ever matches a half-written file.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ DATA_DIR = "data"
 STAGING_DIR = ".staging"
 LOCKS_DIR = "locks"
 SHARD_SUFFIX = ".arrow"
+SEGMENT_PREFIX = "segment_"
+"""A runs-table segment's name: ``segment_<16 hex>.arrow`` (no run id holds an underscore)."""
 READ_SUFFIXES = (".arrow", ".parquet")
 """What readers accept: Arrow IPC shards, and Parquet ones of a folder uploaded as Parquet."""
 
@@ -60,6 +66,11 @@ def trace_path(root: str | Path, workload: str, platform: str, family: str, run_
 
 def runs_path(root: str | Path, workload: str, platform: str, run_id: str) -> Path:
     return data_root(root) / f"{workload}_runs" / platform / f"{run_id}{SHARD_SUFFIX}"
+
+
+def is_segment(name: str) -> bool:
+    """Whether a file name is a runs-table segment's (many runs' rows; see the module text)."""
+    return name.startswith(SEGMENT_PREFIX) and name.endswith(SHARD_SUFFIX)
 
 
 def requests_path(root: str | Path, platform: str, run_id: str) -> Path:

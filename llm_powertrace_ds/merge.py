@@ -20,12 +20,14 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from filelock import Timeout
 
 from . import layout, schema
 from .errors import InputError, LockTimeout, ShardError
 from .hooks import rebuild_card
-from .shards import folder_lock, read_table
+from .shards import batch_run_ids, folder_lock, read_table, write_table_atomic
 from .shards.write import _lock, write_tables_all_or_nothing
 
 
@@ -33,15 +35,18 @@ from .shards.write import _lock, write_tables_all_or_nothing
 class MergePlan:
     """What ``merge`` will copy: ``(src file, relative path)`` pairs, and what it skips."""
 
-    copies: list[tuple[Path, str]]
+    copies: list[tuple[Path | _Row, str]]
     identical: set[str]
     runs: dict[str, str]
 
 
-def _run_files(root: Path) -> dict[str, dict[str, Path]]:
-    """``{run_id: {relative path: file}}`` of a folder's per-run files under ``data/``."""
+def _run_files(root: Path) -> dict[str, dict[str, Path | _Row]]:
+    """``{run_id: {relative path: file}}`` of a folder's per-run files under ``data/``.
+
+    A run's row in a runs-table segment stands for the one-run file it was merged from.
+    """
     data = layout.data_root(root)
-    out: dict[str, dict[str, Path]] = {}
+    out: dict[str, dict[str, Path | _Row]] = {}
     if not data.is_dir():
         return out
     for path in sorted(data.rglob(f"*{layout.SHARD_SUFFIX}")):
@@ -56,14 +61,35 @@ def _run_files(root: Path) -> dict[str, dict[str, Path]]:
         if "-of-" in path.stem:
             raise ShardError(f"'{root}' is packed ({path.name}); merge works on unpacked "
                              "folders (the output of generate/import)")
+        if layout.is_segment(path.name):  # many runs' rows: each stands for its one-run file
+            for run_id in dict.fromkeys(r for ids in batch_run_ids(path) for r in ids):
+                rel = path.with_name(f"{run_id}{layout.SHARD_SUFFIX}").relative_to(root)
+                out.setdefault(run_id, {})[rel.as_posix()] = _Row(path, run_id)
+            continue
         out.setdefault(path.stem, {})[path.relative_to(root).as_posix()] = path
     return out
 
 
-def _same_content(a: Path, b: Path) -> bool:
-    if filecmp.cmp(a, b, shallow=False):
+@dataclass(frozen=True)
+class _Row:
+    """A run's row in a runs-table segment (``layout.is_segment``), copied as its own file."""
+
+    segment: Path
+    run_id: str
+
+    def table(self) -> pa.Table:
+        table = read_table(self.segment)
+        return table.filter(pc.equal(table.column("run_id"), self.run_id))
+
+
+def _table(src: Path | _Row) -> pa.Table:
+    return src.table() if isinstance(src, _Row) else read_table(src)
+
+
+def _same_content(a: Path | _Row, b: Path | _Row) -> bool:
+    if isinstance(a, Path) and isinstance(b, Path) and filecmp.cmp(a, b, shallow=False):
         return True
-    return read_table(a).equals(read_table(b))
+    return _table(a).equals(_table(b))
 
 
 def plan_merge(sources: list[Path], into: Path) -> MergePlan:
@@ -75,7 +101,7 @@ def plan_merge(sources: list[Path], into: Path) -> MergePlan:
     """
     problems: list[str] = []
     target = _run_files(into) if into.exists() else {}
-    chosen: dict[str, dict[str, Path]] = {}
+    chosen: dict[str, dict[str, Path | _Row]] = {}
     origin: dict[str, str] = {run_id: str(into) for run_id in target}
     identical: set[str] = set()
     for src in sources:
@@ -110,15 +136,22 @@ def _publish_order(rel: str) -> int:
         if config in schema.RUNS_CONFIGS else 1
 
 
-def _copy_run(into: Path, run_id: str, files: list[tuple[Path, str]]) -> None:
-    """Publish one run's files all-or-nothing under its lock (temporary copies, then renames)."""
+def _copy_run(into: Path, run_id: str, files: list[tuple[Path | _Row, str]]) -> None:
+    """Publish one run's files all-or-nothing under its lock (temporary copies, then renames).
+
+    A row of a source's segment is written as the run's own runs file (the destination's next
+    card refresh merges it into a segment of its own).
+    """
     staged: dict[Path, Path] = {}
     try:
         for src, rel in sorted(files, key=lambda f: _publish_order(f[1])):
             final = into / rel
             final.parent.mkdir(parents=True, exist_ok=True)
             tmp = final.with_name(f".{final.name}.merge-{os.getpid()}.tmp")
-            shutil.copyfile(src, tmp)
+            if isinstance(src, _Row):
+                write_table_atomic(tmp, src.table())
+            else:
+                shutil.copyfile(src, tmp)
             staged[final] = tmp
         with _lock(into, run_id):
             present = [p for p in staged if p.exists()]
@@ -143,7 +176,7 @@ def merge(sources: list[Path], into: Path) -> tuple[list[str], set[str]]:
     into.mkdir(parents=True, exist_ok=True)
     with folder_lock(into):
         plan = plan_merge(sources, into)
-        by_run: dict[str, list[tuple[Path, str]]] = {}
+        by_run: dict[str, list[tuple[Path | _Row, str]]] = {}
         for src, rel in plan.copies:
             by_run.setdefault(Path(rel).stem, []).append((src, rel))
         for run_id, files in by_run.items():

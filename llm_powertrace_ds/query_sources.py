@@ -62,8 +62,10 @@ class _FolderSource:
             if families is not None and folder.name not in families:
                 continue  # a trace folder of another model family
             for path in _shard_files(folder):
-                # per-run files are named <run_id>.arrow; packed shards hold several runs
-                packed = shards.PACKED_RE.search(path.name) is not None
+                # per-run files are named <run_id>.arrow; packed shards and runs-table
+                # segments hold several runs
+                packed = (shards.PACKED_RE.search(path.name) is not None
+                          or layout.is_segment(path.name))
                 if run_ids is not None and not packed and path.stem not in run_ids:
                     continue
                 if run_ids is not None and packed:

@@ -16,8 +16,9 @@ from ..atomic import write_text_atomic
 from ..errors import InputError, LockTimeout, ShardError
 from ..run import Run
 from ..staging import Staging
+from . import segments
 from .encode import PACKED_RE, requests_table, runs_table, trace_table
-from .write import _lock, folder_lock, write_table_atomic, write_tables_all_or_nothing
+from .write import _lock, _write_tmp, folder_lock, write_table_atomic, write_tables_all_or_nothing
 
 # ---------------------------------------------------------------------------------------------
 # Publishing
@@ -186,17 +187,46 @@ def commit_run(root: str | Path, prepared: PreparedRun, *,
     root = Path(root)
     run_id = prepared.run_id
     tables = prepared.files
+    written: list[Path] = []  # temporary files of tables written here (none left behind)
     try:
         with _lock(root, run_id):
             set_status(root, run_id, "complete")
-            write_tables_all_or_nothing(tables)
-            stale = [p for p in existing_run_files(root, run_id) if p not in tables]
-            for p in stale:
-                p.unlink()
+            # every table to a temporary name first, outside the segments lock, which is
+            # then held only for the renames and a segment rewrite (segments' module text)
+            files: dict[Path, pa.Table | Path] = {}
+            for dest, table in tables.items():
+                if isinstance(table, Path):
+                    files[dest] = table
+                else:
+                    try:
+                        tmp = _write_tmp(dest, table)
+                    except OSError as exc:
+                        raise ShardError(f"cannot write '{dest}': {exc.strerror or exc}; nothing "
+                                         "of the run was published") from None
+                    written.append(tmp)
+                    files[dest] = tmp
+            with segments.segments_lock(root):
+                rewrites, emptied = segments.drop_runs(root, {run_id})
+                staged_segments = {seg: segments.stage_segment(seg, t)
+                                   for seg, t in rewrites.items()}
+                written.extend(staged_segments.values())
+                # the runs row first, then the segment without the old row: a kill between
+                # leaves the run twice, and the loose (newer) row wins (resolve_duplicates)
+                runs_first = {d: f for d, f in files.items() if _is_runs_file(root, d)}
+                ordered: dict[Path, pa.Table | Path] = {**runs_first, **staged_segments,
+                                                        **{d: f for d, f in files.items()
+                                                           if d not in runs_first}}
+                write_tables_all_or_nothing(ordered)
+                stale = [p for p in existing_run_files(root, run_id) if p not in tables]
+                for p in [*stale, *emptied]:
+                    p.unlink()
             set_status(root, run_id, "published")
             Staging(root, run_id).remove_after_publish()
     except Timeout as exc:
         raise LockTimeout(f"run {run_id} is locked by another process") from exc
+    finally:
+        for tmp in written:
+            tmp.unlink(missing_ok=True)
     if refresh_card:
         # The block carries a fingerprint of the files (datasets' cache key, issue 12), so it
         # changes with every publish; writing it stats the shards (no shard is read). Batch
@@ -209,6 +239,12 @@ def commit_run(root: str | Path, prepared: PreparedRun, *,
         metrics=prepared.metrics,
         replaced=[p.relative_to(root).as_posix() for p in stale],
     )
+
+
+def _is_runs_file(root: Path, path: Path) -> bool:
+    """Whether ``path`` lies in a runs folder (``data/<workload>_runs/<platform>/``)."""
+    rel = path.relative_to(layout.data_root(root)).parts
+    return bool(rel) and rel[0] in schema.RUNS_CONFIGS
 
 
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -235,7 +271,9 @@ def split_front_matter(text: str) -> tuple[dict[str, Any], str]:
 def write_configs_block(root: str | Path) -> Path:
     """Keep ``README.md``'s YAML ``configs:`` list current; leave the rest of the card as it is.
 
-    This is what publishing a run does to the card: O(folders), no shard is read. The full card
+    This is what publishing a run does to the card: O(folders), no trace is read; a runs folder
+    holding ``segments.MIN_LOOSE`` one-run files first has them merged into a segment
+    (:func:`~llm_powertrace_ds.shards.segments.compact`). The full card
     (summaries, figures) is rebuilt by the layer above, once per command (``cards``). Written
     under the folder lock, atomically.
 
@@ -246,6 +284,7 @@ def write_configs_block(root: str | Path) -> Path:
     path = root / "README.md"
     with folder_lock(root):
         layout.check_readme_is_ours(root)  # never replace someone else's README
+        segments.compact(root)  # loose runs files into segments (bytes per run, issue 40)
         old = path.read_text(encoding="utf-8") if path.exists() else ""
         meta, body = split_front_matter(old)
         meta["configs"] = layout.configs_metadata(root)
@@ -266,10 +305,11 @@ def repair_folder(root: str | Path) -> list[str]:
     """Remove what an interrupted publish left behind; return what was removed (relative paths).
 
     Removed: hidden temporary files of writers that are gone, the hidden work folders of a
-    killed ``pack`` or ``explore`` inside the folder (:mod:`llm_powertrace_ds.work_dirs`), and
-    the runs row and requests of a run whose trace file is missing (a publish from before
-    all-or-nothing writes, or one stopped between two renames) unless that run is being
-    published now (its lock is held).
+    killed ``pack`` or ``explore`` inside the folder (:mod:`llm_powertrace_ds.work_dirs`), a
+    run's second runs row (a merge into a segment or a republish stopped before its removals;
+    ``segments.resolve_duplicates`` keeps one), and the runs row and requests of a run whose
+    trace file is missing (a publish from before all-or-nothing writes, or one stopped between
+    two renames) unless that run is being published now (its lock is held).
     Traces without a runs row are reported by ``validate`` and left alone: they hold the
     measurement.
     """
@@ -277,6 +317,10 @@ def repair_folder(root: str | Path) -> list[str]:
     removed = audit.remove_leftovers(root)
     removed += [p.relative_to(root).as_posix()
                 for p in work_dirs.remove_stale_work_dirs_under(root)]
+    with segments.segments_lock(root):
+        for folder in segments.runs_folders(root):
+            removed.extend(f"{folder.relative_to(root).as_posix()}/{note}"
+                           for note in segments.resolve_duplicates(folder))
     found = audit.audit_folder(root)
     for run_id in found.orphan_rows:
         try:
@@ -285,9 +329,15 @@ def repair_folder(root: str | Path) -> list[str]:
                 if any(p.relative_to(data).parts[0] in schema.TRACE_CONFIGS
                        for p in existing_run_files(root, run_id)):
                     continue
-                for p in existing_run_files(root, run_id):
-                    p.unlink()
-                    removed.append(p.relative_to(root).as_posix())
+                with segments.segments_lock(root):
+                    rewrites, emptied = segments.drop_runs(root, {run_id})
+                    for seg, table in rewrites.items():
+                        segments.write_segment(seg, table)
+                    for p in [*existing_run_files(root, run_id), *emptied]:
+                        p.unlink()
+                        removed.append(p.relative_to(root).as_posix())
+                    removed.extend(f"{p.relative_to(root).as_posix()}: the row of run {run_id}"
+                                   for p in rewrites)
         except Timeout:
             continue
     return removed
