@@ -152,21 +152,29 @@ class _Rows:
 
 
 def _read_trace_cached(root: Path, workload: str, split: str, path: Path,
-                       runs_sha256: dict[Path, str | None] | None = None
+                       runs_sha256: dict[Path, str | None] | None = None,
+                       segment_of: dict[Path, Path] | None = None
                        ) -> tuple[int, list[dict[str, Any]]]:
     """A per-run trace file's row count and device rows, cached by its run's content hash.
 
     The key is the SHA-256 of the run's runs-config file (rewritten, with new metrics, whenever
-    the run is published again) plus the trace file's size and mtime; a packed shard (no
-    per-run runs file) is read directly. The cache is written when the folder is writable.
+    the run is published again) plus the trace file's size and mtime; for a run whose row is
+    in a runs-table segment (``segment_of``: its would-be runs file -> the segment), the
+    segment's SHA-256 and the run id (a segment rewritten by a merge re-reads its runs' traces
+    once). A packed shard (no per-run runs file) is read directly. The cache is written when
+    the folder is writable.
     """
     runs_file = layout.runs_path(root, workload, split, path.stem)
-    if not runs_file.is_file():
+    segment = (segment_of or {}).get(runs_file)
+    if segment is not None and (runs_sha256 or {}).get(segment):
+        runs_key = f"{(runs_sha256 or {})[segment]}:{path.stem}"
+    elif runs_file.is_file():
+        runs_key = ((runs_sha256 or {}).get(runs_file)
+                    or hashlib.sha256(runs_file.read_bytes()).hexdigest())
+    else:
         return _read_file(path, DEVICE_COLUMNS)
     stat = path.stat()
-    known = (runs_sha256 or {}).get(runs_file)
-    key = {"version": CACHE_VERSION,
-           "runs_sha256": known or hashlib.sha256(runs_file.read_bytes()).hexdigest(),
+    key = {"version": CACHE_VERSION, "runs_sha256": runs_key,
            "trace_bytes": stat.st_size, "trace_mtime_ns": stat.st_mtime_ns}
     cache = summary_cache_path(runs_file)
     try:
@@ -202,6 +210,7 @@ def summarize(root: str | Path) -> FolderSummary:
     cache: dict[Path, tuple[int, list[dict[str, Any]]]] = {}
     runs_rows: dict[str, _Rows] = {}
     runs_sha256: dict[Path, str | None] = {}
+    segment_of: dict[Path, Path] = {}  # a run's would-be runs file -> the segment holding it
     for workload in schema.WORKLOADS:  # each changed runs file read once: hash, count, rows
         config = f"{workload}_runs"
         if config not in globs:
@@ -212,6 +221,10 @@ def summarize(root: str | Path) -> FolderSummary:
         for folder, paths in by_folder.items():
             for got in runs_cache.read_folder(folder, paths, _read_runs_file):
                 runs_sha256[got.path] = got.sha256
+                if layout.is_segment(got.path.name):
+                    for run_id in got.table.column("run_id").to_pylist():
+                        segment_of[got.path.with_name(f"{run_id}{layout.SHARD_SUFFIX}")] = \
+                            got.path
                 runs_rows.setdefault(workload, _Rows()).add(got.table)
                 cache[got.path] = (got.table.num_rows, [])
     rows: dict[str, dict[str, int]] = {}
@@ -222,7 +235,7 @@ def summarize(root: str | Path) -> FolderSummary:
             for path in layout.shard_files(root, config, split, folders):
                 if path not in cache:
                     cache[path] = (_read_trace_cached(root, schema.base_config(config), split,
-                                                      path, runs_sha256)
+                                                      path, runs_sha256, segment_of)
                                    if trace else _read_file(path, ()))
                 total += cache[path][0]
             rows.setdefault(config, {})[split] = total

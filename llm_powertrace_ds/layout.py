@@ -10,11 +10,13 @@
 
 ``<shard>`` is ``<run_id>.arrow`` while the folder is filled and
 ``<platform>-NNNNN-of-MMMMM.arrow`` after ``pack``. A runs folder also holds **segments**,
-``segment_<16 hex>.arrow``: the rows of many runs merged into one file when a writing command
+``segment~<16 hex>.arrow``: the rows of many runs merged into one file when a writing command
 finishes (``shards.segments``), because a one-row file of a runs config costs ~29 KB of schema
-and batch metadata whatever its data. The underscore is a character no run id may hold, so no
-run's file can take a segment's name. Traces and requests stay one file per run. Temporary
-files start with a dot and end in ``.tmp``, so no glob ever matches a half-written file.
+and batch metadata whatever its data. A ``~`` is a character no run id may hold
+(``importers.assemble.check_run_id``: letters, digits and ``._=+-``), so no run's file can take
+a segment's name, and it is no prefix that tools skip (``pyarrow.dataset`` skips ``.`` and
+``_``). Traces and requests stay one file per run. Temporary files start with a dot and end in
+``.tmp``, so no glob ever matches a half-written file.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ DATA_DIR = "data"
 STAGING_DIR = ".staging"
 LOCKS_DIR = "locks"
 SHARD_SUFFIX = ".arrow"
-SEGMENT_PREFIX = "segment_"
-"""A runs-table segment's name: ``segment_<16 hex>.arrow`` (no run id holds an underscore)."""
+SEGMENT_PREFIX = "segment~"
+"""A runs-table segment's name: ``segment~<16 hex>.arrow`` (no run id holds a ``~``)."""
 READ_SUFFIXES = (".arrow", ".parquet")
 """What readers accept: Arrow IPC shards, and Parquet ones of a folder uploaded as Parquet."""
 

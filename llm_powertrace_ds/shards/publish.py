@@ -319,8 +319,8 @@ def repair_folder(root: str | Path) -> list[str]:
                 for p in work_dirs.remove_stale_work_dirs_under(root)]
     with segments.segments_lock(root):
         for folder in segments.runs_folders(root):
-            removed.extend(f"{folder.relative_to(root).as_posix()}/{note}"
-                           for note in segments.resolve_duplicates(folder))
+            removed.extend(p.relative_to(root).as_posix() + (f": {what}" if what else "")
+                           for p, what in segments.resolve_duplicates(folder))
     found = audit.audit_folder(root)
     for run_id in found.orphan_rows:
         try:
@@ -340,4 +340,6 @@ def repair_folder(root: str | Path) -> list[str]:
                                    for p in rewrites)
         except Timeout:
             continue
+    if removed and layout.readme_is_ours(root) and (root / "README.md").exists():
+        write_configs_block(root)  # the files changed: datasets' cache key with them
     return removed

@@ -5,7 +5,7 @@ A one-row runs file of ~254 columns costs ~29 KB whatever its data (a ~16 KB sch
 When a writing command finishes (:func:`~llm_powertrace_ds.shards.publish.write_configs_block`,
 under the folder lock), each runs folder ``data/<workload>_runs/<platform>/`` holding at least
 :data:`MIN_LOOSE` one-run files (``<run_id>.arrow``, "loose") has them merged into one
-**segment** ``segment_<16 hex>.arrow`` (:func:`compact`). Bytes per run are then
+**segment** ``segment~<16 hex>.arrow`` (:func:`compact`). Bytes per run are then
 
     bytes_per_run ≈ (schema + batch metadata + n_rows × row_bytes) / n_rows
 
@@ -13,7 +13,7 @@ i.e. the fixed ~29 KB is shared by the segment's rows.
 
 Rules:
 
-* A segment's name holds an underscore, which no run id may contain
+* A segment's name holds a ``~``, which no run id may contain
   (``importers.assemble.check_run_id``), so no run's file can take it.
 * Segments are bounded: a merge takes the loose files and, smallest first, each segment with no
   more rows than the merge has so far, while the result stays within :data:`MAX_ROWS` (a binary
@@ -45,6 +45,7 @@ import pyarrow.ipc as ipc
 from filelock import FileLock, Timeout
 
 from .. import layout, schema
+from ..arrow_numpy import strings
 from ..errors import LockTimeout
 from .encode import LOCK_TIMEOUT_S, PACKED_RE, ipc_options
 from .index import batch_run_ids
@@ -55,8 +56,8 @@ MIN_LOOSE = 16
 """Loose one-run files a runs folder holds before a writer merges them into a segment."""
 MAX_ROWS = 4096
 """The most rows a merge writes into one segment."""
-LOCK_NAME = "segments_"
-"""The segments lock's name under ``.staging/locks/`` (an underscore: no run id's lock)."""
+LOCK_NAME = "segments~"
+"""The segments lock's name under ``.staging/locks/`` (a ``~``: no run id's lock)."""
 
 
 @contextmanager
@@ -148,9 +149,13 @@ def segments_holding(root: str | Path, run_id: str) -> list[Path]:
 def without_runs(path: Path, run_ids: set[str]) -> pa.Table:
     """A segment's rows except those of ``run_ids``."""
     table = read_table(path)
-    keep = pc.invert(pc.is_in(table.column("run_id"), value_set=pa.array(sorted(run_ids),
-                                                                          pa.string())))
-    return table.filter(keep)
+    return _without(table, run_ids)
+
+
+def _without(table: pa.Table, run_ids: set[str]) -> pa.Table:
+    # arrow_numpy.strings, not pa.array: a pa.array call on Python values loads pandas
+    return table.filter(pc.invert(pc.is_in(table.column("run_id"),
+                                           value_set=strings(sorted(run_ids)))))
 
 
 def drop_runs(root: str | Path, run_ids: set[str]) -> tuple[dict[Path, pa.Table], list[Path]]:
@@ -188,7 +193,7 @@ def _run_rows(table: pa.Table, run_id: str) -> pa.Table:
     return table.filter(pc.equal(table.column("run_id"), run_id))
 
 
-def resolve_duplicates(folder: Path) -> list[str]:
+def resolve_duplicates(folder: Path) -> list[tuple[Path, str | None]]:
     """Keep one row of each run held by two files of a runs folder; return what changed.
 
     A run held by a loose file and a segment: the loose file is removed when its row equals the
@@ -198,7 +203,8 @@ def resolve_duplicates(folder: Path) -> list[str]:
     rows loses it. Call under :func:`segments_lock`.
 
     Returns:
-        ``'<file name>: <what happened>'`` lines.
+        ``(file, None)`` for each file removed, ``(segment, what was dropped)`` for each
+        segment rewritten.
     """
     found = scan(folder)
     holders = found.holders()
@@ -227,19 +233,18 @@ def resolve_duplicates(folder: Path) -> list[str]:
         for seg in segs:
             if seg != keeper:
                 drop.setdefault(seg, set()).add(run_id)
-    notes: list[str] = []
+    notes: list[tuple[Path, str | None]] = []
     for seg, ids in sorted(drop.items()):
-        rest = table_of(seg).filter(pc.invert(pc.is_in(
-            table_of(seg).column("run_id"), value_set=pa.array(sorted(ids), pa.string()))))
+        rest = _without(table_of(seg), ids)
         if rest.num_rows:
             write_segment(seg, rest)
-            notes.append(f"{seg.name}: dropped the rows of {len(ids)} run(s) held elsewhere")
+            notes.append((seg, f"the rows of {', '.join(sorted(ids))}, held by another file"))
         else:
             seg.unlink()
-            notes.append(f"{seg.name}: removed (every run held elsewhere)")
+            notes.append((seg, None))
     for path in unlink_loose:
         path.unlink()
-        notes.append(f"{path.name}: removed (its row is in a segment)")
+        notes.append((path, None))
     return notes
 
 
@@ -273,7 +278,7 @@ def stage_segment(path: Path, table: pa.Table) -> Path:
 
 
 def segment_name(folder: Path, run_ids: list[str]) -> Path:
-    """A free ``segment_<16 hex>.arrow`` name: SHA-256 of the sorted run ids (and a counter)."""
+    """A free ``segment~<16 hex>.arrow`` name: SHA-256 of the sorted run ids (and a counter)."""
     text = "\n".join(sorted(run_ids))
     for n in range(1000):
         salt = f"\n{n}" if n else ""
@@ -294,7 +299,8 @@ def compact_folder(folder: Path, *, min_loose: int = MIN_LOOSE,
     Returns:
         ``'<file name>: <what happened>'`` lines.
     """
-    notes = resolve_duplicates(folder)
+    notes = [f"{p.name}: {what or 'removed (a second row of its runs)'}"
+             for p, what in resolve_duplicates(folder)]
     found = scan(folder)
     if len(found.loose) < min_loose:
         return notes
