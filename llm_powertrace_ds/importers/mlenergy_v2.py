@@ -239,13 +239,15 @@ def publish_summaries(root: str | Path, runs: list[tuple[Run, dict[str, Any]]]) 
         The files written.
     """
     from .. import layout
-    from ..shards import runs_table, write_table_atomic
+    from ..shards import runs_table
+    from ..shards.segments import write_runs_rows
 
     root = Path(root)
     layout.check_readme_is_ours(root)
     written = []
     for run, metrics in runs:
         path = layout.runs_path(root, "inference", run.platform, run.run_id)
-        write_table_atomic(path, runs_table(run, metrics))
+        # an earlier import's row of the run may sit in a runs-table segment: taken out
+        write_runs_rows(root, {path: runs_table(run, metrics)})
         written.append(path)
     return written

@@ -50,7 +50,7 @@ from ..errors import LockTimeout
 from .encode import LOCK_TIMEOUT_S, PACKED_RE, ipc_options
 from .index import batch_run_ids
 from .read import file_schema, read_table
-from .write import _tmp_name, write_batches_atomic
+from .write import _tmp_name, write_batches_atomic, write_table_atomic
 
 MIN_LOOSE = 16
 """Loose one-run files a runs folder holds before a writer merges them into a segment."""
@@ -183,6 +183,26 @@ def drop_runs(root: str | Path, run_ids: set[str]) -> tuple[dict[Path, pa.Table]
                 else:
                     removals.append(path)
     return rewrites, removals
+
+
+def write_runs_rows(root: str | Path, tables: dict[Path, pa.Table]) -> None:
+    """Write one-run runs files and take each run's older row out of any segment.
+
+    Each file goes to a temporary name and is renamed, under the segments lock; for writers of
+    runs rows without a trace (published summaries).
+
+    Args:
+        root: the dataset folder.
+        tables: ``{runs file (layout.runs_path): its one-run table}``.
+    """
+    with segments_lock(root):
+        for path, table in tables.items():
+            rewrites, emptied = drop_runs(root, {path.name[: -len(layout.SHARD_SUFFIX)]})
+            write_table_atomic(path, table)  # the new row first: a kill here leaves it newest
+            for seg, rest in rewrites.items():
+                write_segment(seg, rest)
+            for seg in emptied:
+                seg.unlink()
 
 
 def _rows_equal(a: pa.Table, b: pa.Table) -> bool:
