@@ -33,7 +33,7 @@ from .errors import ShardError
 from .procs import pid_alive as _pid_alive
 
 _RUN_FILE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+-]{0,199}$")
-_SEGMENT_RE = re.compile(rf"^{layout.SEGMENT_PREFIX}[0-9a-f]{{16}}\{layout.SHARD_SUFFIX}$")
+_SEGMENT_RE = re.compile(rf"^{layout.SEGMENT_PREFIX}[0-9a-f]{{16}}\.(arrow|parquet)$")
 _TMP_RE = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.tmp$")
 PROXY_COLUMNS = ("run_id", "sampler", "power_field", "platform", "quality_flags")
 

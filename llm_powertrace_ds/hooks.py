@@ -36,14 +36,20 @@ def card_writers() -> dict[str, CardWriter]:
 def rebuild_card(root: str | Path) -> Path:
     """Rebuild the card of ``root`` once: every registered writer, else the configs block only.
 
+    First, under the folder lock, a runs folder's one-run files are merged into a runs-table
+    segment when it holds enough (``shards.segments.compact``: bytes per run).
+
     Returns:
         The path of ``README.md``.
     """
-    from .shards import write_configs_block
+    from .shards import folder_lock, write_configs_block
+    from .shards.segments import compact
 
     root = Path(root)
     if not _card_writers:
-        return write_configs_block(root)
+        return write_configs_block(root)  # merges loose runs files into segments too
+    with folder_lock(root):
+        compact(root)  # loose runs files into segments before the card lists the files
     try:
         for writer in _card_writers.values():
             writer(root)

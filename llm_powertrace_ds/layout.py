@@ -72,7 +72,7 @@ def runs_path(root: str | Path, workload: str, platform: str, run_id: str) -> Pa
 
 def is_segment(name: str) -> bool:
     """Whether a file name is a runs-table segment's (many runs' rows; see the module text)."""
-    return name.startswith(SEGMENT_PREFIX) and name.endswith(SHARD_SUFFIX)
+    return name.startswith(SEGMENT_PREFIX) and name.endswith(READ_SUFFIXES)
 
 
 def requests_path(root: str | Path, platform: str, run_id: str) -> Path:

@@ -135,17 +135,6 @@ def scan(folder: Path) -> RunsFolder:
     return RunsFolder(loose=loose, segments=segments)
 
 
-def segments_holding(root: str | Path, run_id: str) -> list[Path]:
-    """The segments of any runs folder that hold a row of ``run_id`` (call under the lock)."""
-    out = []
-    for folder in runs_folders(root):
-        for path in folder.iterdir():
-            if layout.is_segment(path.name) and any(
-                    run_id in ids for ids in batch_run_ids(path)):
-                out.append(path)
-    return out
-
-
 def without_runs(path: Path, run_ids: set[str]) -> pa.Table:
     """A segment's rows except those of ``run_ids``."""
     table = read_table(path)
@@ -173,7 +162,7 @@ def drop_runs(root: str | Path, run_ids: set[str]) -> tuple[dict[Path, pa.Table]
     removals: list[Path] = []
     for folder in runs_folders(root):
         for path in sorted(folder.iterdir()):
-            if not layout.is_segment(path.name):
+            if not (layout.is_segment(path.name) and path.suffix == layout.SHARD_SUFFIX):
                 continue
             ids = {r for part in batch_run_ids(path) for r in part}
             if ids & run_ids:
