@@ -98,7 +98,10 @@ def _pack_into(src: Path, dst: Path, *, max_shard_bytes: int, refresh_card: bool
                 batches = _merged(batches, PACKED_BATCH_BYTES)
             schema_ = file_schema(group[0])
             # the data's bytes: each per-run file repeats the schema, the shard holds it once
-            nbytes = sum(f.stat().st_size for f in group) - len(group) * schema_.serialize().size
+            nbytes: int | None = sum(f.stat().st_size for f in group) \
+                - len(group) * schema_.serialize().size
+            if any(layout.is_segment(f.name) for f in group):
+                nbytes = None  # a segment is compressed on disk (its size is no data size)
             in_rows += write_batches_atomic(out, schema_, batches, nbytes=nbytes)
             out_rows += count_rows(out)
         if out_rows != in_rows:

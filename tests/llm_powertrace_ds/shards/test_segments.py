@@ -168,3 +168,16 @@ def test_a_segment_name_is_accepted_only_in_a_runs_folder():
     name = "segment~0123456789abcdef.arrow"
     assert audit._expected(("data", "finetune_runs", "l40s", name)) is None
     assert audit._expected(("data", "finetune", "l40s", "llama", name)) is not None
+
+
+def test_pack_of_a_folder_with_segments_keeps_every_row_and_stays_compressed(tmp_path, make_run):
+    root, packed = tmp_path / "ds", tmp_path / "packed"
+    _publish(root, make_run, range(40))
+    segs = [p for p in _runs_folder(root).iterdir() if layout.is_segment(p.name)]
+    assert sorted(len(ids) for ids in segments.scan(_runs_folder(root)).segments.values()) \
+        == [8, 32]  # one run a command, merged 4 at a time: a binary counter
+    shards.pack(root, packed)
+    (shard,) = [p for p in _runs_folder(packed).iterdir() if not p.name.startswith(".")]
+    assert shards.count_rows(shard) == 40
+    # both compressed; an uncompressed shard would be ~4x
+    assert shard.stat().st_size <= 1.2 * sum(p.stat().st_size for p in segs)
