@@ -11,7 +11,7 @@ from pathlib import Path
 import datasets
 import pytest
 
-from llm_powertrace_ds import audit, layout, schema, shards
+from llm_powertrace_ds import audit, hooks, layout, schema, shards
 from llm_powertrace_ds.merge import merge
 from llm_powertrace_ds.shards import segments
 
@@ -181,3 +181,15 @@ def test_pack_of_a_folder_with_segments_keeps_every_row_and_stays_compressed(tmp
     assert shards.count_rows(shard) == 40
     # both compressed; an uncompressed shard would be ~4x
     assert shard.stat().st_size <= 1.2 * sum(p.stat().st_size for p in segs)
+
+
+def test_a_command_ending_with_a_card_writer_merges_the_loose_runs_files(tmp_path, make_run,
+                                                                          monkeypatch):
+    root = tmp_path / "ds"
+    for i in range(segments.MIN_LOOSE):  # as `import` commits: no configs block per run
+        shards.publish_run(root, make_run(f"run-{i:03d}", seed=i), refresh_card=False)
+    seen: list[list[str]] = []
+    monkeypatch.setattr(hooks, "_card_writers", {"card": lambda r: seen.append(
+        sorted(p.name for p in _runs_folder(r).iterdir() if not p.name.startswith(".")))})
+    hooks.rebuild_card(root)
+    assert len(seen) == 1 and len(seen[0]) == 1 and layout.is_segment(seen[0][0])
