@@ -4,8 +4,7 @@ Rebuilding the card after one more run must not read every runs-config file agai
 0.5 ms each to open, hash and parse: 0.5 s on 1,000 runs, issue 13). Each runs folder
 (``data/<workload>_runs/<platform>/``) gets a hidden ``.card-runs-cache.ipc``: the rows of its
 runs files, each row with its file's name, ``(size, mtime_ns, inode)`` and content SHA-256. A file
-whose ``stat`` matches is taken from the cache (its hash too, which keys the per-run trace
-summary of :mod:`cards.summary`); any other file is read, and the cache is rewritten
+whose ``stat`` matches is taken from the cache (its hash too); any other file is read, and the cache is rewritten
 (atomically) when something changed. Publishing renames a new file into place, so a rewritten
 runs file always has a new inode and mtime. Hidden, so no glob, ``pack`` or upload sees it; a
 cache that cannot be read is ignored, and one that cannot be written is skipped.

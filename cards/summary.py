@@ -3,8 +3,9 @@
 Only the small tables are read in full (the runs configs, one row per run); of the trace and
 request shards only a few scalar columns are read (row counts, the per-device GPU name, node and
 power limit; the signal lists are never decompressed), ``data/`` is walked once, and a run's
-trace summary is cached beside its runs file, keyed on that file's content hash, so rebuilding
-the card after one more run reads one trace file (issue 13).
+trace summary is cached beside its runs file (``.<run_id>.summary.json``, also for a run whose
+row is in a runs-table segment), keyed on the trace file's identity, so rebuilding the card
+after one more run reads one trace file (issue 13).
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def _read_file(path: Path, columns: tuple[str, ...]) -> tuple[int, list[dict[str
         raise ShardError(f"Failed to read '{path}': {type(exc).__name__}: {exc}") from None
 
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 
 def summary_cache_path(runs_file: Path) -> Path:
@@ -152,30 +153,23 @@ class _Rows:
 
 
 def _read_trace_cached(root: Path, workload: str, split: str, path: Path,
-                       runs_sha256: dict[Path, str | None] | None = None,
                        segment_of: dict[Path, Path] | None = None
                        ) -> tuple[int, list[dict[str, Any]]]:
-    """A per-run trace file's row count and device rows, cached by its run's content hash.
+    """A per-run trace file's row count and device rows, cached by the trace file's identity.
 
-    The key is the SHA-256 of the run's runs-config file (rewritten, with new metrics, whenever
-    the run is published again) plus the trace file's size and mtime; for a run whose row is
-    in a runs-table segment (``segment_of``: its would-be runs file -> the segment), the
-    segment's SHA-256 and the run id (a segment rewritten by a merge re-reads its runs' traces
-    once). A packed shard (no per-run runs file) is read directly. The cache is written when
-    the folder is writable.
+    The key is the run id and the trace file's size, mtime and inode: a trace is only ever
+    replaced by a rename (publishing the run again writes a new file, a new inode), and the
+    rows cached come from the trace alone. So the key holds whether the run's runs row is its
+    own file or a row of a runs-table segment (``segment_of``: its would-be runs file -> the
+    segment), and a merge into a segment re-reads no trace. A packed shard (no per-run runs
+    row) is read directly. The cache is written when the folder is writable.
     """
     runs_file = layout.runs_path(root, workload, split, path.stem)
-    segment = (segment_of or {}).get(runs_file)
-    if segment is not None and (runs_sha256 or {}).get(segment):
-        runs_key = f"{(runs_sha256 or {})[segment]}:{path.stem}"
-    elif runs_file.is_file():
-        runs_key = ((runs_sha256 or {}).get(runs_file)
-                    or hashlib.sha256(runs_file.read_bytes()).hexdigest())
-    else:
+    if runs_file not in (segment_of or {}) and not runs_file.is_file():
         return _read_file(path, DEVICE_COLUMNS)
     stat = path.stat()
-    key = {"version": CACHE_VERSION, "runs_sha256": runs_key,
-           "trace_bytes": stat.st_size, "trace_mtime_ns": stat.st_mtime_ns}
+    key = {"version": CACHE_VERSION, "run_id": path.stem, "trace_bytes": stat.st_size,
+           "trace_mtime_ns": stat.st_mtime_ns, "trace_ino": stat.st_ino}
     cache = summary_cache_path(runs_file)
     try:
         cached = json.loads(cache.read_text(encoding="utf-8"))
@@ -209,7 +203,6 @@ def summarize(root: str | Path) -> FolderSummary:
     globs = layout.config_globs(root)
     cache: dict[Path, tuple[int, list[dict[str, Any]]]] = {}
     runs_rows: dict[str, _Rows] = {}
-    runs_sha256: dict[Path, str | None] = {}
     segment_of: dict[Path, Path] = {}  # a run's would-be runs file -> the segment holding it
     for workload in schema.WORKLOADS:  # each changed runs file read once: hash, count, rows
         config = f"{workload}_runs"
@@ -220,7 +213,6 @@ def summarize(root: str | Path) -> FolderSummary:
             by_folder.setdefault(path.parent, []).append(path)
         for folder, paths in by_folder.items():
             for got in runs_cache.read_folder(folder, paths, _read_runs_file):
-                runs_sha256[got.path] = got.sha256
                 if layout.is_segment(got.path.name):
                     for run_id in got.table.column("run_id").to_pylist():
                         segment_of[got.path.with_name(f"{run_id}{layout.SHARD_SUFFIX}")] = \
@@ -235,7 +227,7 @@ def summarize(root: str | Path) -> FolderSummary:
             for path in layout.shard_files(root, config, split, folders):
                 if path not in cache:
                     cache[path] = (_read_trace_cached(root, schema.base_config(config), split,
-                                                      path, runs_sha256, segment_of)
+                                                      path, segment_of)
                                    if trace else _read_file(path, ()))
                 total += cache[path][0]
             rows.setdefault(config, {})[split] = total

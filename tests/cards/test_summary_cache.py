@@ -1,4 +1,4 @@
-"""The card's per-run trace summary is cached beside the runs file, keyed on content."""
+"""The card's per-run trace summary is cached beside the runs file, keyed on the trace file."""
 
 from __future__ import annotations
 
@@ -75,10 +75,11 @@ def test_unchanged_runs_files_come_from_the_folder_cache(tmp_path, monkeypatch):
     read = _runs_reads(monkeypatch)
     assert summary.summarize(root).runs == first.runs
     assert read == []
-    shards.publish_run(root, synthetic_run("r3", n=40, seed=3))
+    # no configs refresh: four loose files would become a runs-table segment, one file
+    shards.publish_run(root, synthetic_run("r3", n=40, seed=3), refresh_card=False)
     changed = synthetic_run("r1", n=40, seed=9)
     changed.meta["seed"] = 99
-    shards.publish_run(root, changed)  # republished: a new file under the same name
+    shards.publish_run(root, changed, refresh_card=False)  # republished: a new file, same name
     again = summary.summarize(root)
     assert sorted(read) == ["r1.arrow", "r3.arrow"]
     assert [r["run_id"] for r in again.runs["finetune"]] == ["r0", "r1", "r2", "r3"]
@@ -97,6 +98,23 @@ def test_folder_cache_gives_what_the_files_give(tmp_path):
     fresh = summary.summarize(root)
     assert cached.runs == fresh.runs and cached.rows == fresh.rows
     assert cached.devices == fresh.devices
+
+
+def test_merging_runs_files_into_a_segment_reads_no_trace_again(tmp_path, monkeypatch):
+    root = tmp_path / "ds"
+    for i in range(3):
+        shards.publish_run(root, synthetic_run(f"r{i}", n=40, seed=i))
+    summary.summarize(root)
+    read = []
+    real = summary._read_file
+    monkeypatch.setattr(summary, "_read_file", lambda path, cols: (
+        read.append(path.name) if cols == summary.DEVICE_COLUMNS else None, real(path, cols))[1])
+    shards.publish_run(root, synthetic_run("r3", n=40, seed=3))  # four: merged into a segment
+    folder = layout.runs_path(root, "finetune", "l40s", "r0").parent
+    assert [layout.is_segment(p.name) for p in layout.shard_files(root, "finetune_runs")] == [True]
+    again = summary.summarize(root)
+    assert read == ["r3.arrow"] and sorted(again.devices) == ["r0", "r1", "r2", "r3"]
+    assert summary.summary_cache_path(folder / "r0.arrow").is_file()
 
 
 def test_removed_run_and_corrupt_folder_cache(tmp_path, monkeypatch):
