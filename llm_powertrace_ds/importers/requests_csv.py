@@ -10,7 +10,7 @@ sampler's (monotonic, UTC) anchor (see :mod:`.requests_common`); an empty cell i
 failed request has no first token). ``status`` is ``ok`` (default), ``error`` or
 ``cancelled``; ``request_id`` defaults to the row's index.
 
-The rows are parsed one at a time into blocks of :data:`BATCH_ROWS` rows of columns
+The rows are parsed one at a time into blocks of :data:`BLOCK_ROWS` rows of columns
 (:func:`iter_csv_blocks`, which ``import requests-csv`` streams through
 :mod:`.requests_stream` in memory independent of the file's length); :func:`read_csv_requests`
 keeps every block as one table (a :class:`~.requests_common.RequestColumns`, ≈ 60 bytes a
@@ -30,10 +30,12 @@ import pyarrow as pa
 
 from .. import bounded
 from ..errors import InputError
-from ..request_rows import BATCH_ROWS
 from .requests_common import LOG_TYPES, RequestColumns, RequestLog, check_count, log_table
 
 FORMAT = "csv"
+BLOCK_ROWS = 16_384
+"""Rows parsed into Python values before they become one block of columns (≈ 5 MB of Python
+objects; a multiple of the shard's 1,024-row batches)."""
 REQUIRED = ("arrival_s", "first_token_s", "finish_s", "prompt_tokens", "output_tokens")
 OPTIONAL = ("request_id", "status", "requested_output_tokens")
 STATUSES = ("ok", "error", "cancelled")
@@ -77,7 +79,7 @@ def _count(row: dict[str, str], key: str, *, file: Path, line: int) -> int | Non
 
 
 def iter_csv_blocks(path: str | Path) -> Iterator[CsvBlock]:
-    """The rows of a plain request CSV, :data:`BATCH_ROWS` at a time, checked as they are read.
+    """The rows of a plain request CSV, :data:`BLOCK_ROWS` at a time, checked as they are read.
 
     Each block holds the next rows' columns (:data:`LOG_TYPES`) and the file line each row
     starts on; memory is one block's, whatever the file's length.
@@ -115,7 +117,7 @@ def iter_csv_blocks(path: str | Path) -> Iterator[CsvBlock]:
                 for key in ("prompt_tokens", "output_tokens", "requested_output_tokens"):
                     values[key].append(_count(row, key, file=path, line=line))
                 lines.append(line)
-                if len(lines) >= BATCH_ROWS:
+                if len(lines) >= BLOCK_ROWS:
                     yield CsvBlock(log_table(values), np.array(lines, dtype=np.int64))
                     values = {k: [] for k in LOG_TYPES}
                     lines = []
@@ -139,4 +141,4 @@ def read_csv_requests(path: str | Path) -> RequestLog:
     return RequestLog(file=path, fmt=FORMAT, clock="unix", requests=RequestColumns(table))
 
 
-__all__ = ["FORMAT", "CsvBlock", "iter_csv_blocks", "read_csv_requests"]
+__all__ = ["BLOCK_ROWS", "FORMAT", "CsvBlock", "iter_csv_blocks", "read_csv_requests"]

@@ -1,7 +1,7 @@
 """A request CSV onto a run's clock and into its shard, in memory independent of its length.
 
-``import requests-csv`` streams the file in one pass of :data:`BATCH_ROWS`-row blocks
-(:func:`.requests_csv.iter_csv_blocks`). Each block goes through every per-row check and the
+``import requests-csv`` streams the file in one pass of blocks of rows
+(:func:`.requests_csv.iter_csv_blocks`, :data:`.requests_csv.BLOCK_ROWS` rows a block). Each block goes through every per-row check and the
 clock conversion (:func:`.requests_common.clock_columns`), the number gate
 (:func:`..shards.encode.requests_block`), and is appended to the run's requests shard, written
 as an Arrow IPC stream under the folder's ``.staging/<run_id>/`` (the same schema, batches and
@@ -24,8 +24,9 @@ of a block but what the three whole-log results need, each on disk beside the sh
 
 The first failing row stops the pass; an id repeated before it is reported first, as the
 whole-log check would. On any error the staged files are removed and ``data/`` is untouched.
-Memory: one block of rows (≈ 20 MB), one partition (≈ :data:`PARTITION_FILE_BYTES` of CSV
-text's ids), the histograms.
+Memory: one block of rows (≈ 5 MB of parsed values), one partition (≈
+:data:`PARTITION_FILE_BYTES` of CSV text's ids), the histograms and :data:`BATCH_ROWS` spilled
+values at a time.
 """
 
 from __future__ import annotations
@@ -270,7 +271,7 @@ def _key_values(keys: np.ndarray) -> np.ndarray:
 def _file_blocks(path: Path) -> Iterator[np.ndarray]:
     with path.open("rb") as fh:
         while True:
-            block = np.fromfile(fh, dtype="<f8", count=BATCH_ROWS * 4)
+            block = np.fromfile(fh, dtype="<f8", count=BATCH_ROWS)
             if not block.size:
                 return
             yield block.astype(np.float64, copy=False)

@@ -96,7 +96,7 @@ def test_a_repeat_is_flagged_at_its_second_row_only():
 
 
 def test_a_csv_of_several_batches_reads_as_one_log(tmp_path, monkeypatch):
-    monkeypatch.setattr(requests_csv, "BATCH_ROWS", 3)
+    monkeypatch.setattr(requests_csv, "BLOCK_ROWS", 3)
     path = tmp_path / "requests.csv"
     path.write_text("arrival_s,first_token_s,finish_s,prompt_tokens,output_tokens,request_id\n"
                     + "".join(f"{i},{i + 0.5},{i + 1},{i},{2 * i},{'' if i % 2 else f'q{i}'}\n"

@@ -31,7 +31,7 @@ BLOCK_ROWS = 1024
 @pytest.fixture
 def small_blocks(monkeypatch):
     """Blocks of 1,024 rows and an id partition per 4 kB of CSV."""
-    monkeypatch.setattr(requests_csv, "BATCH_ROWS", BLOCK_ROWS)
+    monkeypatch.setattr(requests_csv, "BLOCK_ROWS", BLOCK_ROWS)
     monkeypatch.setattr(request_rows, "BATCH_ROWS", BLOCK_ROWS)
     monkeypatch.setattr(requests_stream, "BATCH_ROWS", BLOCK_ROWS)
     monkeypatch.setattr(requests_stream, "PARTITION_FILE_BYTES", 4096)
