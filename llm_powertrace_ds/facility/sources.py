@@ -154,6 +154,12 @@ def default_config(root: str | Path) -> str:
     return schema.RUNS_CONFIGS[0]
 
 
+TRACE_COLUMNS = ("run_id", "platform", "workload", "sampler", "sample_period_ms", "quality_flags",
+                 "node_index", "gpu_index", "gpu_name", "gpu_uuid_hash", "power_limit_w",
+                 "default_power_limit_w", "device_kind", "events", "t_ms", "power_w")
+"""The trace columns :func:`source_from_run` uses (``metrics.node_total``, the work window): a
+trace row has about a hundred columns, each compressed on its own in a packed shard."""
+
 SELECTION_COLUMNS = ("num_gpus", "synchrony_index", "gap_s")
 """The runs-table columns ``facility`` reads beside ``run_id`` and the ``--where`` axes."""
 
@@ -275,7 +281,10 @@ def load_sources(root: str | Path, selection: Selection, indices: Sequence[int] 
 
     picked = list(range(len(selection.rows))) if indices is None else list(indices)
     ids = [selection.rows[i]["run_id"] for i in picked]
-    runs = {run.run_id: run for run in RunReader(root).read_many(ids)}
+    # a run's synchrony computed from its trace needs all of it
+    full = need_synchrony and any("synchrony_index" not in selection.rows[i] for i in picked)
+    runs = {run.run_id: run for run in RunReader(root).read_many(
+        ids, columns=None if full else TRACE_COLUMNS, requests=False)}
     out = []
     for i in picked:
         row, share = selection.rows[i], selection.shares[i]

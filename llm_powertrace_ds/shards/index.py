@@ -77,10 +77,15 @@ def read_parts(path: str | Path, parts: Collection[int], columns: list[str] | No
                ) -> Iterator[pa.RecordBatch]:
     """Decode only the record batches (IPC) or row groups (Parquet) numbered ``parts``.
 
+    With ``columns``, the other columns are not decoded either: Parquet reads only their
+    pages; an Arrow IPC stream's wanted batch messages are copied, still compressed, behind its
+    schema message into one small stream read with ``included_fields``, so the other columns'
+    buffers are neither decompressed nor decoded.
+
     Args:
         path: one shard.
         parts: 0-based batch or row-group numbers (from :func:`batch_run_ids`).
-        columns: keep only these columns (``None``: all).
+        columns: keep only these columns, those the file has (``None``: all).
 
     Raises:
         ShardError: the file cannot be read.
@@ -94,21 +99,49 @@ def read_parts(path: str | Path, parts: Collection[int], columns: list[str] | No
             import pyarrow.parquet as pq
 
             pf = pq.ParquetFile(str(path))
+            have = None if columns is None else [c for c in columns
+                                                 if c in pf.schema_arrow.names]
             for i in sorted(wanted):
-                yield from pf.read_row_group(i, columns=columns).to_batches()
+                yield from pf.read_row_group(i, columns=have).to_batches()
             return
         with pa.memory_map(str(path), "r") as source:
             messages = ipc.MessageReader.open_stream(source)
             schema_ = ipc.read_schema(messages.read_next_message())
+            if columns is not None:
+                yield from _read_fields(source, messages, schema_, wanted, columns)
+                return
             last = max(wanted)
             for i, message in enumerate(messages):
                 if i in wanted:
-                    batch = ipc.read_record_batch(message, schema_)
-                    yield batch.select(columns) if columns else batch
+                    yield ipc.read_record_batch(message, schema_)
                 if i >= last:
                     break
     except (OSError, pa.ArrowInvalid) as exc:
         raise _fail(path, exc) from None
+
+
+def _read_fields(source: pa.NativeFile, messages: ipc.MessageReader, schema_: pa.Schema,
+                 wanted: set[int], columns: list[str]) -> Iterator[pa.RecordBatch]:
+    """The ``wanted`` batches of a stream positioned after its schema, only ``columns`` decoded.
+
+    IPC messages are 8-byte aligned, so the schema message followed by the wanted batch
+    messages (their bytes as stored) is itself a valid stream.
+    """
+    fields = [schema_.get_field_index(c) for c in dict.fromkeys(columns) if c in schema_.names]
+    out = pa.BufferOutputStream()
+    out.write(source.read_at(source.tell(), 0))
+    last = max(wanted)
+    for i in range(last + 1):
+        start = source.tell()
+        try:
+            messages.read_next_message()
+        except StopIteration:
+            break
+        if i in wanted:
+            out.write(source.read_at(source.tell() - start, start))
+    reader = ipc.open_stream(out.getvalue(),
+                             options=ipc.IpcReadOptions(included_fields=sorted(fields)))
+    yield from reader
 
 
 class ShardIndex:
@@ -146,7 +179,8 @@ class ShardIndex:
         """Record batches holding the rows of ``run_ids``, other runs' rows filtered out.
 
         Shards are read in the index's file order, each once; within a shard, batches in order.
-        ``columns``: keep only these (``run_id`` is read for the filter in any case).
+        ``columns``: keep only these, those a shard has (``run_id`` is read for the filter in
+        any case).
         """
         read_cols = None if columns is None else list(dict.fromkeys(["run_id", *columns]))
         per_file: dict[Path, set[int]] = {}
@@ -163,7 +197,10 @@ class ShardIndex:
                                 value_set=wanted)
                 if not pc.all(keep).as_py():
                     batch = batch.filter(keep)
-                yield batch.select(columns) if columns is not None else batch
+                if columns is not None:
+                    have = set(batch.schema.names)
+                    batch = batch.select([c for c in columns if c in have])
+                yield batch
 
     def tables(self, run_ids: Collection[str], columns: list[str] | None = None
                ) -> Iterator[tuple[str, pa.Table]]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +21,26 @@ from .index import ShardIndex
 # Reading
 # ---------------------------------------------------------------------------------------------
 
-def read_table(path: str | Path) -> pa.Table:
-    """Read one shard, or raise ``ShardError`` naming the file."""
+def read_table(path: str | Path, columns: Collection[str] | None = None) -> pa.Table:
+    """Read one shard, or raise ``ShardError`` naming the file.
+
+    With ``columns``, only those of them the file has, in the file's order: the others are
+    neither decompressed nor decoded (IPC ``included_fields``, Parquet column chunks).
+    """
     try:
         if Path(path).suffix == ".parquet":
             import pyarrow.parquet as pq  # imported for Parquet shards only (≈ 20 ms)
 
-            return pq.read_table(str(path))
+            if columns is not None:
+                columns = [n for n in pq.read_schema(str(path)).names if n in set(columns)]
+            return pq.read_table(str(path), columns=columns)
+        if columns is not None:
+            keep = set(columns)
+            with pa.memory_map(str(path), "r") as mapped:
+                names = ipc.open_stream(mapped).schema.names
+                mapped.seek(0)
+                return ipc.open_stream(mapped, options=ipc.IpcReadOptions(included_fields=[
+                    i for i, name in enumerate(names) if name in keep])).read_all()
         with pa.OSFile(str(path), "rb") as source:
             return ipc.open_stream(source).read_all()
     except (OSError, pa.ArrowInvalid) as exc:
@@ -131,6 +144,10 @@ def read_run(root: str | Path, run_id: str) -> Run:
     return RunReader(root).read(run_id)
 
 
+RUN_KEY_COLUMNS = ("run_id", "gpu_index", "t_ms")
+"""Trace columns every ``Run`` rebuilt from rows needs: read whatever ``columns`` asks for."""
+
+
 class RunReader:
     """Reads runs of one dataset folder by id: one walk of ``data/``, one index of its shards.
 
@@ -176,37 +193,55 @@ class RunReader:
             return run
         raise RunNotFound(f"run {run_id!r} is not in {self.root}")
 
-    def read_many(self, run_ids: Iterable[str]) -> Iterator[Run]:
+    def read_many(self, run_ids: Iterable[str], *, columns: Collection[str] | None = None,
+                  requests: bool = True) -> Iterator[Run]:
         """The runs of ``run_ids`` the folder holds, in storage order (unknown ids skipped).
 
         Per-run files first (one each), then the packed shards, each read once for all the
         runs it holds.
+
+        Args:
+            run_ids: the runs to read.
+            columns: read only these trace columns (those a file has; :data:`RUN_KEY_COLUMNS`
+                always): the others are neither decompressed nor decoded, and the runs lack
+                them (a signal not read is absent, a scalar not read is not in ``run.meta``).
+                A packed shard compresses each column of each batch on its own, so a few
+                hundred scalar columns cost more to decode than the power series. ``None``:
+                every column.
+            requests: attach an inference run's request log (``False``: ``run.requests`` stays
+                empty).
         """
         wanted = list(dict.fromkeys(run_ids))
+        keep = None if columns is None else {*RUN_KEY_COLUMNS, *columns}
         rest = []
         for run_id in wanted:
             found = None
             for path in self._direct.get(run_id, []):
-                found = next(runs_from_table(read_table(path), only=run_id), None)
+                table = read_table(path, keep)
+                found = next(runs_from_table(table, only=run_id), None)
                 if found is not None:
                     break
             if found is None:
                 rest.append(run_id)
             else:
-                self._attach(found)
+                if requests:
+                    self._attach(found)
                 yield found
         if rest and self._packed:
+            index = self._trace_index()
+            names = None if keep is None else list(dict.fromkeys(
+                name for path in self._packed for name in file_schema(path).names
+                if name in keep))
             done: set[str] = set()
-            for run_id, table in self._trace_index().tables(rest):
+            for run_id, table in index.tables(rest, names):
                 if run_id in done:  # rows of one run in two shards: rebuild it whole
                     continue
-                parts = self._trace_index().locate(run_id)
-                if len(parts) > 1:
-                    table = pa.Table.from_batches(
-                        [b for b in self._trace_index().batches([run_id])])
+                if len(index.locate(run_id)) > 1:
+                    table = pa.Table.from_batches(list(index.batches([run_id], names)))
                 done.add(run_id)
                 run = next(runs_from_table(table, only=run_id))
-                self._attach(run)
+                if requests:
+                    self._attach(run)
                 yield run
 
     def _attach(self, run: Run) -> None:
