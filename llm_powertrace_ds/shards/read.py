@@ -144,8 +144,9 @@ def read_run(root: str | Path, run_id: str) -> Run:
     return RunReader(root).read(run_id)
 
 
-RUN_KEY_COLUMNS = ("run_id", "gpu_index", "t_ms")
-"""Trace columns every ``Run`` rebuilt from rows needs: read whatever ``columns`` asks for."""
+RUN_KEY_COLUMNS = ("run_id", "workload", "platform", "gpu_index", "t_ms")
+"""Trace columns every ``Run`` rebuilt from rows needs (``run.workload`` and ``run.platform``
+have no default): read whatever ``columns`` asks for."""
 
 
 class RunReader:

@@ -201,3 +201,41 @@ def test_merged_batches_are_bounded_by_packed_batch_bytes(tmp_path, make_run, mo
     [runs_shard] = layout.shard_files(dst, "finetune_runs")
     assert _batches(runs_shard) == [2, 2, 2]
     assert shards.list_runs(dst) == shards.list_runs(src)
+
+
+def test_read_many_with_columns_returns_only_those(packed):
+    src, dst = packed
+    full = shards.read_run(src, "r1")
+    for root in (src, dst):
+        [run] = shards.RunReader(root).read_many(["r1"], columns=("power_w", "sampler"))
+        assert set(run.meta) == {"run_id", "workload", "platform", "sampler"}
+        assert [d.gpu_index for d in run.devices] == [d.gpu_index for d in full.devices]
+        for got, want in zip(run.devices, full.devices, strict=True):
+            assert set(got.signals) == {"power_w"}
+            np.testing.assert_array_equal(got.t_ms, want.t_ms)
+            np.testing.assert_array_equal(got.power_w, want.power_w)
+
+
+@pytest.mark.parametrize("layout_", ["unpacked", "packed", "parquet"])
+def test_facility_json_equals_the_one_from_fully_read_runs(tmp_path, make_run, layout_,
+                                                           monkeypatch):
+    import json
+
+    from llm_powertrace_ds.facility import sources as sources_mod
+
+    src = _folder(tmp_path, make_run, n=5)
+    root = src
+    if layout_ != "unpacked":
+        root = tmp_path / "packed"
+        shards.pack(src, root, refresh_card=False)
+        if layout_ == "parquet":
+            write_parquet_copy(root, tmp_path / "parquet")
+            root = tmp_path / "parquet"
+    cfg = fac.FacilityConfig(gpus=64, gpus_per_node=8, duration_s=30.0)
+    res = fac.run_facility(root, cfg, config="finetune_runs")
+    got = json.dumps(fac.to_json(res), sort_keys=True)
+    monkeypatch.setattr(sources_mod, "TRACE_COLUMNS", None)  # every column of every run
+    want = json.dumps(fac.to_json(fac.run_facility(src, cfg, config="finetune_runs")),
+                      sort_keys=True)
+    assert len(res.sources) >= 2
+    assert got == want
