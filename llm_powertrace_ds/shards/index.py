@@ -141,7 +141,8 @@ def _read_fields(source: pa.NativeFile, messages: ipc.MessageReader, schema_: pa
             out.write(source.read_at(source.tell() - start, start))
     reader = ipc.open_stream(out.getvalue(),
                              options=ipc.IpcReadOptions(included_fields=sorted(fields)))
-    yield from reader
+    for batch in reader:  # no field included reads them all: none kept then
+        yield batch if fields else batch.select([])
 
 
 class ShardIndex:

@@ -39,8 +39,10 @@ def read_table(path: str | Path, columns: Collection[str] | None = None) -> pa.T
             with pa.memory_map(str(path), "r") as mapped:
                 names = ipc.open_stream(mapped).schema.names
                 mapped.seek(0)
-                return ipc.open_stream(mapped, options=ipc.IpcReadOptions(included_fields=[
-                    i for i, name in enumerate(names) if name in keep])).read_all()
+                fields = [i for i, name in enumerate(names) if name in keep]
+                table = ipc.open_stream(mapped, options=ipc.IpcReadOptions(
+                    included_fields=fields)).read_all()
+                return table if fields else table.select([])  # none included reads them all
         with pa.OSFile(str(path), "rb") as source:
             return ipc.open_stream(source).read_all()
     except (OSError, pa.ArrowInvalid) as exc:

@@ -239,3 +239,13 @@ def test_facility_json_equals_the_one_from_fully_read_runs(tmp_path, make_run, l
                       sort_keys=True)
     assert len(res.sources) >= 2
     assert got == want
+
+
+def test_reading_no_column_the_shard_has_returns_rows_without_columns(packed):
+    src, dst = packed
+    [trace] = layout.shard_files(dst, "finetune")
+    [batch] = list(shards.read_parts(trace, [2], ["no_such_column"]))
+    assert (batch.num_rows, batch.num_columns) == (2, 0)
+    one = layout.trace_path(src, "finetune", "l40s", "llama", "r1")
+    table = shards.read_table(one, ["no_such_column"])
+    assert (table.num_rows, table.num_columns) == (2, 0)
