@@ -3,16 +3,37 @@
 from __future__ import annotations
 
 import datetime as dt
+import importlib.util
 import os
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import pytest
+from hypothesis import settings as hypothesis_settings
+
+
+def _sibling_module(name: str) -> ModuleType:
+    """The module ``tests/<name>.py``, loaded by its path.
+
+    This file is also loaded by path, from folders where ``tests/`` is not on ``sys.path``
+    (``test_hermetic.py`` runs it in a bare folder), so an import by name would fail there.
+    """
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
 
 # the headless-browser fixtures, defined here once for every suite: one Playwright instance per
 # test process (a second sync_playwright started beside the first fails)
-from browser_fixtures import browser, open_page, page, shots  # noqa: F401
-from hypothesis import settings as hypothesis_settings
+_browser_fixtures = _sibling_module("browser_fixtures")
+browser, open_page, page, shots = (_browser_fixtures.browser, _browser_fixtures.open_page,
+                                   _browser_fixtures.page, _browser_fixtures.shots)
 
 REPO = Path(__file__).resolve().parents[1]
 # LLM_POWERTRACE_EXTERNAL points elsewhere (e.g. from a git worktree, whose parent has no shared/)

@@ -106,6 +106,8 @@ def test_reads_what_it_wrote():
 def _session(folder: Path, conftest: str, env: dict[str, str], run_id: str, data: Path) -> int:
     shutil.rmtree(data, ignore_errors=True)
     (folder / "conftest.py").write_text(conftest)
+    # the project's conftest loads its sibling module by path (the browser fixtures)
+    shutil.copyfile(REPO / "tests" / "browser_fixtures.py", folder / "browser_fixtures.py")
     (folder / "test_inner.py").write_text(INNER_TEST)
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            "--rootdir", str(folder), str(folder / "test_inner.py")],
