@@ -30,7 +30,6 @@ The search (small, exhaustive over a documented grid, with pruning):
 from __future__ import annotations
 
 import math
-import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import bounded
 from ..errors import InputError
 from . import strategies as st
 from .apply import Plan
@@ -102,19 +102,12 @@ def load_limits(path: str | Path) -> Limits:
 
     path = Path(path)
     name = path.name
+    # the one bounded reader: a regular file (a FIFO or /dev/zero refused before reading),
+    # at most MAX_LIMITS_BYTES, UTF-8, and at most bounded.MAX_DEPTH levels before parsing
+    text = bounded.read_text(path, max_bytes=MAX_LIMITS_BYTES, field="--limits")
     try:
-        info = path.stat()
-    except OSError:
-        raise InputError("no such file", file=name, field="--limits") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise InputError("not a regular file", file=name, field="--limits")
-    if info.st_size > MAX_LIMITS_BYTES:
-        raise InputError(f"{info.st_size} bytes; a limits file has at most {MAX_LIMITS_BYTES}",
-                         file=name, field="--limits")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise InputError("not UTF-8 text", file=name) from None
+        bounded.check_yaml_depth(text, file=name)
+        data = yaml.safe_load(text)
     except (yaml.YAMLError, RecursionError) as exc:
         line = getattr(getattr(exc, "problem_mark", None), "line", None)
         raise InputError("not YAML", file=name, line=None if line is None else line + 1) from None

@@ -119,3 +119,25 @@ def test_limits_and_explicit_strategies_exclude_each_other(tmp_path, capsys):
     limits.write_text("max_swing_w: 1.0e6\n", encoding="utf-8")
     assert main(["mitigate", str(prof), "--limits", str(limits), "--floor-pct", "50"]) == 2
     assert "--floor-pct" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text", [
+    "ramp: " + "[" * 100 + "]" * 100 + "\n",
+    "ramp:\n" + "".join("  " * i + "- \n" for i in range(100)),
+])
+def test_a_limits_file_nested_past_the_depth_cap_is_refused_before_parsing(tmp_path, text):
+    path = tmp_path / "limits.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(InputError, match="nested deeper than 64 levels") as exc:
+        mit.load_limits(path)
+    assert exc.value.file == "limits.yaml" and "\n" not in str(exc.value)
+
+
+def test_a_limits_file_that_is_a_fifo_is_refused_before_reading(tmp_path):
+    import os
+
+    fifo = tmp_path / "limits.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match="FIFO, not a regular file") as exc:
+        mit.load_limits(fifo)
+    assert exc.value.field == "--limits"
