@@ -41,16 +41,15 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.ipc as ipc
 from filelock import FileLock, Timeout
 
 from .. import layout, schema
 from ..arrow_numpy import strings
 from ..errors import LockTimeout
-from .encode import LOCK_TIMEOUT_S, PACKED_RE, ipc_options
+from .encode import LOCK_TIMEOUT_S, PACKED_RE
 from .index import batch_run_ids
 from .read import file_schema, read_table
-from .write import _tmp_name, write_batches_atomic, write_table_atomic
+from .write import _write_tmp, write_batches_atomic, write_table_atomic
 
 MIN_LOOSE = 4
 """Loose one-run files a runs folder holds before a writer merges them into a segment.
@@ -297,17 +296,7 @@ def stage_segment(path: Path, table: pa.Table) -> Path:
     For :func:`~llm_powertrace_ds.shards.write.write_tables_all_or_nothing`, which renames it
     with a run's files.
     """
-    tmp = _tmp_name(path)
-    try:
-        with pa.OSFile(str(tmp), "wb") as sink, \
-                ipc.new_stream(sink, table.schema, options=ipc_options(None)) as writer:
-            writer.write_table(table, max_chunksize=1024)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return tmp
+    return _write_tmp(path, table, compress=True)
 
 
 def segment_name(folder: Path, run_ids: list[str]) -> Path:

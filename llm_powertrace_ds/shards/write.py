@@ -24,7 +24,7 @@ def _tmp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
-def _write_stream(dest: Path, table: pa.Table) -> None:
+def _write_stream(dest: Path, table: pa.Table, *, compress: bool = False) -> None:
     """Write ``table`` as one Arrow IPC stream file at ``dest`` (no rename, no fsync).
 
     The stream is built in memory and written with one call: an ``OSFile`` sink is unbuffered,
@@ -32,9 +32,10 @@ def _write_stream(dest: Path, table: pa.Table) -> None:
     call each (≈ 0.6 ms a file). The compression decision reads the table's buffer sizes
     (``get_total_buffer_size``; ``Table.nbytes`` walks every buffer's used range, ≈ 0.3 ms on a
     runs row). A file is at most one run's table, so the extra copy is bounded by a run.
+    With ``compress`` the table is compressed whatever its size (a runs-table segment).
     """
     sink = pa.BufferOutputStream()
-    options = ipc_options(table.get_total_buffer_size())
+    options = ipc_options(None if compress else table.get_total_buffer_size())
     # one run's buffers are compressed in this thread: handing them to Arrow's pool costs
     # ≈ 1 ms of CPU a 2-hour 4-GPU trace file (≈ 5 % of its write) and saves no CPU time
     options.use_threads = False
@@ -45,7 +46,7 @@ def _write_stream(dest: Path, table: pa.Table) -> None:
         out.write(data)
 
 
-def _write_tmp(path: Path, table: pa.Table) -> Path:
+def _write_tmp(path: Path, table: pa.Table, *, compress: bool = False) -> Path:
     """Write ``table`` to ``path``'s hidden temporary name (fsynced); return that name.
 
     The first half of :func:`write_tables_all_or_nothing`'s two phases (every file written
@@ -55,7 +56,7 @@ def _write_tmp(path: Path, table: pa.Table) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _tmp_name(path)
     try:
-        _write_stream(tmp, table)
+        _write_stream(tmp, table, compress=compress)
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
     except BaseException:

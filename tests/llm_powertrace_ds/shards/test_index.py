@@ -151,17 +151,22 @@ def test_query_traces_of_a_packed_folder_equal_unpacked(packed):
         np.testing.assert_array_equal(want[k], got[k])
 
 
+def _in_layout(tmp_path, src, layout_: str):
+    """``src`` as it is ("unpacked"), packed, or packed and copied as Parquet."""
+    if layout_ == "unpacked":
+        return src
+    shards.pack(src, tmp_path / "packed", refresh_card=False)
+    if layout_ == "packed":
+        return tmp_path / "packed"
+    write_parquet_copy(tmp_path / "packed", tmp_path / "parquet")
+    return tmp_path / "parquet"
+
+
 @pytest.mark.parametrize("layout_", ["unpacked", "packed", "parquet"])
 def test_facility_reads_only_runs_that_get_a_job(tmp_path, make_run, layout_):
     src = _folder(tmp_path, make_run, n=5)
-    root = src
-    if layout_ != "unpacked":
-        root = tmp_path / "packed"
-        shards.pack(src, root, refresh_card=False)
-        if layout_ == "parquet":
-            write_parquet_copy(root, tmp_path / "parquet")
-            root = tmp_path / "parquet"
-    else:  # runs r2..r4 get no job: their traces may be gone, nothing reads them
+    root = _in_layout(tmp_path, src, layout_)
+    if layout_ == "unpacked":  # runs r2..r4 get no job: their traces may be gone, nothing reads them
         for i in (2, 3, 4):
             layout.trace_path(src, "finetune", "l40s", "llama", f"r{i}").unlink()
     cfg = fac.FacilityConfig(gpus=16, gpus_per_node=8, duration_s=10.0)
@@ -224,13 +229,7 @@ def test_facility_json_equals_the_one_from_fully_read_runs(tmp_path, make_run, l
     from llm_powertrace_ds.facility import sources as sources_mod
 
     src = _folder(tmp_path, make_run, n=5)
-    root = src
-    if layout_ != "unpacked":
-        root = tmp_path / "packed"
-        shards.pack(src, root, refresh_card=False)
-        if layout_ == "parquet":
-            write_parquet_copy(root, tmp_path / "parquet")
-            root = tmp_path / "parquet"
+    root = _in_layout(tmp_path, src, layout_)
     cfg = fac.FacilityConfig(gpus=64, gpus_per_node=8, duration_s=30.0)
     res = fac.run_facility(root, cfg, config="finetune_runs")
     got = json.dumps(fac.to_json(res), sort_keys=True)

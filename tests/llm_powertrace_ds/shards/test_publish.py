@@ -86,10 +86,10 @@ def test_a_failed_write_names_the_file_and_keeps_staged_files(tmp_path, monkeypa
     write.write_table_atomic(staged, _table(2))
     real = write._write_stream
 
-    def full_disk(dest, table):
+    def full_disk(dest, table, **kw):
         if table.num_rows == 5:  # fails before its file exists
             raise OSError(errno.ENOSPC, "No space left on device")
-        real(dest, table)
+        real(dest, table, **kw)
 
     monkeypatch.setattr(write, "_write_stream", full_disk)
     first, second, third = tmp_path / "d" / "1.arrow", tmp_path / "d" / "2.arrow", \
