@@ -19,38 +19,71 @@ Two files of the client are read (``sglang:FILE`` tells them apart by content):
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
+from .. import bounded
 from ..errors import InputError
 from .requests_common import RequestLog
-from .requests_sglang_log import is_print_requests_log, read_print_requests_log
-from .requests_vllm import requests_from_arrays
+from .requests_sglang_log import PrintRequestsParser
+from .requests_vllm import MAX_LOG_BYTES, requests_from_arrays
 
 FORMAT = "sglang"
+MAX_LINE_BYTES = 128 << 20
+"""Longest line read (128 MiB): a ``--print-requests`` line is capped far below it (its printed
+output at ``MAX_OUTPUT_CHARS``), a result line holds one run's per-request arrays."""
 
 
-def read_sglang_requests(path: str | Path) -> RequestLog:
-    """Read SGLang's ``--print-requests`` log, or the last run of its JSONL result file.
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """The file's lines, one at a time, through the bounded reader's checks.
 
-    Raises:
-        InputError: unreadable file or line, no run in it, no per-request details, or a result
-            file without ``start_times`` (see the module docstring).
+    A regular file of at most :data:`~.requests_vllm.MAX_LOG_BYTES` (the cap of vLLM's result
+    file), each line at most :data:`MAX_LINE_BYTES` and UTF-8: memory holds one line, never the
+    whole file.
     """
-    path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        path.stat()
+    except OSError as exc:
         raise InputError(f"Failed to read: {type(exc).__name__}: {exc}", file=path) from None
-    if is_print_requests_log(text):
-        return read_print_requests_log(path, text, fmt=FORMAT)
-    lines = [(i, line) for i, line in enumerate(text.splitlines(), start=1) if line.strip()]
-    if not lines:
-        raise InputError("no benchmark run in the file", file=path)
-    lineno, last = lines[-1]
+    st = bounded.check_regular(path)  # a FIFO or a device is refused before a byte is read
+    if st.st_size > MAX_LOG_BYTES:
+        raise InputError(f"the file is {st.st_size} bytes; at most {MAX_LOG_BYTES} are read",
+                         file=path)
+    total = 0
+    try:
+        with path.open("rb") as fh:
+            lineno = 0
+            while raw := fh.readline(MAX_LINE_BYTES + 1):
+                lineno += 1
+                total += len(raw)
+                if total > MAX_LOG_BYTES:
+                    raise InputError(f"the file grew past {MAX_LOG_BYTES} bytes while read",
+                                     file=path)
+                if len(raw) > MAX_LINE_BYTES:
+                    raise InputError(f"a line longer than {MAX_LINE_BYTES} bytes; refused",
+                                     file=path, line=lineno)
+                try:
+                    text = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+                except UnicodeDecodeError as exc:
+                    raise InputError(f"Failed to read: UnicodeDecodeError: {exc}",
+                                     file=path) from None
+                yield lineno, text.rstrip("\r\n")
+    except OSError as exc:
+        raise InputError(f"Failed to read: {type(exc).__name__}: {exc}", file=path) from None
+
+
+def _last_run(path: Path, lineno: int, last: str) -> RequestLog:
+    """The last line of a JSON Lines result file, read like vLLM's (module docstring)."""
+    if bounded.nesting_depth(last) > bounded.MAX_DEPTH:  # before the recursive parser sees it
+        raise InputError(f"nested deeper than {bounded.MAX_DEPTH} levels; refused", file=path,
+                         line=lineno)
     try:
         data = json.loads(last)
     except ValueError as exc:
         raise InputError(f"not JSON: {exc}", file=path, line=lineno) from None
+    except (RecursionError, MemoryError):
+        raise InputError("nested too deeply to parse; refused", file=path,
+                         line=lineno) from None
     if not isinstance(data, dict):
         raise InputError("expected one JSON object per line", file=path, line=lineno)
     if "ttfts" not in data:
@@ -65,4 +98,30 @@ def read_sglang_requests(path: str | Path) -> RequestLog:
     return requests_from_arrays(data, file=path, fmt=FORMAT)
 
 
-__all__ = ["FORMAT", "read_sglang_requests"]
+def read_sglang_requests(path: str | Path) -> RequestLog:
+    """Read SGLang's ``--print-requests`` log, or the last run of its JSONL result file.
+
+    The file is read a line at a time through the bounded reader's checks (:func:`_lines`):
+    a ``--print-requests`` log keeps only each request's measured numbers, a result file only
+    its last non-blank line, which is depth-checked before it is parsed.
+
+    Raises:
+        InputError: unreadable, oversized or non-UTF-8 file, a line that cannot be read, no run
+            in it, no per-request details, or a result file without ``start_times`` (see the
+            module docstring).
+    """
+    path = Path(path)
+    parser = PrintRequestsParser(path, fmt=FORMAT)
+    last: tuple[int, str] | None = None
+    for lineno, line in _lines(path):
+        parser.feed(lineno, line)
+        if line.strip():
+            last = (lineno, line)
+    if parser.seen_end:
+        return parser.result()
+    if last is None:
+        raise InputError("no benchmark run in the file", file=path)
+    return _last_run(path, *last)
+
+
+__all__ = ["FORMAT", "MAX_LINE_BYTES", "read_sglang_requests"]

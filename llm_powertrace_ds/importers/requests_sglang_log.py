@@ -32,6 +32,7 @@ from __future__ import annotations
 import ast
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -114,18 +115,18 @@ def _count(value: Any, name: str, *, file: Path, line: int) -> int | None:
     return value
 
 
-def _request(match: re.Match[str], fields: dict[str, Any], *, file: Path, line: int,
-             monotonic: bool) -> Request:
+def _request(found: _Found, *, file: Path, monotonic: bool) -> Request:
+    fields, line = found.fields, found.line
     if monotonic:
         start = _num(fields["start_time"], "start_time", file=file, line=line)
     else:  # the time.time() printed at the request's start
-        start = (_num(match["time"], "time", file=file, line=line)
-                 - _num(match["delta"], "time_delta", file=file, line=line))
+        start = (_num(found.time, "time", file=file, line=line)
+                 - _num(found.delta, "time_delta", file=file, line=line))
     ok = fields["success"] is True
     ttft = _num(fields["ttft"], "ttft", file=file, line=line)
     latency = _num(fields["latency"], "latency", file=file, line=line)
     return Request(
-        request_id=match["rid"], arrival_s=start,
+        request_id=found.rid, arrival_s=start,
         first_token_s=start + ttft if ok else None,
         finish_s=start + latency if ok else None,
         prompt_tokens=_count(fields.get("prompt_len"), "prompt_len", file=file, line=line),
@@ -134,37 +135,85 @@ def _request(match: re.Match[str], fields: dict[str, Any], *, file: Path, line: 
         status="ok" if ok else "error")
 
 
+@dataclass(frozen=True)
+class _Found:
+    """What is kept of one ``request end`` line: its numbers, never the line itself."""
+
+    rid: str
+    time: str
+    delta: str
+    fields: dict[str, Any]
+    line: int
+
+
+class PrintRequestsParser:
+    """Reads a ``--print-requests`` log fed one line at a time (module docstring).
+
+    Only each benchmark request's id, times and measured fields are kept, so memory grows with
+    the number of requests, not with the printed outputs.
+
+    Args:
+        path: the log file (named in errors).
+        fmt: the request-log format recorded in the result.
+    """
+
+    def __init__(self, path: Path, *, fmt: str) -> None:
+        self.path = path
+        self.fmt = fmt
+        self.seen_end = False
+        self._warmup = False
+        self._found: list[_Found] = []
+
+    def feed(self, lineno: int, line: str) -> None:
+        """Take line ``lineno`` (1-based) of the log.
+
+        Raises:
+            InputError: a ``request end`` line that cannot be read (names file, line, field).
+        """
+        if END_MARK in line:
+            self.seen_end = True
+        if line.startswith(WARMUP_BEGIN):
+            self._warmup = True
+        elif line.startswith(WARMUP_END):
+            self._warmup = False
+        elif line.startswith("rid=") and END_MARK in line:
+            match = END_LINE.match(line)
+            if match is None:
+                raise InputError('a "request end" line that is not rid=... time=... '
+                                 'time_delta=... output="..."', file=self.path, line=lineno,
+                                 field="output")
+            fields = _output_fields(match["output"], file=self.path, line=lineno)
+            if not self._warmup:
+                self._found.append(_Found(match["rid"], match["time"], match["delta"], fields,
+                                          lineno))
+
+    def result(self) -> RequestLog:
+        """The benchmark's requests of every line fed.
+
+        Raises:
+            InputError: no request outside the warm-up, or a value that is not a number.
+        """
+        if not self._found:
+            raise InputError("no benchmark request in the log (only warm-up, or no "
+                             "--print-requests lines)", file=self.path, field="output")
+        monotonic = all(f.fields.get("start_time") for f in self._found)
+        log = RequestLog(file=self.path, fmt=self.fmt,
+                         clock="monotonic" if monotonic else "unix")
+        log.requests = [_request(f, file=self.path, monotonic=monotonic) for f in self._found]
+        return log
+
+
 def read_print_requests_log(path: Path, text: str, *, fmt: str) -> RequestLog:
-    """The benchmark's requests from a ``--print-requests`` stdout log (module docstring).
+    """The benchmark's requests from a ``--print-requests`` stdout log already in memory.
 
     Raises:
         InputError: a ``request end`` line that cannot be read (names file, line and field), or
             no request outside the warm-up.
     """
-    found: list[tuple[re.Match[str], dict[str, Any], int]] = []
-    warmup = False
+    parser = PrintRequestsParser(path, fmt=fmt)
     for lineno, line in enumerate(text.splitlines(), start=1):
-        if line.startswith(WARMUP_BEGIN):
-            warmup = True
-        elif line.startswith(WARMUP_END):
-            warmup = False
-        elif line.startswith("rid=") and END_MARK in line:
-            match = END_LINE.match(line)
-            if match is None:
-                raise InputError('a "request end" line that is not rid=... time=... '
-                                 'time_delta=... output="..."', file=path, line=lineno,
-                                 field="output")
-            fields = _output_fields(match["output"], file=path, line=lineno)
-            if not warmup:
-                found.append((match, fields, lineno))
-    if not found:
-        raise InputError("no benchmark request in the log (only warm-up, or no --print-requests "
-                         "lines)", file=path, field="output")
-    monotonic = all(f.get("start_time") for _, f, _ in found)
-    log = RequestLog(file=path, fmt=fmt, clock="monotonic" if monotonic else "unix")
-    log.requests = [_request(m, f, file=path, line=n, monotonic=monotonic)
-                    for m, f, n in found]
-    return log
+        parser.feed(lineno, line)
+    return parser.result()
 
 
-__all__ = ["is_print_requests_log", "read_print_requests_log"]
+__all__ = ["PrintRequestsParser", "is_print_requests_log", "read_print_requests_log"]
