@@ -28,6 +28,7 @@ Example:
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,14 @@ CAMPAIGN_KEYS = ("name", "description", "platform", "gpus_per_node", "budget_gpu
 FINETUNE_AXES = ("model", "method", "batch_size", "seq_len", "precision", "parallelism",
                  "dp_size", "gradient_checkpointing", "checkpoint_every_steps", "lora_rank",
                  "power_limit_setting_w")
+SLURM_KEYS = ("time",)
+"""What a campaign's ``slurm`` mapping may set (anything else is refused by name)."""
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+"""A campaign name: it becomes the Slurm job name and its log file's name."""
+SLURM_TIME_RE = re.compile(r"^(?:\d{1,7}(?::\d{1,2}){0,2}|\d{1,5}-\d{1,2}(?::\d{1,2}){0,2}"
+                           r"|UNLIMITED|INFINITE)$")
+"""Slurm's ``--time`` formats: ``minutes``, ``minutes:seconds``, ``hours:minutes:seconds``,
+``days-hours``, ``days-hours:minutes``, ``days-hours:minutes:seconds``."""
 SERVING_AXES = ("serving_engine", "concurrency", "arrival_pattern", "arrival_rate",
                 "prompt_len", "output_len", "length_distribution", "tp_size", "weight_quant",
                 "kv_cache_quant", "gpu_clock_mhz", "power_limit_setting_w", "batch_size")
@@ -98,14 +107,18 @@ def load_campaign(path: str | Path) -> Campaign:
         if key not in CAMPAIGN_KEYS:
             raise InputError(f"unknown key {key!r}; known: {', '.join(CAMPAIGN_KEYS)}",
                              file=path, field=str(key))
-    sweeps = []
+    sweeps: list[Path] = []
     for i, entry in enumerate(data.get("sweeps") or []):
-        if not isinstance(entry, str):
-            raise InputError(f"sweeps[{i}] must be a file name (got {entry!r})", file=path,
-                             field="sweeps")
+        if not isinstance(entry, str) or _has_control(entry):
+            raise InputError(f"sweeps[{i}] must be a file name on one line (got {entry!r})",
+                             file=path, field="sweeps")
         sweep_path = (path.parent / entry).resolve()
         if not sweep_path.is_file():
             raise InputError(f"sweeps[{i}] '{entry}' does not exist", file=path, field="sweeps")
+        if sweep_path in sweeps:
+            raise InputError(f"sweeps[{i}] '{entry}' repeats sweeps[{sweeps.index(sweep_path)}] "
+                             "(a sweep listed twice would be planned and scheduled twice)",
+                             file=path, field="sweeps")
         sweeps.append(sweep_path)
     if not sweeps:
         raise InputError("sweeps must list at least one sweep file", file=path, field="sweeps")
@@ -113,6 +126,10 @@ def load_campaign(path: str | Path) -> Campaign:
     platform = data.get("platform")
     if not isinstance(name, str) or not isinstance(platform, str):
         raise InputError("name and platform are required strings", file=path, field="name")
+    if not NAME_RE.match(name):
+        raise InputError(f"value {name!r} is not a campaign name (letters, digits, '.', '_', "
+                         "'-', at most 64; it names the Slurm job and its log)", file=path,
+                         field="name")
     return Campaign(
         path=path, name=name, platform=platform,
         gpus_per_node=int(_number(data, "gpus_per_node", path, 1)),
@@ -120,7 +137,29 @@ def load_campaign(path: str | Path) -> Campaign:
         setup_s_per_run=_number(data, "setup_s_per_run", path, 0),
         unknown_run_s=_number(data, "unknown_run_s", path, 0),
         sweeps=tuple(sweeps), rationale=str(data.get("rationale") or ""),
-        datasets=tuple(data.get("datasets") or ()), slurm=dict(data.get("slurm") or {}))
+        datasets=tuple(data.get("datasets") or ()), slurm=_slurm(data.get("slurm"), path))
+
+
+def _has_control(text: str) -> bool:
+    return any(ord(c) < 32 or ord(c) == 127 for c in text)
+
+
+def _slurm(raw: Any, path: Path) -> dict[str, Any]:
+    """The campaign's ``slurm`` settings, each checked against its Slurm format."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise InputError(f"slurm must be a mapping (got {raw!r})", file=path, field="slurm")
+    for key, value in raw.items():
+        if key not in SLURM_KEYS:
+            raise InputError(f"unknown key {key!r}; known: {', '.join(SLURM_KEYS)}", file=path,
+                             field=f"slurm.{key}")
+        if key == "time" and not (isinstance(value, str) and SLURM_TIME_RE.match(value)):
+            raise InputError(f"value {value!r} is not a quoted Slurm time ('minutes', "
+                             "'hours:minutes:seconds', 'days-hours[:minutes[:seconds]]'; YAML "
+                             "reads an unquoted 12:00:00 as a number)", file=path,
+                             field="slurm.time")
+    return dict(raw)
 
 
 @dataclass
@@ -197,8 +236,15 @@ def plan_campaign(path: str | Path) -> CampaignPlan:
     params: list[int] = []
     moe = False
     values: dict[str, set[str]] = {}
+    names: dict[str, Path] = {}
     for sweep_path in campaign.sweeps:
         sweep = load_sweep(sweep_path)
+        if sweep.name in names:
+            raise InputError(f"sweeps '{os.path.relpath(sweep_path)}' and "
+                             f"'{os.path.relpath(names[sweep.name])}' are both named "
+                             f"{sweep.name!r}: their runs would be planned and scheduled twice",
+                             file=campaign.path, field="sweeps")
+        names[sweep.name] = sweep_path
         machine = planning_machine(sweep.sampler, platform=campaign.platform)
         runs = plan(sweep, machine)
         hours = 0.0
@@ -269,9 +315,24 @@ MULTINODE_LINE = """\
 
 
 def slurm_script(path: str | Path, campaign_plan: CampaignPlan | None = None) -> str:
-    """The Slurm array script of a campaign (see :data:`SLURM_TEMPLATE`)."""
+    """The Slurm array script of a campaign (see :data:`SLURM_TEMPLATE`).
+
+    Every value written into it is checked first: the name and ``slurm.time`` by their formats
+    (:func:`load_campaign`), the file names single-line and shell-quoted, so no text of the
+    campaign becomes a command or ends an ``#SBATCH`` block.
+
+    Raises:
+        InputError: a campaign or sweep path holding a control character (a newline would end
+            the comment it is written in).
+    """
     campaign = load_campaign(path)
     cp = campaign_plan or plan_campaign(path)
+    for where, p in [("campaign", campaign.path),
+                     *((f"sweeps[{i}]", s) for i, s in enumerate(campaign.sweeps))]:
+        if _has_control(os.path.relpath(p)):
+            raise InputError(f"the path {os.path.relpath(p)!r} holds a control character: it "
+                             "cannot be written into a Slurm script", file=campaign.path,
+                             field=where)
     single = [(p, s) for p, s in zip(campaign.sweeps, cp.sweeps, strict=True) if s.nnodes == 1]
     multi = [(p, s) for p, s in zip(campaign.sweeps, cp.sweeps, strict=True) if s.nnodes > 1]
     longest_h = max((s.gpu_hours / max(1, s.max_gpus) for _, s in single), default=1.0)
