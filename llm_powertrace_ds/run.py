@@ -150,6 +150,11 @@ class Run:
         return str(self.meta.get("model_family") or "unknown")
 
     @property
+    def sample_hold(self) -> str:
+        """How readings hold between samples: ``linear`` or ``previous`` (see :func:`sample_hold`)."""
+        return sample_hold(self.meta)
+
+    @property
     def flags(self) -> list[str]:
         return list(self.meta.get("quality_flags") or [])
 
@@ -171,6 +176,18 @@ class Run:
             return [e for e in self.events if e.rank is None]
         rank = device.gpu_index if device.rank is None else device.rank
         return [e for e in self.events if e.rank is None or e.rank == rank]
+
+
+def sample_hold(meta: Mapping[str, Any]) -> str:
+    """The ``sample_hold`` of run metadata: ``linear`` when null (rows before schema 1.4.0).
+
+    Raises:
+        ValueError: a value outside ``schema.SAMPLE_HOLDS``.
+    """
+    hold = meta.get("sample_hold") or schema.DEFAULT_SAMPLE_HOLD
+    if hold not in schema.SAMPLE_HOLDS:
+        raise ValueError(f"unknown sample_hold {hold!r}; known: {', '.join(schema.SAMPLE_HOLDS)}")
+    return str(hold)
 
 
 _INT_RANGES = {"int16": 2**15, "int32": 2**31, "int64": 2**63}
@@ -302,6 +319,10 @@ def coerce_meta(meta: Mapping[str, Any], workload: str, *,
             out[key] = [str(v) for v in (value or [])]
             continue
         out[key] = coerce_value(key, value, dtypes[key], file=file)
+    hold = out.get("sample_hold")
+    if hold is not None and hold not in schema.SAMPLE_HOLDS:
+        raise InputError(f"value {hold!r} is not a sample hold ({', '.join(schema.SAMPLE_HOLDS)})",
+                         file=file, field="sample_hold")
     fam = out.get("model_family")
     if fam is not None and fam not in schema.MODEL_FAMILIES:
         raise InputError(f"value {fam!r} is not a model family ({', '.join(schema.MODEL_FAMILIES)})",

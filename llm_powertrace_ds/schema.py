@@ -24,7 +24,7 @@ from .platforms import power_usage_is_1s_average as power_usage_is_1s_average
 if TYPE_CHECKING:  # `datasets` is imported when a Features object is first asked for
     from datasets import Features
 
-SCHEMA_VERSION = "1.3.0"
+SCHEMA_VERSION = "1.4.0"
 """Bumped whenever a column is added, renamed or retyped; the card's changelog says why."""
 
 SCHEMA_CHANGELOG: list[tuple[str, str]] = [
@@ -77,6 +77,10 @@ SCHEMA_CHANGELOG: list[tuple[str, str]] = [
      "zones `cpu_package` and `dram`, never in GPU totals), driver_power_t_us and "
      "driver_power_w (the driver's own power samples, their own time base); "
      "driver_power_period_ms; flag gpu_lost (one GPU's series ended, the others went on)."),
+    ("1.4.0", "sample_hold: how a device's reading holds between two samples (`linear`, the "
+     "default, and what a null in rows written before 1.4.0 means; or `previous` for "
+     "change-only sources such as Zeus' PowerMonitor, whose energy, means, levels and windows "
+     "are integrated as steps)."),
 ]
 
 TRACE_CONFIGS = ("finetune", "inference")
@@ -99,6 +103,13 @@ POWER_FIELDS = {
     "cpu_proxy_model": "not a GPU measurement: a documented linear model of the workload "
     "process tree's real CPU utilisation (idle_w + (max_w - idle_w) * u)",
 }
+SAMPLE_HOLDS = {
+    "linear": "the power between two readings is their linear interpolation (trapezoid "
+    "energy); the default, and the meaning of a null",
+    "previous": "each reading holds until the next one (a source that logs a reading only when "
+    "it changes): energy, means and the time-weighted levels integrate steps",
+}
+DEFAULT_SAMPLE_HOLD = "linear"
 EVENT_KINDS = (
     "idle_begin", "idle_end", "warmup_begin", "warmup_end", "step_begin", "step_end",
     "checkpoint_begin", "checkpoint_end", "eval_begin", "eval_end", "prefill_begin",
@@ -313,6 +324,8 @@ PROVENANCE = [
     _c("power_field", "string", "Which power reading `power_w` holds: "
        + "; ".join(f"`{k}` = {v}" for k, v in POWER_FIELDS.items())),
     _c("sample_period_ms", "float32", "Configured (or declared) sampling period", "ms"),
+    _c("sample_hold", "string", "How each reading holds until the next one: "
+       + "; ".join(f"`{k}` = {v}" for k, v in SAMPLE_HOLDS.items())),
     _c("driver_power_period_ms", "float32", "Median interval of the driver's own power samples "
        "(driver_power_w), all GPUs; null when no GPU's driver keeps a power buffer", "ms"),
     _c("driver_version", "string", "GPU driver version"),
@@ -605,7 +618,7 @@ RUN_METRICS = [
     # energy
     _c("energy_j", "float64", "Sum over the GPUs (device_kind `gpu`: RAPL CPU/DRAM rows are "
        "never in this or any node total) of each device's trapezoid integral of power_w on its "
-       "own timestamps (bridges gaps)", "J"),
+       "own timestamps (bridges gaps; steps when sample_hold is `previous`)", "J"),
     _c("energy_counter_j", "float64", "Sum over devices of the energy-counter increase "
        "(null when a device has no counter)", "J"),
     _c("energy_mismatch_pct", "float64", "100 * (energy_j - energy_counter_j) / energy_counter_j",
@@ -746,7 +759,7 @@ def _work_columns() -> list[Column]:
 RUN_METRICS += _work_columns()
 PER_DEVICE_METRICS = [
     Column("gpu_energy_j", _List(_Value("float64")), "Per device: trapezoid energy on its own "
-           "timestamps", "J"),
+           "timestamps (steps when sample_hold is `previous`)", "J"),
     Column("gpu_energy_counter_j", _List(_Value("float64")), "Per device: energy-counter increase "
            "(null without a counter)", "J"),
     Column("gpu_mean_power_w", _List(_Value("float64")), "Per device: time-weighted mean power",

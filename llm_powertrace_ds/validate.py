@@ -136,7 +136,9 @@ def validate_run(run: Run) -> ValidationReport:
         if np.nanmin(power, initial=np.inf) < 0:
             rep.add("negative_power", f"{name}: power {np.nanmin(power):.1f} W < 0")
         period = nominal_period_ms(run, t)
-        if len(dt) and np.isfinite(period):
+        # a change-only source (sample_hold previous) logs nothing while the reading stays:
+        # its long intervals are held values, not gaps, stalls or irregular sampling
+        if len(dt) and np.isfinite(period) and run.sample_hold != "previous":
             if (dt > GAP_PERIODS * period).any():
                 rep.add("gap", f"{name}: {(dt > GAP_PERIODS * period).sum()} gaps > 3 periods")
             if (dt > STALL_S * 1000).any():
@@ -152,7 +154,8 @@ def validate_run(run: Run) -> ValidationReport:
         counter_j = metrics.counter_energy_j(t, dev.signals.get("energy_mj"))
         # the power integral only where a counter can disagree with it (mismatch_pct is None
         # without a counter)
-        integral_j = metrics.device_energy_j(dev) if counter_j is not None else None
+        integral_j = (metrics.device_energy_j(dev, run.sample_hold) if counter_j is not None
+                      else None)
         mismatch = metrics.mismatch_pct(integral_j, counter_j)
         if mismatch is not None and abs(mismatch) > ENERGY_MISMATCH_PCT:
             rep.add("energy_mismatch", f"{name}: integral {integral_j:.0f} J vs counter "

@@ -24,15 +24,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         "  llm-powertrace import mlenergy-v2 benchmark/data/llm_text_generation/chat --out "
         "mlenergy")
     p.add_argument("log_format", metavar="FORMAT",
-                   choices=["nvidia-smi", "powertrace-csv", "dcgm", "mlenergy-v2", "requests-csv",
-                            "wattameter", "series"],
+                   choices=["nvidia-smi", "powertrace-csv", "dcgm", "mlenergy-v2", "mlenergy-v3",
+                            "requests-csv", "wattameter", "series"],
                    help="log format: nvidia-smi, powertrace-csv, dcgm (dcgmi dmon output); "
                    "wattameter (nvml_*.log of WattAMeter, files or folders: one run per Slurm "
                    "job, its nodes joined); series (a time/power CSV of a device, node or "
                    "cluster total: --time-col, --power-col, --unit, --num-gpus); "
                    "requests-csv (a request log onto the published run --run); or mlenergy-v2 (FILE is an "
                    "ML.ENERGY leaderboard v2 task folder, e.g. .../chat: runs-table rows "
-                   "without traces)")
+                   "without traces); mlenergy-v3 (ML.ENERGY benchmark v3 results.json files or "
+                   "folders of them: one inference run per file, its GPUs' power timelines)")
     p.add_argument("files", nargs="+", type=Path, metavar="FILE", help="log files")
     p.add_argument("--out", type=Path, default=Path("llm-powertrace"),
                    help="dataset folder (default: llm-powertrace)")
@@ -60,6 +61,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="series: the power column's unit")
     p.add_argument("--time-unit", choices=["s", "ms"], default="s",
                    help="series: unit of a numeric time column (default: s)")
+    p.add_argument("--hold", choices=list(schema.SAMPLE_HOLDS), default="linear",
+                   help="series: how a reading holds until the next row: linear "
+                   "(interpolated) or previous (a change-only log, e.g. Zeus' PowerMonitor; "
+                   "default: linear)")
     add_format(p)
     p.set_defaults(func=cmd_import)
 
@@ -116,6 +121,10 @@ def cmd_import(args: argparse.Namespace) -> int:
         return _import_requests(args)
     if args.log_format == "mlenergy-v2":
         return _import_summaries(args)
+    if args.log_format == "mlenergy-v3":
+        if args.workload not in (None, "inference"):
+            raise UsageError("mlenergy-v3 results are inference runs; drop --workload finetune")
+        return _import_runs(args)
     if args.workload is None:
         raise UsageError(f"import {args.log_format} needs --workload (finetune or inference)")
     if args.log_format in ("wattameter", "series"):
@@ -147,11 +156,16 @@ def _check_platform(args: argparse.Namespace) -> None:
 
 
 def _import_runs(args: argparse.Namespace) -> int:
-    """``wattameter`` (one run per job over many files) and ``series`` (one run per file)."""
+    """``wattameter`` (one run per job over many files), ``series`` and ``mlenergy-v3`` (one run
+    per file)."""
     from ..hooks import card_writers, rebuild_card
     from ..importers.publish_runs import publish_runs
 
-    if args.log_format == "wattameter":
+    if args.log_format == "mlenergy-v3":
+        from ..importers.mlenergy_v3 import iter_mlenergy_v3
+
+        runs = iter_mlenergy_v3(args.files, platform=args.platform)  # one file at a time
+    elif args.log_format == "wattameter":
         from ..importers.wattameter import iter_wattameter
 
         runs = ((args.files[0], run) for run in iter_wattameter(
@@ -168,7 +182,8 @@ def _import_runs(args: argparse.Namespace) -> int:
         runs = ((path, import_series(path, time_col=args.time_col, power_col=args.power_col,
                                      unit=args.unit, num_gpus=args.num_gpus,
                                      workload=args.workload, platform=args.platform,
-                                     meta_path=args.meta, tz=args.tz, time_unit=args.time_unit))
+                                     meta_path=args.meta, tz=args.tz, time_unit=args.time_unit,
+                                     hold=args.hold))
                 for path in args.files)
     results = []
     try:

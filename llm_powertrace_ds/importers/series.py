@@ -17,6 +17,15 @@ file becomes a run with **one** series that is flagged ``aggregate_series`` (unl
   line (no newline, too few cells) is dropped with a log line.
 - ``sampler`` = ``import:series``; ``power_field`` is null (the file does not say which
   reading it sums); ``run_id`` = ``import-series-<first 12 hex of the file's sha256>``.
+- ``sample_hold``: ``linear`` (default) or ``previous`` (``--hold previous``) for a
+  change-only log, which writes a row only when the reading changes: the metrics then hold
+  each reading until the next one instead of interpolating (``llm_powertrace_ds/metrics``).
+- Sizes: the rows' times are checked before anything is sized from them — an interval over
+  ``checks.MAX_GAP_S`` or a span over ``checks.MAX_SPAN_S`` is refused naming the line and the
+  column (the nvidia-smi rule), so the metrics' grid is bounded by the rows, not by a time.
+- A power column whose name says it holds energy (``gpu0_energy``, ``energy_j``, ``..._mJ``,
+  ``Wh``) is refused: a joule column read as watts is a wrong number, not a trace. Zeus'
+  window CSV has its own importer (``import zeus``).
 """
 
 from __future__ import annotations
@@ -25,12 +34,13 @@ import csv
 import datetime as dt
 import logging
 import math
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
-from .. import checks
+from .. import checks, schema
 from ..errors import InputError
 from ..run import DeviceSeries, Run, coerce_meta
 from .common import (
@@ -52,6 +62,11 @@ UNIT_FACTORS = {"W": 1.0, "kW": 1e3, "MW": 1e6}
 """Power unit -> factor to W."""
 TIME_UNITS = {"s": 1000.0, "ms": 1.0}
 """Unit of a numeric time column -> factor to ms."""
+MAX_TIME_MS = 1e15
+"""Largest numeric time (ms, ≈ 31,700 years): beyond it a time is not a clock reading, and
+int64 milliseconds would overflow."""
+ENERGY_COLUMN_RE = re.compile(r"(energy|joule|(^|[^a-z])(m?j|k?wh)([^a-z]|$))", re.IGNORECASE)
+"""A column name that says it holds energy, not power (``gpu0_energy``, ``E [mJ]``, ``kWh``)."""
 log = logging.getLogger("llm_powertrace_ds.importers")
 
 
@@ -114,9 +129,10 @@ def _times_ms(texts: list[str], lines: list[int], *, path: Path, field: str,
             except ValueError:
                 raise InputError(f"value {text[:40]!r} is not a number of {time_unit} like the "
                                  "first row's", file=path, line=lines[k], field=field) from None
-            if not math.isfinite(numbers[k]):
-                raise InputError(f"value {text[:40]!r} is not a finite time", file=path,
-                                 line=lines[k], field=field)
+            if not math.isfinite(numbers[k]) or abs(numbers[k]) * TIME_UNITS[time_unit] > MAX_TIME_MS:
+                raise InputError(f"value {text[:40]!r} is not a finite time within "
+                                 f"±{MAX_TIME_MS / TIME_UNITS[time_unit]:.0e} {time_unit}",
+                                 file=path, line=lines[k], field=field)
         return np.round(numbers * TIME_UNITS[time_unit]).astype(np.int64), False
     out = np.empty(len(texts), dtype=np.int64)
     for k, text in enumerate(texts):
@@ -134,7 +150,8 @@ def _times_ms(texts: list[str], lines: list[int], *, path: Path, field: str,
 def import_series(path: str | Path, *, time_col: str, power_col: str,
                   unit: Literal["W", "kW", "MW"], num_gpus: int, workload: str,
                   platform: str | None = None, meta_path: str | Path | None = None,
-                  tz: str | None = "UTC", time_unit: Literal["s", "ms"] = "s") -> Run:
+                  tz: str | None = "UTC", time_unit: Literal["s", "ms"] = "s",
+                  hold: Literal["linear", "previous"] = "linear") -> Run:
     """Import a time/power CSV as one aggregate series (see the module docstring).
 
     Args:
@@ -148,6 +165,7 @@ def import_series(path: str | Path, *, time_col: str, power_col: str,
         meta_path: flat JSON/YAML of our column names (model, ...).
         tz: IANA zone of zone-less timestamps.
         time_unit: unit of a numeric time column.
+        hold: ``previous`` for a change-only log (each reading holds until the next row).
 
     Raises:
         InputError: bad input, naming the file, the line, the column and the value.
@@ -164,6 +182,13 @@ def import_series(path: str | Path, *, time_col: str, power_col: str,
                          field="--time-unit")
     if num_gpus < 1:
         raise InputError(f"num_gpus must be at least 1, got {num_gpus}", field="--num-gpus")
+    if hold not in schema.SAMPLE_HOLDS:
+        raise InputError(f"hold {hold!r} is not one of {', '.join(schema.SAMPLE_HOLDS)}",
+                         field="--hold")
+    if ENERGY_COLUMN_RE.search(power_col):
+        raise InputError(f"column {power_col!r} holds energy, not power: a joule column read "
+                         "as watts would be a wrong trace (a Zeus window CSV: `import zeus`)",
+                         file=path, field=power_col)
     meta_in = scrub_meta(load_meta_file(meta_path), source=str(meta_path)) if meta_path else {}
     times, powers, lines = _read_columns(path, time_col, power_col)
     t_ms, wall = _times_ms(times, lines, path=path, field=time_col, zone=resolve_zone(tz),
@@ -187,6 +212,7 @@ def import_series(path: str | Path, *, time_col: str, power_col: str,
         i = int(bad[0])
         raise InputError(f"time goes back or repeats after line {lines[i]}: each row's time "
                          "must increase", file=path, line=lines[i + 1], field=time_col)
+    _check_span(t_ms, arr_lines, path=path, field=time_col)
     # physical ranges hold per device: check the mean device (total / N)
     per_device = DeviceData(gpu_index=0, ts_ms=t_ms, lines=arr_lines,
                             signals={"power_w": power / num_gpus})
@@ -198,6 +224,7 @@ def import_series(path: str | Path, *, time_col: str, power_col: str,
     slug, flags = resolve_platform(platform or meta.pop("platform", None), None)
     meta["platform"] = slug
     meta["num_gpus"] = num_gpus
+    meta["sample_hold"] = hold
     meta.setdefault("source_metadata", _source_metadata(path, time_col, power_col, unit))
     checks.check_texts(meta, [], (), file=path)
     t0 = int(t_ms[0])
@@ -215,6 +242,29 @@ def import_series(path: str | Path, *, time_col: str, power_col: str,
     if not run.meta.get("precision"):
         run.add_flags("precision_unknown")
     return run
+
+
+def _check_span(t_ms: np.ndarray, lines: np.ndarray, *, path: Path, field: str) -> None:
+    """Refuse an interval over ``checks.MAX_GAP_S`` or a span over ``checks.MAX_SPAN_S``.
+
+    The metrics' 0.1 s grid is sized by the span: bounding the span and every interval here
+    keeps what is allocated later proportional to the rows (a 4-row file with one time of
+    10⁹ s would otherwise ask for a grid of 10¹⁰ points).
+    """
+    if len(t_ms) < 2:
+        return
+    steps = np.diff(t_ms)
+    if int(steps.max()) > checks.MAX_GAP_S * 1000:
+        i = int(np.argmax(steps > checks.MAX_GAP_S * 1000))
+        raise InputError(f"a gap of {steps[i] / 3.6e6:.3g} h after line {int(lines[i])} (at "
+                         f"most {checks.MAX_GAP_S / 3600:g} h inside one run): import the parts "
+                         "before and after it as separate runs", file=path,
+                         line=int(lines[i + 1]), field=field)
+    span = int(t_ms[-1]) - int(t_ms[0])
+    if span > checks.MAX_SPAN_S * 1000:
+        raise InputError(f"the file spans {span / 8.64e7:.3g} days (at most "
+                         f"{checks.MAX_SPAN_S / 86400:g} days per run): split it into runs",
+                         file=path, line=int(lines[-1]), field=field)
 
 
 def _source_metadata(path: Path, time_col: str, power_col: str, unit: str) -> str:

@@ -19,6 +19,16 @@ Level statistics at the sampling instants
     sample-and-hold at the union of the devices' instants (``metrics.levels``;
     ``metric_notes`` says which). Ramps, window peaks, spectra and states keep the grid.
 
+Sample hold
+    A run's ``sample_hold`` says how a reading holds until the next one. ``linear`` (the
+    default; a null in older rows): the power between two readings is their linear
+    interpolation, energies are trapezoids and the grid interpolates. ``previous`` (a
+    change-only source such as Zeus' ``PowerMonitor``, which logs a reading only when it
+    changes): each reading holds until the next, energies are sums of steps
+    E = Σ_i P_i · (t_i+1 − t_i), the grid takes the last reading at or before each point, a
+    long interval is a held value and not a gap, and the level statistics are taken on that
+    step-held grid, where every point weighs the same time.
+
 Which window
     Unprefixed metrics are over the whole trace, idle padding included. Each ``work_<metric>``
     column is the same metric over the run's work window (the workload without its padding:
@@ -249,6 +259,10 @@ def _compute(run: Run, grid_ms: int) -> dict[str, Any]:
         al.levels = sample_levels(ok_devs)
         if al.levels is not None:
             notes.append(al.levels.note(len(ok_devs)))
+        elif run.sample_hold == "previous":
+            notes.append("peak_power_w: with the percentiles, PAR and swing, taken on the "
+                         "0.1 s grid of the step-held node total (sample_hold previous: each "
+                         "reading holds until the next, so each grid point weighs the same time)")
     win = work_window(ev, devs, al)
     work = _work_frame(devs, al, win, grid_ms) if win is not None else None
     al_w = work[1] if work is not None else None

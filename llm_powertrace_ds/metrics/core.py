@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..request_rows import number_column, request_blocks
-from ..run import DeviceSeries, Event, Run
+from ..run import DeviceSeries, Event, Run, sample_hold
 from ..schema import GAP_PERIODS
 
 GRID_MS = 100
@@ -107,7 +107,8 @@ class _Dev:
     p: np.ndarray  # float64 W
     period_ms: float
     gap_idx: np.ndarray  # i such that t[i] -> t[i+1] is a gap
-    energy_j: float | None = None  # trapezoid on the device's own timestamps
+    energy_j: float | None = None  # integral on the device's own timestamps (hold_energy_j)
+    hold: str = "linear"  # the run's sample_hold: ``linear`` or ``previous``
 
 
 @dataclass
@@ -215,6 +216,33 @@ def interval_median(values: np.ndarray) -> float:
     return (float(a) + float(b)) / 2.0
 
 
+def hold_energy_j(t_ms: np.ndarray, p: np.ndarray, hold: str) -> float:
+    """Energy (J) of readings ``p`` (W) at increasing ``t_ms`` under a sample hold.
+
+    ``linear``: E = Σ_i (P_i + P_i+1) / 2 · (t_i+1 − t_i) (trapezoid); ``previous``:
+    E = Σ_i P_i · (t_i+1 − t_i) (each reading held until the next; the last one closes the
+    run). Times in ms, so each sum is divided by 1000.
+    """
+    if len(t_ms) < 2:
+        return 0.0
+    dt = np.diff(t_ms).astype(np.float64)
+    if hold == "previous":
+        return float(np.dot(dt, p[:-1])) / 1000.0
+    return 0.5 * float(np.dot(dt, p[:-1] + p[1:])) / 1000.0
+
+
+def held_at(t_ms: np.ndarray, p: np.ndarray, at: np.ndarray, hold: str) -> np.ndarray:
+    """The device's power at the times ``at`` (inside its span) under its sample hold.
+
+    ``linear``: linear interpolation between the readings around each time; ``previous``:
+    the last reading at or before it.
+    """
+    if hold == "previous":
+        i = np.searchsorted(t_ms, at, side="right") - 1
+        return p[np.clip(i, 0, len(p) - 1)]
+    return np.interp(at, t_ms, p)
+
+
 def _prepare_device(run: Run, dev: DeviceSeries, index: int,
                     notes: list[str]) -> _Dev | None:
     p = dev.power_w
@@ -233,16 +261,19 @@ def _prepare_device(run: Run, dev: DeviceSeries, index: int,
         t, p = t[keep], p[keep]
         dt = np.diff(t)
         notes.append(f"gpu {index}: timestamps not increasing; sorted, duplicates dropped")
+    hold = sample_hold(run.meta)
     if len(t) < 2:
-        return _Dev(index, t, p, float("nan"), np.zeros(0, dtype=np.int64))
+        return _Dev(index, t, p, float("nan"), np.zeros(0, dtype=np.int64), hold=hold)
     stride = max(1, len(dt) // 200_000)  # the period needs no exact median of millions
     median = interval_median(dt[::stride])
     declared = run.meta.get("sample_period_ms")
     period = max(float(declared), median) if declared else median
     limit = GAP_PERIODS * period
-    gap_idx = np.flatnonzero(dt > limit) if dt.max() > limit else np.zeros(0, dtype=np.int64)
-    energy = 0.5 * float(np.dot(dt, p[:-1] + p[1:])) / 1000.0  # Σ (P_i + P_i+1)/2 · Δt_i
-    return _Dev(index, t, p, period, gap_idx, energy)
+    # a change-only source (hold ``previous``) logs nothing while the reading stays: a long
+    # interval is a held value, not a gap
+    gap_idx = (np.flatnonzero(dt > limit) if hold != "previous" and dt.max() > limit
+               else np.zeros(0, dtype=np.int64))
+    return _Dev(index, t, p, period, gap_idx, hold_energy_j(t, p, hold), hold=hold)
 
 
 def align(devs: list[_Dev], grid_ms: int = GRID_MS) -> Aligned | None:
@@ -260,7 +291,7 @@ def align(devs: list[_Dev], grid_ms: int = GRID_MS) -> Aligned | None:
     total = np.zeros(n)
     los, his = [], []
     for d in devs:
-        row = np.interp(grid, d.t_ms, d.p)
+        row = held_at(d.t_ms, d.p, grid, d.hold)
         total += row
         rows.append(row)
         if d.gap_idx.size:  # grid points strictly inside a gap: [lo, hi)
@@ -467,13 +498,17 @@ def event_windows(run: Run | _EventIndex, begin: str, end: str) -> list[tuple[in
 
 
 def _device_integral(d: _Dev, t0_ms: float, t1_ms: float) -> float:
-    """Trapezoid integral (J) of one device between two times, clipped to its span."""
+    """Integral (J) of one device between two times, clipped to its span, under its hold.
+
+    The readings inside (t0, t1) plus the power at both ends (:func:`held_at`), integrated
+    by :func:`hold_energy_j`: trapezoid for ``linear``, steps for ``previous``.
+    """
     a, b = max(t0_ms, float(d.t_ms[0])), min(t1_ms, float(d.t_ms[-1]))
     if b <= a:
         return 0.0
     inner = d.t_ms[(d.t_ms > a) & (d.t_ms < b)].astype(np.float64)
     t = np.concatenate(([a], inner, [b]))
-    return float(np.trapezoid(np.interp(t, d.t_ms, d.p), t / 1000.0))
+    return hold_energy_j(t, held_at(d.t_ms.astype(np.float64), d.p, t, d.hold), d.hold)
 
 
 def _tokens(run: Run) -> float | None:

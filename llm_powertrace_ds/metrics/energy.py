@@ -18,6 +18,7 @@ from .core import (
     _steady_tokens,
     _tokens,
     event_windows,
+    hold_energy_j,
 )
 
 
@@ -25,7 +26,9 @@ def _group_energy(run: Run, devs: list[_Dev | None], out: _Out, ev: _EventIndex)
     """Energy.
 
     - ``gpu_energy_j`` = per device d: Σ_i (P_d,i + P_d,i+1) / 2 · (t_d,i+1 − t_d,i) on the
-      device's own timestamps, missing readings dropped, bridging gaps (trapezoid).
+      device's own timestamps, missing readings dropped, bridging gaps (trapezoid); for a run
+      with ``sample_hold`` ``previous`` (a change-only source) Σ_i P_d,i · (t_d,i+1 − t_d,i),
+      each reading held until the next (steps; the steady and idle integrals likewise).
     - ``gpu_energy_counter_j`` = per device: Σ_i max(0, E_d,i+1 − E_d,i) / 1000 of the energy
       counter (mJ), null when the device reports no counter.
     - ``gpu_mean_power_w`` = gpu_energy_j / (t_d,last − t_d,first).
@@ -145,17 +148,18 @@ def _steady_energy(run: Run, devs: list[_Dev | None], ev: _EventIndex, missing: 
         out.set("steady_energy_per_token_j", steady / st)
 
 
-def device_energy_j(dev: DeviceSeries) -> float | None:
-    """Trapezoid energy of one device on its own timestamps: E = Σ (P_i + P_i+1)/2 · Δt_i.
+def device_energy_j(dev: DeviceSeries, hold: str = "linear") -> float | None:
+    """Energy of one device on its own timestamps under the run's ``sample_hold``.
 
-    Missing readings are dropped first, so the integral bridges them (and gaps). ``None`` with
-    fewer than 2 finite power readings.
+    ``linear``: E = Σ (P_i + P_i+1)/2 · Δt_i (trapezoid); ``previous``: E = Σ P_i · Δt_i
+    (each reading held until the next). Missing readings are dropped first, so the integral
+    bridges them (and gaps). ``None`` with fewer than 2 finite power readings.
     """
     p = dev.power_w
     ok = np.isfinite(p)
     if ok.sum() < 2:
         return None
-    return float(np.trapezoid(p[ok], dev.t_ms[ok] / 1000.0))
+    return hold_energy_j(dev.t_ms[ok], p[ok], hold)
 
 
 def counter_energy_j(t_ms: np.ndarray, energy_mj: np.ndarray | None) -> float | None:

@@ -20,6 +20,11 @@ its height. Level statistics are therefore taken where the devices were actually
 
 Both use only the span where every device is present (from the latest first reading to the
 earliest last reading). One device: its own readings (both methods agree).
+
+A run whose readings hold until the next one (``sample_hold`` ``previous``: a change-only
+source, which logs a reading only when it changes) has no levels here: its readings are not
+equally weighted in time, so its levels are taken on the step-held node total of the 0.1 s
+grid, where every grid point weighs the same time (``al.values()``).
 """
 
 from __future__ import annotations
@@ -137,6 +142,8 @@ def sample_levels(devs: list[_Dev]) -> Levels | None:
     Args:
         devs: prepared devices (each with at least 2 valid readings).
     """
+    if any(d.hold == "previous" for d in devs):
+        return None  # time-weighted on the grid instead (module docstring)
     start = max(int(d.t_ms[0]) for d in devs)
     end = min(int(d.t_ms[-1]) for d in devs)
     if end < start:

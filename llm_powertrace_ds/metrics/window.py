@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .core import Aligned, _Dev, _EventIndex, _events, event_windows
+from .core import Aligned, _Dev, _EventIndex, _events, event_windows, hold_energy_j
 
 ACTIVE_FRACTION = 0.3
 """Share of the range (lowest to highest 1 s mean) above the lowest at which the run is active."""
@@ -143,5 +143,12 @@ def crop_device(d: _Dev, w: WorkWindow) -> _Dev:
     b = int(np.searchsorted(d.t_ms, w.end_ms, side="right"))
     t, p = d.t_ms[a:b], d.p[a:b]
     gap = d.gap_idx[(d.gap_idx >= a) & (d.gap_idx + 1 < b)] - a
-    energy = 0.5 * float(np.dot(np.diff(t), p[:-1] + p[1:])) / 1000.0 if len(t) > 1 else None
-    return _Dev(d.index, t, p, d.period_ms, gap, energy)
+    if d.hold == "previous" and len(t):
+        # a held reading lasts into the window: its value at w0 and at w1 bound the steps
+        if 0 < a and t[0] > w.start_ms:
+            t, p = np.concatenate(([w.start_ms], t)), np.concatenate((d.p[a - 1:a], p))
+        if b < len(d.t_ms) and t[-1] < w.end_ms:
+            t, p = np.concatenate((t, [w.end_ms])), np.concatenate((p, p[-1:]))
+        t = t.astype(np.int64)
+    energy = hold_energy_j(t, p, d.hold) if len(t) > 1 else None
+    return _Dev(d.index, t, p, d.period_ms, gap, energy, hold=d.hold)

@@ -264,6 +264,8 @@ def _scalar_meta(run: Run, config: str) -> dict[str, Any]:
     names = {c.name for c in schema.COLUMNS[config]}
     meta = {k: v for k, v in run.meta.items() if k in names}
     meta.setdefault("schema_version", schema.SCHEMA_VERSION)
+    if meta.get("sample_hold") is None:
+        meta["sample_hold"] = schema.DEFAULT_SAMPLE_HOLD
     meta.setdefault("num_gpus", len(run.devices))
     meta.setdefault("quality_flags", [])
     return meta
