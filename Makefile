@@ -24,7 +24,7 @@ $(VENV)/.base-installed: pyproject.toml | $(PY)
 
 $(VENV)/.dev-installed: pyproject.toml | $(PY)
 	$(PIP) install -q $(TORCH_CPU)
-	$(EDITABLE_QUIET) $(PIP) install -q -e '.[dev,generate,plot,explore,query]'
+	$(EDITABLE_QUIET) $(PIP) install -q -e '.[dev,generate,plot,explore,query,publishers]'
 	touch $@
 
 venv: $(VENV)/.base-installed
