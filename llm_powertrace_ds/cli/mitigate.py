@@ -15,9 +15,10 @@ from typing import Any
 
 from ..errors import UsageError
 from ..formatting import human_number
+from ..units import option_type
 
 EXAMPLES = """examples:
-  llm-powertrace mitigate site.parquet --ramp-limit-w-per-s 1e5 --format json
+  llm-powertrace mitigate site.parquet --ramp-limit 1MW/min --format json
   llm-powertrace mitigate load.csv --floor-pct 70 --cap-pct 95
   llm-powertrace mitigate site.parquet --limits grid-limits.yaml --figure mitigate.png
 """
@@ -52,28 +53,33 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog=EXAMPLES)
     p.add_argument("profile", metavar="PROFILE", type=Path,
                    help="'t_s,power_w' CSV, or 'facility --out' Parquet")
-    p.add_argument("--ramp-limit-w-per-s", type=_finite("--ramp-limit-w-per-s"), default=None,
-                   metavar="R", help="storage lets the grid side ramp at most R W/s")
+    p.add_argument("--ramp-limit", "--ramp-limit-w-per-s", dest="ramp_limit_w_per_s",
+                   type=option_type("ramp", "--ramp-limit"), default=None, metavar="R",
+                   help="storage lets the grid side ramp at most R (units: 1MW/min, 16.7kW/s; "
+                   "a bare number is W/s)")
     p.add_argument("--floor-pct", type=_finite("--floor-pct"), default=None, metavar="X",
                    help="keep the load at or above X %% of the reference (default reference: "
                    "the profile's peak)")
     p.add_argument("--cap-pct", type=_finite("--cap-pct"), default=None, metavar="X",
                    help="cap the load at X %% of the reference")
-    p.add_argument("--ceiling-w", type=_finite("--ceiling-w"), default=None, metavar="W",
+    p.add_argument("--ceiling", "--ceiling-w", dest="ceiling_w",
+                   type=option_type("power", "--ceiling"), default=None, metavar="POWER",
                    help="reference of the percentages, e.g. GPUs x TDP plus overhead "
-                   "(default: the profile's peak)")
+                   "(units: 20MW, 500kW; a bare number is W; default: the profile's peak)")
     p.add_argument("--efficiency", type=_finite("--efficiency"), default=DEFAULT_EFFICIENCY,
                    metavar="ETA", help="storage round-trip efficiency (default: "
                    f"{DEFAULT_EFFICIENCY}, NREL ATB's utility-scale lithium-ion figure)")
     p.add_argument("--limits", type=Path, default=None, metavar="FILE",
                    help="YAML grid limits (ramp per time scale, max swing, band power): search "
-                   "the cheapest combination; not with --cap-pct/--floor-pct/--ramp-limit-w-per-s")
-    p.add_argument("--resolution-s", type=_finite("--resolution-s"), default=None, metavar="S",
+                   "the cheapest combination; not with --cap-pct/--floor-pct/--ramp-limit")
+    p.add_argument("--resolution-s", type=option_type("time", "--resolution-s"), default=None,
+                   metavar="S",
                    help="compute at S s interval means (coarser than the input; for a facility "
                    "profile, one of its resolutions; default: the input's finest)")
     p.add_argument("--column", choices=("facility", "it", "gpu"), default=None,
                    help="which power of a facility profile (default: facility)")
-    p.add_argument("--sensor-average-s", type=_finite("--sensor-average-s"), default=None,
+    p.add_argument("--sensor-average-s", type=option_type("time", "--sensor-average-s"),
+                   default=None,
                    metavar="S", help="the input sensor's averaging window (1 for GPUs whose "
                    "power.draw is a 1 s average): band power above 1/(2S) Hz is flagged as "
                    "under-reported (default: from the facility profile, else unknown)")
@@ -149,7 +155,7 @@ def cmd_mitigate(args: argparse.Namespace) -> int:
     from .. import mitigation as mit
 
     explicit = [o for o, v in (("--cap-pct", args.cap_pct), ("--floor-pct", args.floor_pct),
-                               ("--ramp-limit-w-per-s", args.ramp_limit_w_per_s)) if v is not None]
+                               ("--ramp-limit", args.ramp_limit_w_per_s)) if v is not None]
     if args.limits is not None and explicit:
         raise UsageError("--limits searches the combination itself", field=explicit[0])
     if args.sensor_average_s is not None and not (0 < args.sensor_average_s <= 3600):

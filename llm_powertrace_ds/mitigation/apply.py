@@ -45,14 +45,14 @@ class Plan:
         if self.ramp_limit_w_per_s is not None and not (
                 math.isfinite(self.ramp_limit_w_per_s) and 0 < self.ramp_limit_w_per_s <= 1e15):
             raise UsageError(f"{self.ramp_limit_w_per_s!r} is not a ramp limit in (0, 1e15] W/s",
-                             field="--ramp-limit-w-per-s")
+                             field="--ramp-limit")
         if not (math.isfinite(self.efficiency) and 0 < self.efficiency <= 1):
             raise UsageError(f"{self.efficiency!r} is not an efficiency in (0, 1]",
                              field="--efficiency")
         if self.reference_w is not None and not (
                 math.isfinite(self.reference_w) and 0 < self.reference_w <= 1e15):
             raise UsageError(f"{self.reference_w!r} is not a power in (0, 1e15] W",
-                             field="--ceiling-w")
+                             field="--ceiling")
         if (self.cap_pct is not None and self.floor_pct is not None
                 and self.floor_pct > self.cap_pct):
             raise UsageError(f"a floor of {self.floor_pct:g} % above a cap of {self.cap_pct:g} % "
@@ -154,7 +154,7 @@ def apply(profile: Profile, plan: Plan, *,
         "resolution_s": profile.resolution_s,
         "order": [name for name in ORDER if out[name] is not None],
         "reference_w": ref,
-        "reference": "--ceiling-w" if plan.reference_w is not None else "profile peak",
+        "reference": "--ceiling" if plan.reference_w is not None else "profile peak",
         "load": load_metrics,
         **out,
         "grid": grid_metrics,

@@ -83,6 +83,29 @@ def band_rms(power_w: np.ndarray, dt_s: float, bands: Sequence[Band],
     return out, notes
 
 
+def spectral_bands(power_w: np.ndarray, dt_s: np.ndarray, bands: Sequence[Band],
+                   sensor_average_s: float | None = None
+                   ) -> tuple[dict[str, float | None], list[str]]:
+    """:func:`band_rms` of a profile on any time base.
+
+    A regular profile is used as it is; an irregular one through its interval means at its
+    median interval, unless those would be more than :data:`MAX_WINDOWS` (a long gap among short
+    steps): then every band is null, with a note, rather than an allocation sized by the gap.
+    """
+    res = float(np.median(dt_s))
+    regular = bool(np.allclose(dt_s[:-1], res, rtol=1e-2))
+    if regular:
+        return band_rms(power_w, res, bands, sensor_average_s)
+    n = float(dt_s.sum()) / res
+    if n > MAX_WINDOWS:
+        note = (f"band power not computed: the irregular time base spans {n:.3g} intervals of "
+                f"its median {res:g} s, more than {MAX_WINDOWS}; resample it coarser")
+        return {b.label: None for b in bands}, [note]
+    out, notes = band_rms(window_means(power_w, dt_s, res), res, bands, sensor_average_s)
+    notes.append(f"band power of an irregular time base: from its {res:g} s interval means")
+    return out, notes
+
+
 def window_means(power_w: np.ndarray, dt_s: np.ndarray, window_s: float) -> np.ndarray:
     """Means over complete consecutive windows [k·w, (k+1)·w) from the profile's start.
 
@@ -95,6 +118,38 @@ def window_means(power_w: np.ndarray, dt_s: np.ndarray, window_s: float) -> np.n
         return np.zeros(0)
     at = np.interp(np.arange(n + 1) * window_s, edges_t, energy)
     return np.diff(at) / window_s
+
+
+MAX_WINDOWS = 10_000_000
+"""Most window means ever held at once (the profile's own sample cap): a long span of few samples
+is summarised through its sample boundaries instead of window by window."""
+
+
+def window_ramp_max(power_w: np.ndarray, dt_s: np.ndarray, window_s: float) -> float | None:
+    """max_k |P̄_{k+1} − P̄_k| / w over consecutive complete windows of length w (None: < 2 fit).
+
+    Sized by samples, not by the span: a window that holds no sample boundary has the mean of
+    the one sample covering it, so only pairs of windows next to a boundary can differ; when the
+    span holds more windows than :data:`MAX_WINDOWS` only those pairs are evaluated (exact, and
+    O(samples) memory: a two-sample profile 1e10 s long needs a handful of windows, not 1.7e8).
+    """
+    total = float(dt_s.sum())
+    n = int(math.floor(total / window_s + 1e-9))
+    if n < 2:
+        return None
+    if n <= min(MAX_WINDOWS, 4 * len(power_w) + 1024):
+        means = window_means(power_w, dt_s, window_s)
+        return float(np.abs(np.diff(means)).max()) / window_s
+    edges_t = np.concatenate(([0.0], np.cumsum(dt_s)))
+    energy = np.concatenate(([0.0], np.cumsum(power_w * dt_s)))
+    idx = np.floor(edges_t[1:-1] / window_s).astype(np.int64)
+    k = np.unique(np.concatenate((idx - 1, idx)))
+    k = k[(k >= 0) & (k <= n - 2)]
+    if len(k) == 0:
+        return 0.0
+    at = np.interp(np.stack([k, k + 1, k + 2]).astype(np.float64) * window_s, edges_t, energy)
+    means = np.diff(at, axis=0) / window_s
+    return float(np.abs(means[1] - means[0]).max()) / window_s
 
 
 def profile_metrics(power_w: np.ndarray, dt_s: np.ndarray, *,
@@ -117,15 +172,8 @@ def profile_metrics(power_w: np.ndarray, dt_s: np.ndarray, *,
     d = np.diff(power_w) / dt_s[:-1]
     ramps: dict[str, float | None] = {}
     for w in ramp_windows_s:
-        means = window_means(power_w, dt_s, w)
-        ramps[f"{w:g}"] = (float(np.abs(np.diff(means)).max()) / w if len(means) >= 2
-                           else None)
-    res = float(np.median(dt_s))
-    regular = bool(np.allclose(dt_s[:-1], res, rtol=1e-2))
-    spectral_input = power_w if regular else window_means(power_w, dt_s, res)
-    bands_out, notes = band_rms(spectral_input, res, bands, sensor_average_s)
-    if not regular:
-        notes.append(f"band power of an irregular time base: from its {res:g} s interval means")
+        ramps[f"{w:g}"] = window_ramp_max(power_w, dt_s, w)
+    bands_out, notes = spectral_bands(power_w, dt_s, bands, sensor_average_s)
     return {
         "energy_j": energy,
         "energy_mwh": energy / 3.6e9,

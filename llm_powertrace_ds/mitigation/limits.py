@@ -41,7 +41,7 @@ from .. import bounded
 from ..errors import InputError
 from . import strategies as st
 from .apply import Plan
-from .grid import Band, band_rms, window_means
+from .grid import Band, band_rms, window_ramp_max
 from .profile import Profile
 
 MAX_LIMITS_BYTES = 64 * 1024
@@ -153,8 +153,7 @@ def check(power_w: np.ndarray, dt_s: np.ndarray, limits: Limits,
     """Each limit against a grid-side profile (window-mean ramps, swing, band RMS)."""
     out = []
     for r in limits.ramps:
-        means = window_means(power_w, dt_s, r.window_s)
-        value = (float(np.abs(np.diff(means)).max()) / r.window_s if len(means) >= 2 else None)
+        value = window_ramp_max(power_w, dt_s, r.window_s)
         out.append(Check(f"ramp over {r.window_s:g} s (W/s)", value, r.max_w_per_s))
     if limits.max_swing_w is not None:
         out.append(Check("swing (W)", float(power_w.max() - power_w.min()), limits.max_swing_w))

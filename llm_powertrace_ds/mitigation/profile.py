@@ -35,6 +35,9 @@ MAX_POWER_W = 1e13
 """Largest power a profile may hold (10 TW, far above any site): larger is a unit mistake."""
 MAX_TIME_S = 1e10
 """Largest |t_s| (about 317 years)."""
+MIN_STEP_S = 1e-6
+"""Shortest time step (1 µs, far below any power sensor's interval): a shorter one, such as a
+subnormal 5e-324 s, would make every ramp P/Δt infinite."""
 REGULAR_TOLERANCE = 0.01
 """A time base is *regular* when every interval is within 1 % of the median interval."""
 FACILITY_META_KEY = b"llm_powertrace_facility"
@@ -180,6 +183,9 @@ def read_csv(path: str | Path, *, sensor_average_s: float | None = None) -> Prof
                 if ts <= last:
                     raise InputError(f"time {ts:g} s does not increase (previous {last:g} s)",
                                      file=name, line=line, field="t_s")
+                if t and ts - last < MIN_STEP_S:
+                    raise InputError(f"time step {ts - last:.3g} s is shorter than "
+                                     f"{MIN_STEP_S:g} s", file=name, line=line, field="t_s")
                 if len(t) >= MAX_SAMPLES:
                     raise InputError(f"more than {MAX_SAMPLES} samples; resample the profile to "
                                      "a coarser resolution first", file=name, line=line)
@@ -216,6 +222,21 @@ def _mentions_1s_average(summary: dict[str, Any]) -> bool:
         isinstance(s, dict) and bool(s.get("power_is_1s_average")) for s in sources)
 
 
+def _checked_columns(schema: Any, column: str, name: str) -> list[str]:
+    """The columns to read, each present and numeric, or one line naming the first that is not."""
+    import pyarrow as pa
+
+    wanted = ["resolution_s", "start_s", "length_s", f"{column}_kw"]
+    for col in wanted:
+        index = schema.get_field_index(col)
+        if index < 0:
+            raise InputError("the column is missing", file=name, field=col)
+        kind = schema.field(index).type
+        if not (pa.types.is_floating(kind) or pa.types.is_integer(kind)):
+            raise InputError(f"the column holds {kind}, not numbers", file=name, field=col)
+    return wanted
+
+
 def read_facility(path: str | Path, *, resolution_s: float | None = None,
                   column: str = "facility", sensor_average_s: float | None = None) -> Profile:
     """Read the profile Parquet that ``llm-powertrace facility --out`` writes.
@@ -248,11 +269,17 @@ def read_facility(path: str | Path, *, resolution_s: float | None = None,
                          file=name)
     try:
         summary = json.loads(meta[FACILITY_META_KEY])
-    except ValueError:
+    except (ValueError, RecursionError):
         raise InputError("its facility summary is not JSON", file=name,
                          field=FACILITY_META_KEY.decode()) from None
-    table = pf.read(columns=["resolution_s", "start_s", "length_s", f"{column}_kw"])
-    res_all = table.column("resolution_s").to_numpy()
+    if not isinstance(summary, dict):
+        raise InputError(f"its facility summary is a JSON {type(summary).__name__}, not an "
+                         "object", file=name, field=FACILITY_META_KEY.decode())
+    table = pf.read(columns=[c for c in _checked_columns(pf.schema_arrow, column, name)])
+    res_all = table.column("resolution_s").to_numpy(zero_copy_only=False).astype(np.float64)
+    if not np.all(np.isfinite(res_all)) or np.any(res_all <= 0):
+        raise InputError("holds a resolution that is not a positive finite number", file=name,
+                         field="resolution_s")
     available = sorted({float(r) for r in np.unique(res_all)})
     if not available:
         raise InputError("the profile is empty", file=name)
@@ -262,9 +289,10 @@ def read_facility(path: str | Path, *, resolution_s: float | None = None,
         raise UsageError(f"{res:g} s is not one of the file's resolutions "
                          f"({', '.join(f'{r:g}' for r in available)} s)", field="--resolution-s")
     keep = np.isclose(res_all, match[0], rtol=1e-9)
-    start = table.column("start_s").to_numpy()[keep].astype(np.float64)
-    dt = table.column("length_s").to_numpy()[keep].astype(np.float64)
-    power = table.column(f"{column}_kw").to_numpy()[keep].astype(np.float64) * 1e3
+    start = table.column("start_s").to_numpy(zero_copy_only=False)[keep].astype(np.float64)
+    dt = table.column("length_s").to_numpy(zero_copy_only=False)[keep].astype(np.float64)
+    power = table.column(f"{column}_kw").to_numpy(zero_copy_only=False)[keep].astype(
+        np.float64) * 1e3
     order = np.argsort(start, kind="stable")
     start, dt, power = start[order], dt[order], power[order]
     for values, field_name in ((start, "start_s"), (dt, "length_s"), (power, f"{column}_kw")):
@@ -275,6 +303,11 @@ def read_facility(path: str | Path, *, resolution_s: float | None = None,
                          file=name)
     if np.any(dt <= 0) or np.any(np.diff(start) <= 0):
         raise InputError("intervals do not increase", file=name, field="start_s")
+    if np.any(dt < MIN_STEP_S) or np.any(np.diff(start) < MIN_STEP_S):
+        raise InputError(f"an interval is shorter than {MIN_STEP_S:g} s", file=name,
+                         field="length_s")
+    if np.any(np.abs(start) > MAX_TIME_S) or float(dt.sum()) > MAX_TIME_S:
+        raise InputError(f"times beyond {MAX_TIME_S:g} s", file=name, field="start_s")
     if np.any(power < 0) or np.any(power > MAX_POWER_W):
         raise InputError(f"power outside [0, {MAX_POWER_W:g}] W", file=name,
                          field=f"{column}_kw")
@@ -329,7 +362,11 @@ def resample(profile: Profile, resolution_s: float | None) -> Profile:
         return profile
     t0 = float(profile.start_s[0])
     end = t0 + profile.duration_s
-    n = int(math.ceil((end - t0) / res - 1e-9))
+    intervals = (end - t0) / res
+    if intervals > MAX_SAMPLES:
+        raise UsageError(f"{res:g} s makes {intervals:.3g} intervals of the {end - t0:g} s span, "
+                         f"more than {MAX_SAMPLES}", field="--resolution-s")
+    n = int(math.ceil(intervals - 1e-9))
     if n < 2:
         raise UsageError(f"{res:g} s leaves fewer than two intervals in {end - t0:g} s",
                          field="--resolution-s")

@@ -86,7 +86,7 @@ def test_floor_of_a_stated_ceiling():
     prof = square()
     res = mit.apply(prof, mit.Plan(floor_pct=50, reference_w=4.0e6))
     assert res.summary["floor"]["floor_w"] == pytest.approx(2.0e6)
-    assert res.summary["reference"] == "--ceiling-w"
+    assert res.summary["reference"] == "--ceiling"
 
 
 def test_cap_energy_above_cap():
