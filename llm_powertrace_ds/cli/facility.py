@@ -13,14 +13,15 @@ from typing import Any
 
 from ..errors import InputError
 from ..hub import resolve_dataset
+from ..units import format_quantity, option_type, parse_quantity
 
-TABLE_ROWS = [  # (metric key, unit shown)
-    ("energy_mwh", "MWh"), ("mean_kw", "kW"), ("peak_kw", "kW"), ("par", ""),
-    ("swing_kw", "kW"), ("ramp_up_max_1s_mw_per_s", "MW/s"), ("ramp_down_max_1s_mw_per_s", "MW/s"),
-    ("ramp_up_max_1min_mw_per_min", "MW/min"), ("ramp_down_max_1min_mw_per_min", "MW/min"),
-    ("peak_1min_kw", "kW"), ("demand_peak_15min_kw", "kW"), ("band_rms_low_kw", "kW"),
-    ("band_rms_mid_kw", "kW"), ("band_rms_high_kw", "kW"), ("it_peak_kw", "kW"),
-    ("gpu_peak_kw", "kW"), ("rack_peak_kw", "kW"),
+TABLE_ROWS = [  # (metric key, unit shown; SI keys converted by llm_powertrace_ds.units)
+    ("energy_j", "MWh"), ("mean_w", "MW"), ("peak_w", "MW"), ("par", ""),
+    ("swing_p95_p5_w", "MW"), ("range_w", "MW"), ("ramp_up_max_1s_w_per_s", "MW/s"),
+    ("ramp_down_max_1s_w_per_s", "MW/s"), ("ramp_up_max_60s_w_per_s", "MW/min"),
+    ("ramp_down_max_60s_w_per_s", "MW/min"), ("peak_60s_w", "MW"),
+    ("demand_peak_900s_w", "MW"), ("band_rms_low_w", "MW"), ("band_rms_mid_w", "MW"),
+    ("band_rms_high_w", "MW"), ("it_peak_w", "MW"), ("gpu_peak_w", "MW"), ("rack_peak_w", "kW"),
 ]
 
 
@@ -82,8 +83,20 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="CSV 'it_load_fraction,pue' or 'it_power_kw,pue'")
     p.add_argument("--sync", choices=SYNC_MODES, default="lockstep",
                    help="phase relation between jobs (default: lockstep)")
-    p.add_argument("--duration", type=float, default=None, metavar="S",
-                   help="horizon in seconds (default: the longest selected run)")
+    p.add_argument("--duration", type=option_type("time", "--duration"), default=None,
+                   metavar="TIME", help="horizon (24h, 90min; a bare number is seconds; "
+                   "default: the longest selected run, or a schedule's last end)")
+    over = p.add_mutually_exclusive_group()
+    over.add_argument("--schedule", type=Path, default=None, metavar="FILE",
+                      help="jobs over time: CSV or YAML with job, trace (run id) or selection "
+                      "(AXIS=VALUE[,...]), gpus, start, end (times with units)")
+    over.add_argument("--arrivals", type=int, default=None, metavar="N",
+                      help="jobs over time: N seeded arrivals over --duration (uniform times, "
+                      "log-uniform sizes and durations, first come first served)")
+    p.add_argument("--job-gpus", default="8:1024", metavar="MIN:MAX",
+                   help="--arrivals: job size bounds in GPUs (default: 8:1024)")
+    p.add_argument("--job-duration", default="30min:12h", metavar="MIN:MAX",
+                   help="--arrivals: job duration bounds, times with units (default: 30min:12h)")
     p.add_argument("--seed", type=int, default=0, help="seed of the phase draws (default: 0)")
     p.add_argument("--out", type=Path, default=None, metavar="PROFILE.parquet",
                    help="write the four profiles (default: none)")
@@ -102,6 +115,30 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
+MAX_EVENT_LINES = 60
+"""Most job starts and stops listed in the table (all of them are in the JSON)."""
+
+
+def _ramp_report(data: dict[str, Any]) -> None:
+    """The site's steepest ramps and every job start and stop (the events a utility sees)."""
+    m = data["metrics"]
+    print("ramps: steepest 1 s rise "
+          f"{format_quantity(m.get('ramp_up_max_1s_w_per_s'), 'MW/s')}, fall "
+          f"{format_quantity(m.get('ramp_down_max_1s_w_per_s'), 'MW/s')}; steepest 60 s rise "
+          f"{format_quantity(m.get('ramp_up_max_60s_w_per_s'), 'MW/min')}, fall "
+          f"{format_quantity(m.get('ramp_down_max_60s_w_per_s'), 'MW/min')}")
+    evs = data["events"]
+    for e in evs[:MAX_EVENT_LINES]:
+        step = "null" if e["step_w"] is None else format_quantity(e["step_w"], "MW")
+        print(f"  {e['kind']:<5} t={e['t_s']:>9.1f} s  {e['jobs']} job(s), {e['gpus']} GPUs, "
+              f"step {step} over {e['ramp_s']:.1f} s, steepest 1 s ramp "
+              f"{format_quantity(e['ramp_max_1s_w_per_s'], 'MW/s')}")
+    if len(evs) > MAX_EVENT_LINES:
+        print(f"  ... {len(evs) - MAX_EVENT_LINES} more start(s) and stop(s) in --format json")
+    if not evs:
+        print("  no job starts or stops in view (jobs already running through the horizon)")
+
+
 def cmd_facility(args: argparse.Namespace) -> int:
     from .. import facility as fac
 
@@ -112,9 +149,26 @@ def cmd_facility(args: argparse.Namespace) -> int:
         pue=(fac.load_pue_curve(args.pue_curve) if args.pue_curve is not None
              else fac.Pue(1.0 if args.pue is None else args.pue)),
         sync=args.sync, duration_s=args.duration, seed=args.seed, window=args.window)
+    arrivals = None
+    if args.arrivals is not None:
+        lo, sep, hi = args.job_gpus.partition(":")
+        dlo, dsep, dhi = args.job_duration.partition(":")
+        try:
+            if not sep:
+                raise ValueError
+            gpus_lo, gpus_hi = int(lo), int(hi)
+        except ValueError:
+            raise InputError(f"{args.job_gpus!r} is not MIN:MAX GPUs", field="--job-gpus"
+                             ) from None
+        if not dsep:
+            raise InputError(f"{args.job_duration!r} is not MIN:MAX", field="--job-duration")
+        arrivals = fac.Arrivals(args.arrivals, gpus_lo, gpus_hi,
+                                parse_quantity(dlo, "time", option="--job-duration"),
+                                parse_quantity(dhi, "time", option="--job-duration"),
+                                seed=args.seed)
     root = resolve_dataset(args.dir)
     result = fac.run_facility(root, cfg, config=args.config, where=args.where,
-                              mix=_mix(args.mix))
+                              mix=_mix(args.mix), schedule=args.schedule, arrivals=arrivals)
     data = fac.to_json(result)
     if args.out is not None:
         fac.write_profile(result, args.out, data)
@@ -137,7 +191,11 @@ def cmd_facility(args: argparse.Namespace) -> int:
               f"{s['jobs']} jobs; tile: {s['tile']}")
     width = max(len(k) for k, _ in TABLE_ROWS)
     for key, unit in TABLE_ROWS:
-        print(f"  {key:<{width}}  {_cell(data['metrics'].get(key)):>10} {unit}")
+        value = data["metrics"].get(key)
+        cell = (_cell(value) if not unit or value is None
+                else format_quantity(value, unit))
+        print(f"  {key:<{width}}  {cell:>16}")
+    _ramp_report(data)
     for line in data["limits"]:
         print(f"limit: {line}")
     for line in data["notes"]:

@@ -48,6 +48,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ..errors import InputError
 from .compose import (
     DEFAULT_NODES_PER_RACK,
     SYNC_MODES,
@@ -57,6 +58,7 @@ from .compose import (
     Sync,
     assign_jobs,
     compose,
+    compose_schedule,
 )
 from .models import (
     DEFAULT_OVERHEAD,
@@ -67,6 +69,7 @@ from .models import (
     load_pue_curve,
     parse_overhead,
 )
+from .schedule import Arrivals, ScheduledJob, draw_arrivals, read_schedule
 from .site import (
     JSON_SHAPE,
     LDC_PERCENT,
@@ -118,16 +121,60 @@ __all__ = [
     "load_pue_curve", "parse_overhead", "profiles", "resample", "run_facility", "select_sources",
     "Selection", "assign_jobs", "load_sources", "select_rows",
     "site_metrics", "source_from_run", "to_json", "write_profile",
+    "Arrivals", "ScheduledJob", "compose_schedule", "draw_arrivals", "read_schedule",
 ]
 
 
+def _scheduled(root: str | Path, cfg: FacilityConfig, selection: Selection,
+               schedule: str | Path | None, arrivals: Arrivals | None) -> FacilityResult:
+    """A site of jobs over time: a schedule file's jobs or drawn arrivals (:mod:`.schedule`)."""
+    ids = [r["run_id"] for r in selection.rows]
+    file = None
+    if schedule is not None:
+        file = Path(schedule).name
+        jobs = read_schedule(schedule)
+        everything = select_rows(root, config=selection.config)
+        by_id = {r["run_id"]: r for r in everything.rows}
+        picked: list[str] = []
+        for job in jobs:
+            kind, _, what = job.pick.partition(":")
+            if kind == "trace":
+                if what not in by_id:
+                    raise InputError(f"value {what!r} is not a run of {selection.config}",
+                                     file=file, line=job.line, field="trace")
+                picked.append(what)
+                continue
+            filters = [f.strip() for f in what.split(",") if f.strip()]
+            try:
+                found = select_rows(root, config=selection.config, where=filters).rows
+            except InputError as exc:
+                raise InputError(f"value {what!r}: {exc.reason}", file=file, line=job.line,
+                                 field="selection") from None
+            picked.append(found[0]["run_id"])
+        rows = [by_id[i] for i in dict.fromkeys(picked)]
+    else:
+        assert arrivals is not None and cfg.duration_s is not None
+        jobs = draw_arrivals(arrivals, cfg.duration_s, cfg.gpus_per_node,
+                             [f"trace:{i}" for i in ids], selection.shares)
+        picked = [j.pick.partition(":")[2] for j in jobs]
+        rows = [r for r in selection.rows if r["run_id"] in set(picked)]
+    chosen = Selection(selection.config, rows, [1.0 / len(rows)] * len(rows), selection.where)
+    sources = load_sources(root, chosen, window=cfg.window)
+    index = {s.run_id: i for i, s in enumerate(sources)}
+    return compose_schedule(sources, cfg, jobs, [index[p] for p in picked], arrivals=arrivals,
+                            file=file)
+
+
 def run_facility(root: str | Path, cfg: FacilityConfig, *, config: str | None = None,
-                 where: Sequence[str] = (), mix: Mapping[str, float] | None = None
+                 where: Sequence[str] = (), mix: Mapping[str, float] | None = None,
+                 schedule: str | Path | None = None, arrivals: Arrivals | None = None
                  ) -> FacilityResult:
     """Select the source runs of a dataset folder and compose the site (the CLI's one call).
 
     ``config`` ``None``: the runs table the folder holds (``finetune_runs`` first). Each run
-    is replayed from its work window unless ``cfg.window`` is ``whole``.
+    is replayed from its work window unless ``cfg.window`` is ``whole``. ``schedule`` (a file)
+    or ``arrivals`` (a model, with ``cfg.duration_s``) compose a site of jobs over time instead
+    of every node running from the start (:func:`compose_schedule`).
 
     Example:
         >>> cfg = FacilityConfig(gpus=1024, sync="independent", duration_s=3600)  # doctest: +SKIP
@@ -135,6 +182,10 @@ def run_facility(root: str | Path, cfg: FacilityConfig, *, config: str | None = 
         >>> to_json(res)["metrics"]["demand_peak_15min_kw"]  # doctest: +SKIP
     """
     selection = select_rows(root, config=config, where=where, mix=mix)
+    if schedule is not None or arrivals is not None:
+        if arrivals is not None and cfg.duration_s is None:
+            raise InputError("an arrival model needs a horizon", field="--duration")
+        return _scheduled(root, cfg, selection, schedule, arrivals)
     devices = [int(r.get("num_gpus") or 1) for r in selection.rows]
     with_jobs = sorted({i for i, _ in assign_jobs(selection.shares, devices, cfg)})
     sources = load_sources(root, selection, with_jobs, need_synchrony=cfg.sync == "measured",

@@ -11,7 +11,9 @@ import numpy as np
 
 from ..errors import InputError
 from .models import NodeOverhead, Pue, auto_overhead
+from .schedule import Arrivals, ScheduledJob, place
 from .sources import GRID_MS, WINDOWS, Source, Window
+from .steady import job_indices
 
 Sync = Literal["lockstep", "independent", "measured"]
 SYNC_MODES: tuple[str, ...] = ("lockstep", "independent", "measured")
@@ -90,13 +92,24 @@ MAX_DURATION_S = 7 * 86400.0
 
 @dataclass
 class Job:
-    """One job on the site: its source, its nodes and its phase offset (grid steps)."""
+    """One job on the site: its source, its nodes and its phase offset (grid steps).
+
+    ``start`` and ``end`` (grid steps; ``end`` ``None``: runs past the horizon) bound the job;
+    ``ramp_up`` and ``ramp_down`` are the grid steps of its measured ramps on the site's clock
+    (``None`` when out of view: a job already running, or one cut by the horizon).
+    """
 
     source: int
     first_node: int
     nodes: int
     offset: int
     common_phase: bool
+    start: int = 0
+    end: int | None = None
+    ramp_up: tuple[int, int] | None = None
+    ramp_down: tuple[int, int] | None = None
+    name: str = ""
+    waited_s: float = 0.0
 
 
 @dataclass
@@ -161,20 +174,28 @@ def assign_jobs(shares: Sequence[float], devices: Sequence[int], cfg: FacilityCo
     return jobs
 
 
-def _timeline(src: Source, horizon: int, offset: int, plain: bool) -> np.ndarray:
-    """Grid indices into the source for samples 0..horizon-1 of a job entering at ``offset``.
+def _timeline(src: Source, horizon: int, offset: int, lockstep: bool) -> np.ndarray:
+    """Template indices for samples 0..horizon-1 of one job (index ``src.length``: idle).
 
-    ``plain``: the run is replayed from t0 as measured (it covers the horizon). Otherwise
-    indices below the block's end replay the run, later ones repeat the block [b0, b1).
+    ``lockstep``: the job starts at sample 0 and ends at the horizon: its measured ramp-up, its
+    steady block repeated seamlessly, its measured ramp-down (:func:`.steady.job_indices`);
+    when it ends before the horizon (by less than one cut spacing) its GPUs are idle after it.
+    Otherwise the job is already running: it enters its steady block at ``offset`` and repeats
+    it through the horizon (no ramp in view).
     """
-    k = np.arange(offset, offset + horizon, dtype=np.int64)
-    if plain:
-        return k
+    if lockstep:
+        idx = job_indices(src.sh, src.length, horizon)[:horizon]
+        if len(idx) < horizon:
+            idx = np.concatenate([idx, np.full(horizon - len(idx), src.length, dtype=np.int64)])
+        return idx
     b0, b1 = src.block
-    length = b1 - b0
-    late = k >= b1
-    k[late] = b0 + (k[late] - b0) % length
-    return k
+    return b0 + (offset - b0 + np.arange(horizon, dtype=np.int64)) % (b1 - b0)
+
+
+def _repeats(src: Source, horizon: int, lockstep: bool) -> bool:
+    """Whether a job of ``horizon`` samples repeats its steady block (more than measured)."""
+    b0, b1 = src.block
+    return not lockstep or horizon - b0 - (src.length - b1) > b1 - b0
 
 
 def compose(sources: list[Source], cfg: FacilityConfig, *, selected: str | None = None
@@ -233,17 +254,25 @@ def compose(sources: list[Source], cfg: FacilityConfig, *, selected: str | None 
             common = cfg.sync == "measured" and float(rng.random()) < math.sqrt(rho)
             u = common_u if common else float(rng.random())
             offset = b0 + min(int(u * (b1 - b0)), b1 - b0 - 1)
-        plain = cfg.sync == "lockstep" and horizon <= src.length
-        if not plain:
+        lockstep = cfg.sync == "lockstep"
+        if _repeats(src, horizon, lockstep):
             tiled.add(si)
-        idx = _timeline(src, horizon, offset, plain)
-        jobs.append(Job(si, node, k_nodes, offset, common))
+        idx = _timeline(src, horizon, offset, lockstep)
+        job = Job(si, node, k_nodes, offset, common)
+        if lockstep:
+            length = len(job_indices(src.sh, src.length, horizon))
+            head, tail = src.sh.block[0], src.length - src.sh.block[1]
+            job.ramp_up = (0, min(head, horizon))
+            if length <= horizon:
+                job.end, job.ramp_down = length, (length - tail, length)
+        jobs.append(job)
         for kn in range(k_nodes):
             gpus = np.arange(kn * gpn, (kn + 1) * gpn) % src.num_devices
             weights = tuple(np.bincount(gpus, minlength=src.num_devices).tolist())
             key = (si, weights)
             if key not in templates:
-                templates[key] = np.asarray(weights, dtype=np.float64) @ src.devices
+                wt = np.asarray(weights, dtype=np.float64)
+                templates[key] = np.append(wt @ src.devices, wt @ src.idle_device_w[0])
             series = templates[key][idx]
             site_gpu += series
             rack_gpu += series
@@ -322,12 +351,23 @@ def _limits(sources: list[Source], cfg: FacilityConfig, jobs: list[Job], tiled: 
                       f"measured {'/'.join(map(str, counts))} device(s), fewer or not a whole "
                       "number of nodes; a job's GPU j replays device j mod n, in phase")
     if tiled:
-        parts = [f"{s.run_id}: {s.length * step_s:.1f} s, its {s.tile} "
-                 f"[{s.block[0] * step_s:.1f} s, {s.block[1] * step_s:.1f} s)"
+        parts = [f"{s.run_id} ({s.length * step_s:.1f} s): {s.sh.describe(step_s)}"
                  for i, s in enumerate(sources) if i in tiled]
-        limits.append(f"tiling: to fill {horizon * step_s:.1f} s, each run repeats a block "
-                      "(joined at block boundaries, never stretched; times from the start of "
-                      "what it replays): " + "; ".join(parts))
+        how = ("each job runs its measured ramp-up, repeats its steady block with no restart "
+               "between repeats, and runs its measured ramp-down at its end only"
+               if cfg.sync == "lockstep" else
+               "each job is already running: it repeats its steady block with no restart "
+               "between repeats (no start or stop in view)")
+        limits.append(f"steady repeat: to fill {horizon * step_s:.1f} s, {how}; never "
+                      "stretched (times from the start of what each run replays): "
+                      + "; ".join(parts))
+        idle = [s for i, s in enumerate(sources) if i in tiled and not s.idle_device_w[1]]
+        if cfg.sync == "lockstep":
+            limits.append("job end: a job leaves its block at the last matching-phase cut "
+                          "before the horizon, so it may end up to one step or period early; its "
+                          "GPUs are idle after it at "
+                          + ("their measured idle power" if not idle else
+                             f"their lowest measured power ({which(idle)}: no idle measured)"))
     gaps = [s for s in sources if s.gap_s]
     if gaps:
         limits.append("gaps: missing readings bridged by linear interpolation: "
@@ -349,3 +389,119 @@ def _limits(sources: list[Source], cfg: FacilityConfig, jobs: list[Job], tiled: 
     if short_jobs:
         notes.append(f"{len(short_jobs)} job(s) cut to the nodes left on the site")
     return limits, notes
+
+
+def compose_schedule(sources: list[Source], cfg: FacilityConfig, jobs: Sequence[ScheduledJob],
+                     source_of: Sequence[int], *, arrivals: Arrivals | None = None,
+                     file: str | None = None) -> FacilityResult:
+    """Compose a site of jobs over time (a schedule file or drawn arrivals, :mod:`.schedule`).
+
+    Every GPU without a job draws its idle power; job j on k_j nodes adds its composed power
+    (:func:`.steady.job_indices`: ramp-up, steady block repeated, ramp-down) minus k_j idle nodes
+    while it runs: P_gpu(t) = N · P_idle,node + Σ_j [P_j(t) − k_j · P_idle,node] · 1[t in job j].
+
+    Args:
+        sources: the source runs; ``source_of[i]`` is job i's.
+        cfg: the site (``duration_s`` ``None``: up to the last job's end).
+        jobs: the jobs, each with its start and end (s).
+        source_of: the index into ``sources`` of each job's run.
+        arrivals: the model the jobs were drawn from (jobs then queue for free nodes).
+        file: the schedule file's name, for errors.
+
+    Raises:
+        InputError: a job does not fit the site (naming its line in the schedule file).
+    """
+    if not sources:
+        raise InputError("no source run to compose a site from", field="sources")
+    step_s = GRID_MS / 1000.0
+    horizon = (int(round(max(j.end_s for j in jobs) / step_s)) if cfg.duration_s is None
+               else int(round(cfg.duration_s / step_s)))
+    gpn = cfg.gpus_per_node
+    auto_note = None
+    if cfg.overhead is None:
+        chosen, auto_note = auto_overhead([sources[i].platform for i in set(source_of)], gpn)
+        cfg = replace(cfg, overhead=chosen)
+    ov = cfg.overhead
+    assert ov is not None
+    order = sorted(range(len(jobs)), key=lambda i: jobs[i].start_s)
+    placed = place([jobs[i] for i in order], cfg.nodes, gpn, horizon, step_s,
+                   queue=arrivals is not None, file=file)
+    idle_node = gpn * float(np.median(np.concatenate([s.idle_device_w[0] for s in sources])))
+    site_gpu = np.full(horizon, cfg.nodes * idle_node)
+    out_jobs: list[Job] = []
+    spans: list[tuple[int, int, np.ndarray]] = []  # per job: start, end, mean node excess (W)
+    for i, pl in zip(order, placed, strict=True):
+        src = sources[source_of[i]]
+        k = len(pl.nodes)
+        idx = job_indices(src.sh, src.length, pl.end - pl.start)
+        start, end = pl.start, min(pl.start + len(idx), horizon)
+        job = Job(source_of[i], int(pl.nodes[0]), k, 0, False, start=start,
+                  name=jobs[i].name, waited_s=pl.waited_s)
+        head, tail = src.sh.block[0], src.length - src.sh.block[1]
+        if start < horizon:
+            job.ramp_up = (start, min(start + head, horizon))
+        if pl.start + len(idx) <= horizon:
+            job.end = pl.start + len(idx)
+            job.ramp_down = (job.end - tail, job.end)
+        out_jobs.append(job)
+        if start >= horizon:
+            continue
+        counts: dict[tuple[int, ...], int] = {}
+        for kn in range(k):
+            w = tuple(np.bincount(np.arange(kn * gpn, (kn + 1) * gpn) % src.num_devices,
+                                  minlength=src.num_devices).tolist())
+            counts[w] = counts.get(w, 0) + 1
+        series = np.zeros(end - start)
+        for w, c in counts.items():
+            series += c * (np.asarray(w, dtype=np.float64) @ src.devices)[idx[:end - start]]
+        site_gpu[start:end] += series - k * idle_node
+        spans.append((start, end, series / k - idle_node))
+    # racks: each distinct mix of jobs' nodes is summed once (a job's nodes at its mean node)
+    racks = math.ceil(cfg.nodes / cfg.nodes_per_rack)
+    mixes: dict[tuple[tuple[int, int], ...], list[int]] = {}
+    per_rack: list[dict[int, int]] = [{} for _ in range(racks)]
+    for j, pl in enumerate(placed):
+        if j < len(spans):
+            for r, c in zip(*np.unique(pl.nodes // cfg.nodes_per_rack, return_counts=True),
+                            strict=True):
+                per_rack[int(r)][j] = per_rack[int(r)].get(j, 0) + int(c)
+    for r, in_rack in enumerate(per_rack):
+        mixes.setdefault(tuple(sorted(in_rack.items())), []).append(r)
+    rack_peak = np.zeros(racks)
+    for mix, members in mixes.items():
+        excess = np.zeros(horizon)
+        for j, c in mix:
+            a, b, node_excess = spans[j]
+            excess[a:b] += c * node_excess
+        for r in members:
+            n_nodes = min(cfg.nodes_per_rack, cfg.nodes - r * cfg.nodes_per_rack)
+            rack_peak[r] = n_nodes * ov.idle_w + (1.0 + ov.fraction) * (
+                n_nodes * idle_node + float(excess.max(initial=0.0)))
+    it_w = cfg.nodes * ov.idle_w + (1.0 + ov.fraction) * site_gpu
+    limit = max((s.power_limit_w for s in sources if s.power_limit_w), default=None)
+    design = None if limit is None else cfg.nodes * float(ov.node_w(gpn * limit))
+    facility_w = cfg.pue.apply(it_w, design)
+    used = sorted(set(source_of))
+    limits, notes = _limits(sources, cfg, out_jobs, set(used), horizon, step_s, None)
+    what = (f"arrival model: {arrivals.describe()}" if arrivals is not None
+            else f"schedule file {file}: {len(jobs)} jobs at the times it gives")
+    limits = [line if not line.startswith("phase model") else
+              f"jobs over time ({what}); each job's phase is set by its start" for line in limits]
+    measured_idle = all(sources[i].idle_device_w[1] for i in used)
+    limits.append(f"idle: GPUs without a job draw {idle_node / gpn:.1f} W each, the median "
+                  + ("measured idle power of the source runs' devices (outside their work "
+                     "windows)" if measured_idle else
+                     "of the source runs' devices' idle power, their lowest measured power "
+                     "standing in where no idle was measured")
+                  + "; a job steps from idle to its work window's first sample in one 0.1 s "
+                  "step (what preceded the work window, e.g. model loading, is left out)")
+    limits.append("racks: a job's nodes are counted at its mean node (exact when a run's "
+                  "devices fill whole nodes)")
+    waited = [j for j in out_jobs if j.waited_s > 0]
+    if waited:
+        notes.append(f"{len(waited)} job(s) waited for free nodes (longest "
+                     f"{max(j.waited_s for j in waited):g} s)")
+    if auto_note:
+        limits.append(f"node overhead chosen {auto_note}")
+    return FacilityResult(cfg, sources, out_jobs, step_s, site_gpu, it_w, facility_w, rack_peak,
+                          design, limits, notes)

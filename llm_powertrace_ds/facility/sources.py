@@ -14,6 +14,8 @@ from .. import metrics as metrics_mod
 from .. import schema
 from ..errors import InputError
 from ..run import Run
+from . import steady
+from .steady import Shape
 
 GRID_MS = metrics_mod.GRID_MS
 """Step of every composed profile (ms): the metrics' common grid."""
@@ -28,7 +30,8 @@ class Source:
     Attributes:
         run_id, platform: the run.
         devices: float64 (n_devices, T) power on the common 0.1 s grid (W).
-        block: (b0, b1) grid indices of the tiled block; ``tile`` says how it was found.
+        block: (b0, b1) grid indices of the repeated steady block; ``tile`` says how it was
+            found (``shape`` holds the details, :mod:`.steady`).
         share: its share of the site's nodes.
         synchrony_index: the run's ρ̄ (``None`` when it has fewer than 2 devices).
         power_limit_w: the largest device power limit, when reported.
@@ -37,6 +40,9 @@ class Source:
         window: which part of the run the template holds: ``work (<rule>) [a s, b s]`` (its
             work window, ``metrics.window``) or ``whole trace``.
         one_s_average: the run's power_w is a 1 s average (flag ``power_is_1s_average``).
+        shape: ramp-up, steady block, ramp-down and where a job may leave the block.
+        idle_w: per-device median power outside the work window (W), when at least
+            :data:`MIN_IDLE_S` of it was measured.
     """
 
     run_id: str
@@ -51,6 +57,25 @@ class Source:
     gap_s: float | None = None
     window: str = "whole trace"
     one_s_average: bool = False
+    shape: Shape | None = None
+    idle_w: np.ndarray | None = None
+
+    @property
+    def sh(self) -> Shape:
+        """Ramp-up, steady block and ramp-down (the whole template as block when not given)."""
+        if self.shape is not None:
+            return self.shape
+        return Shape(self.block, self.block, (0,), None, "whole")
+
+    @property
+    def idle_device_w(self) -> tuple[np.ndarray, bool]:
+        """Per-device idle power (W) and whether it was measured.
+
+        Without a measured idle, each device's lowest power in the template stands in.
+        """
+        if self.idle_w is not None:
+            return self.idle_w, True
+        return self.devices.min(axis=1), False
 
     @property
     def num_devices(self) -> int:
@@ -110,26 +135,44 @@ def source_from_run(run: Run, *, share: float = 1.0, synchrony_index: float | No
     steps = _first_rank(run, "step_begin")
     idx = np.searchsorted(grid, steps) if steps else np.zeros(0, dtype=np.int64)
     idx = idx[idx <= n] if idx.size else idx  # n: a block may end with the template
-    block, tile = (0, n), ("whole work window" if described != "whole trace"
-                           else "whole run (no step or steady-state events)")
-    if idx.size >= 2 and idx[-1] > idx[0]:
-        block, tile = (int(idx[0]), int(idx[-1])), f"{idx.size - 1} whole steps"
-    else:
-        begins = _first_rank(run, "steady_begin")
-        ends = [e for e in _first_rank(run, "steady_end") if begins and e > begins[0]]
-        if begins and ends:
-            b0 = int(np.searchsorted(grid, begins[0]))
-            b1 = min(int(np.searchsorted(grid, ends[0])), n)
-            if b1 - b0 >= 2:
-                block, tile = (b0, b1), "steady-state window"
+    steady_window = None
+    begins = _first_rank(run, "steady_begin")
+    ends = [e for e in _first_rank(run, "steady_end") if begins and e > begins[0]]
+    if begins and ends:
+        s0 = int(np.searchsorted(grid, begins[0]))
+        s1 = min(int(np.searchsorted(grid, ends[0])), n)
+        if s1 - s0 >= 2:
+            steady_window = (s0, s1)
+    sh = steady.shape(devices.sum(axis=0), GRID_MS / 1000.0,
+                      steps=idx if idx.size >= 2 else None, steady=steady_window)
+    tile = {"steps": f"{len(sh.cuts)} whole steps", "events": "steady-state window",
+            "period": f"steady window, {len(sh.cuts)} periods of {sh.period_s or 0:.2f} s",
+            "matched": "steady window, cut at matching samples",
+            "whole": ("whole work window" if described != "whole trace"
+                      else "whole run (no steady window found)")}[sh.how]
+    idle = _idle_w(np.vstack(al.devices), al.grid_ms, grid)
     limits = [d.power_limit_w or d.default_power_limit_w for d in run.devices]
     known = [float(x) for x in limits if x]
     # the same test as validate.py's cpu_proxy flag, so an unflagged proxy run is caught too
     proxy = ("cpu_proxy" in run.flags or run.meta.get("sampler") == "cpu_proxy"
              or run.platform == "cpu_proxy")
-    return Source(run.run_id, run.platform, devices, block, tile, share, synchrony_index,
+    return Source(run.run_id, run.platform, devices, sh.block, tile, share, synchrony_index,
                   max(known) if known else None, proxy, window=described,
-                  one_s_average="power_is_1s_average" in run.flags)
+                  one_s_average="power_is_1s_average" in run.flags, shape=sh, idle_w=idle)
+
+
+MIN_IDLE_S = 1.0
+"""Least measured time outside the work window for a device's idle power to be measured."""
+
+
+def _idle_w(all_devices: np.ndarray, all_grid: np.ndarray, kept: np.ndarray) -> np.ndarray | None:
+    """Per-device median power outside the work window, or ``None`` when too little was measured."""
+    if not len(kept):
+        return None
+    outside = (all_grid < kept[0]) | (all_grid > kept[-1])
+    if outside.sum() * GRID_MS / 1000.0 < MIN_IDLE_S:
+        return None
+    return np.median(all_devices[:, outside], axis=1)
 
 
 def _matches(row: Mapping[str, Any], axis: str, value: str) -> bool:

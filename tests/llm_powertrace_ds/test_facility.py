@@ -97,8 +97,8 @@ def test_one_node_lockstep_no_overhead_pue1_is_the_node_total():
     np.testing.assert_allclose(res.gpu_w, al.total, rtol=1e-12)
     energy = metrics.compute_run_metrics(run)["energy_j"]
     site, _ = fac.site_metrics(res)
-    assert site["energy_mwh"] * 3.6e9 == pytest.approx(energy, rel=1e-3)
-    assert site["peak_kw"] * 1e3 == pytest.approx(float(al.total.max()), rel=1e-12)
+    assert site["energy_j"] == pytest.approx(energy, rel=1e-3)
+    assert site["peak_w"] == pytest.approx(float(al.total.max()), rel=1e-12)
     assert not any("tiling" in line for line in res.limits)
     assert any("lock-step" in line for line in res.limits)
 
@@ -184,10 +184,17 @@ def test_runs_are_tiled_at_step_boundaries_never_stretched():
     res = compose(run, 8, sync="lockstep", duration_s=350.0, window="whole")
     node = src.devices.sum(axis=0)
     length = b1 - b0
-    expected = np.concatenate([node[:b1]] + [node[b0:b1]] * (3500 // length + 1))[:3500]
+    # the measured ramp-up and first block, whole blocks, whole steps of one more, the measured
+    # ramp-down once at the end, then the GPUs idle (at their lowest power: no idle measured)
+    steps = [int(np.searchsorted(grid, t)) - b0 for t in step_ms]
+    full, rest = divmod(3500 - b0 - (len(node) - b1), length)
+    r = max(c for c in steps if c <= rest)
+    job = np.concatenate([node[:b0]] + [node[b0:b1]] * full + [node[b0:b0 + r], node[b1:]])
+    expected = np.concatenate([job, np.full(3500 - len(job), src.devices.min(axis=1).sum())])
     np.testing.assert_allclose(res.gpu_w, expected, rtol=1e-13)
-    assert any(line.startswith("tiling: to fill 350.0 s") and "steps-a:" in line
-               for line in res.limits)
+    assert full >= 3 and 0 < 3500 - len(job) < max(np.diff(steps))
+    assert any(line.startswith("steady repeat: to fill 350.0 s") and "steps-a" in line
+               and "cut at step boundaries" in line for line in res.limits)
     # the work window starts at the first step: its template is the whole-step block itself
     work = fac.source_from_run(run)
     np.testing.assert_array_equal(work.devices, src.devices[:, b0:b1])
@@ -207,7 +214,8 @@ def test_inference_runs_tile_their_steady_state_window():
     assert work.window == "work window (steady) [20.0 s, 70.0 s]"
     np.testing.assert_array_equal(work.devices, src.devices[:, src.block[0]:src.block[1]])
     run.events = []
-    assert fac.source_from_run(run, window="whole").tile.startswith("whole run")
+    # no events: the steady window is found from power, never the whole run with its ramps
+    assert fac.source_from_run(run, window="whole").tile.startswith("steady window")
     assert "(detected)" in fac.source_from_run(run).window
 
 
@@ -241,7 +249,7 @@ def test_node_overhead_racks_and_pue():
     node_gpu_w = res.gpu_w / 6  # lock-step: six identical nodes; racks of 4 and 2 nodes
     np.testing.assert_allclose(res.rack_peak_it_w, [4 * 1000 + 1.25 * 4 * node_gpu_w.max(),
                                                     2 * 1000 + 1.25 * 2 * node_gpu_w.max()])
-    assert fac.site_metrics(res)[0]["rack_peak_kw"] == pytest.approx(res.rack_peak_it_w[0] / 1e3)
+    assert fac.site_metrics(res)[0]["rack_peak_w"] == pytest.approx(res.rack_peak_it_w[0])
     mixed = fac.compose([fac.source_from_run(run), fac.source_from_run(step_run("b", seed=5))],
                         fac.FacilityConfig(gpus=8 * 3, nodes_per_rack=2, overhead=ov,
                                            sync="independent", duration_s=100))
@@ -283,22 +291,23 @@ def test_site_metrics_units_and_demand_peak():
     res = compose(run, 8 * 125, sync="independent", duration_s=1800.0, pue=fac.Pue(1.2))
     m, notes = fac.site_metrics(res)
     x = res.facility_w
-    assert m["peak_kw"] == pytest.approx(x.max() / 1e3)
-    assert m["mean_kw"] == pytest.approx(x.mean() / 1e3)
-    assert m["swing_kw"] == pytest.approx(swing(x) / 1e3)
+    assert m["peak_w"] == pytest.approx(x.max())
+    assert m["mean_w"] == pytest.approx(x.mean())
+    assert m["swing_p95_p5_w"] == pytest.approx(swing(x))
+    assert m["range_w"] == pytest.approx(x.max() - x.min())
     means15 = x.reshape(2, -1).mean(axis=1)
-    assert m["demand_peak_15min_kw"] == pytest.approx(means15.max() / 1e3)
-    assert m["ramp_up_max_15min_mw_per_15min"] == pytest.approx(
-        max(0.0, means15[1] - means15[0]) / 1e6)
+    assert m["demand_peak_900s_w"] == pytest.approx(means15.max())
+    assert m["ramp_up_max_900s_w_per_s"] == pytest.approx(
+        max(0.0, means15[1] - means15[0]) / 900)
     r1 = (x[10:] - x[:-10]) / 1.0
-    assert m["ramp_up_max_1s_mw_per_s"] == pytest.approx(r1.max() / 1e6)
+    assert m["ramp_up_max_1s_w_per_s"] == pytest.approx(r1.max())
     m1 = x.reshape(30, -1).mean(axis=1)
-    assert m["ramp_down_max_1min_mw_per_min"] == pytest.approx(max(0, -np.diff(m1).min()) / 1e6)
+    assert m["ramp_down_max_60s_w_per_s"] == pytest.approx(max(0, -np.diff(m1).min()) / 60)
     ldc = fac.load_duration_curve(x)
     assert ldc[0] == (0.0, pytest.approx(x.max())) and ldc[-1][1] == pytest.approx(x.min())
     short = compose(run, 8, duration_s=30.0)
     m, notes = fac.site_metrics(short)
-    assert m["demand_peak_15min_kw"] is None and any("15min" in n for n in notes)
+    assert m["demand_peak_900s_w"] is None and any("900s" in n for n in notes)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -330,7 +339,7 @@ def test_cli_json_profile_and_figure(dataset, tmp_path, capsys):
                             "seed": 0}
     assert data["node_overhead"]["model"] == "dgx-h100"
     assert any(line.startswith("phase model independent") for line in data["limits"])
-    assert any("tiling" in line for line in data["limits"])
+    assert any(line.startswith("steady repeat") for line in data["limits"])
     table = pq.read_table(out)
     assert sorted(set(table.column("resolution_s").to_pylist())) == [0.1, 1.0, 60.0, 900.0]
     meta = json.loads(table.schema.metadata[b"llm_powertrace_facility"])
@@ -341,7 +350,7 @@ def test_cli_json_profile_and_figure(dataset, tmp_path, capsys):
                              strict=True):
         energy[r] = energy.get(r, 0.0) + length * kw
     assert max(energy.values()) == pytest.approx(min(energy.values()), rel=1e-9)
-    assert energy[0.1] / 3.6e6 == pytest.approx(data["metrics"]["energy_mwh"], rel=1e-9)
+    assert energy[0.1] * 1e3 == pytest.approx(data["metrics"]["energy_j"], rel=1e-9)
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
 
 
@@ -351,7 +360,7 @@ def test_cli_table_states_mode_and_limits(dataset, capsys):
     text = capsys.readouterr().out
     assert "sync: lockstep (composed, not measured)" in text
     assert "source run-a" in text and "source run-b" not in text
-    assert "demand_peak_15min_kw" in text and "limit: phase model lock-step" in text
+    assert "demand_peak_900s_w" in text and "limit: phase model lock-step" in text
 
 
 def test_where_filters_on_any_runs_column(dataset):
@@ -372,7 +381,7 @@ def test_cli_pue_curve(dataset, tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["pue"]["curve"] == {"x_name": "it_power_kw", "x": [0.0, 1000.0],
                                     "pue": [1.5, 1.1]}
-    ratio = data["metrics"]["mean_kw"] / data["metrics"]["it_mean_kw"]
+    ratio = data["metrics"]["mean_w"] / data["metrics"]["it_mean_w"]
     assert 1.1 < ratio < 1.5
     with pytest.raises(SystemExit) as exc:  # one PUE model or the other
         main(["facility", str(dataset), "--gpus", "16", "--pue", "1.2", "--pue-curve",
@@ -431,20 +440,20 @@ def test_real_4xh200_one_node_reproduces_the_run(tmp_path, capsys, stem):
                  "lockstep", "--pue", "1", "--node-overhead", "none", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     # by default the site replays the run's work window (detected from power: no events)
-    energy_j = data["metrics"]["energy_mwh"] * 3.6e9
+    energy_j = data["metrics"]["energy_j"]
     # N profile samples of 0.1 s against the trapezoid over the N - 1 intervals between them:
     # they differ by at most one sample's energy
     assert abs(energy_j - row["work_energy_j"]) <= 0.1 * row["work_peak_power_w"]
-    assert math.isclose(data["metrics"]["peak_kw"] * 1e3, row["work_peak_power_w"],
+    assert math.isclose(data["metrics"]["peak_w"], row["work_peak_power_w"],
                         rel_tol=1e-2)
     assert any("1 s average" in line for line in data["limits"])  # H200 power.draw
     assert main(["facility", str(root), "--gpus", "4", "--gpus-per-node", "4", "--sync",
                  "lockstep", "--pue", "1", "--node-overhead", "none", "--format", "json",
                  "--window", "whole"]) == 0
     data = json.loads(capsys.readouterr().out)
-    energy_j = data["metrics"]["energy_mwh"] * 3.6e9
+    energy_j = data["metrics"]["energy_j"]
     assert math.isclose(energy_j, row["energy_j"], rel_tol=1e-3), (energy_j, row["energy_j"])
-    assert math.isclose(data["metrics"]["peak_kw"] * 1e3, row["peak_power_w"], rel_tol=1e-2)
+    assert math.isclose(data["metrics"]["peak_w"], row["peak_power_w"], rel_tol=1e-2)
 
 
 def test_the_card_states_what_composition_extrapolates(dataset):
@@ -476,12 +485,12 @@ def test_real_nvidia_smi_inference_one_node_reproduces_the_run(tmp_path, capsys,
                  "--gpus-per-node", str(gpus), "--pue", "1", "--node-overhead", "none",
                  "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert math.isclose(data["metrics"]["energy_mwh"] * 3.6e9, row["energy_j"], rel_tol=1e-3)
+    assert math.isclose(data["metrics"]["energy_j"], row["energy_j"], rel_tol=1e-3)
     # the composed profile is the devices interpolated onto the 0.1 s grid (a common grid for
     # every job), so between-grid spikes of these A100s are partly averaged; the run's own
     # peak_power_w is the tick sum, at most a few % higher, and the limits say so
     grid_peak = float(metrics.node_total(shards.read_run(root, row["run_id"])).total.max())
-    assert math.isclose(data["metrics"]["peak_kw"] * 1e3, grid_peak, rel_tol=1e-9)
+    assert math.isclose(data["metrics"]["peak_w"], grid_peak, rel_tol=1e-9)
     assert grid_peak <= row["peak_power_w"] <= 1.05 * grid_peak
     assert any(line.startswith("0.1 s grid:") for line in data["limits"])
 
@@ -528,9 +537,10 @@ def test_an_event_free_log_composes_its_active_window_whatever_its_padding():
         assert any(line.startswith("1 s averages:") and "under-reported" in line
                    for line in res.limits)
         assert fac.to_json(res)["sources"][0]["power_is_1s_average"] is True
-    for name in ("par", "peak_kw", "mean_kw", "swing_kw", "ramp_up_max_1s_mw_per_s",
-                 "ramp_down_max_1s_mw_per_s", "ramp_abs_p99_1s_mw_per_s", "p5_kw"):
-        assert sites[10.0][name] == pytest.approx(sites[120.0][name], rel=1e-9), name
+    for name in ("par", "peak_w", "mean_w", "swing_p95_p5_w", "ramp_up_max_1s_w_per_s",
+                 "ramp_down_max_1s_w_per_s", "ramp_abs_p99_1s_w_per_s", "p5_w"):
+        # rel 1e-6: the idle power after the job is the median of the padding actually measured
+        assert sites[10.0][name] == pytest.approx(sites[120.0][name], rel=1e-6), name
     # the whole trace repeats the idle head and tail: PAR grows with the padding
     whole = {}
     for pad in (10.0, 120.0):

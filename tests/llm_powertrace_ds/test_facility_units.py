@@ -1,7 +1,7 @@
 """Unit conversions of ``facility`` and the energy metrics, checked on known numbers.
 
-A PUE curve over ``it_power_kw`` is read at IT power in kW (W / 1000); site metrics are W / 1e3
-(kW), W / 1e6 (MW) and J / 3.6e9 (MWh); energy counters are mJ / 1000 (J); the power integral
+A PUE curve over ``it_power_kw`` is read at IT power in kW (W / 1000); site metrics are SI
+(W, J, W/s), printed in MW, MWh and MW/min; energy counters are mJ / 1000 (J); the power integral
 reads ``t_ms`` / 1000 (s); a preset's constant part per node scales with GPUs per node / 8.
 """
 
@@ -48,8 +48,8 @@ def test_a_composed_site_applies_the_kilowatt_curve_to_its_it_power(tmp_path):
     np.testing.assert_allclose(res.it_w, 20_000.0)
     np.testing.assert_allclose(res.facility_w, 28_000.0)
     m, _ = fac.site_metrics(res)
-    assert m["mean_kw"] == pytest.approx(28.0)
-    assert m["it_mean_kw"] == pytest.approx(20.0)
+    assert m["mean_w"] == pytest.approx(28_000.0)
+    assert m["it_mean_w"] == pytest.approx(20_000.0)
 
 
 def test_site_metrics_convert_watts_to_kilowatts_and_joules_to_megawatt_hours(tmp_path):
@@ -59,13 +59,13 @@ def test_site_metrics_convert_watts_to_kilowatts_and_joules_to_megawatt_hours(tm
     res = fac.compose([fac.source_from_run(constant_run(), window="whole")], cfg)
     m, _ = fac.site_metrics(res)
     # per node: 4000 W of GPUs + 1000 W + 0.5 x 4000 W = 7000 W; two nodes; PUE 1.25
-    assert m["gpu_mean_kw"] == pytest.approx(8.0) and m["gpu_peak_kw"] == pytest.approx(8.0)
-    assert m["it_mean_kw"] == pytest.approx(14.0) and m["it_peak_kw"] == pytest.approx(14.0)
-    assert m["rack_peak_kw"] == pytest.approx(7.0)  # one node per rack
-    assert m["peak_kw"] == pytest.approx(17.5)
+    assert m["gpu_mean_w"] == pytest.approx(8e3) and m["gpu_peak_w"] == pytest.approx(8e3)
+    assert m["it_mean_w"] == pytest.approx(14e3) and m["it_peak_w"] == pytest.approx(14e3)
+    assert m["rack_peak_w"] == pytest.approx(7e3)  # one node per rack
+    assert m["peak_w"] == pytest.approx(17_500.0)
     duration_s = len(res.facility_w) * res.step_s
     assert m["duration_s"] == pytest.approx(duration_s)
-    assert m["energy_mwh"] == pytest.approx(17_500.0 * duration_s / 3.6e9)
+    assert m["energy_j"] == pytest.approx(17_500.0 * duration_s)
 
 
 def test_a_preset_overhead_scales_its_constant_part_with_gpus_per_node():
