@@ -361,11 +361,9 @@ def _link_or_copy(src: str, dst: str) -> None:
 
 def _copy_sources_record(root: Path, dst: Path) -> None:
     """Carry ``sources.json`` (what ``get`` recorded: licence, citation, URL) into a copy."""
-    from llm_powertrace_ds.sources.provenance import SOURCES_PATH
+    from llm_powertrace_ds.sources.provenance import copy_public
 
-    if (root / SOURCES_PATH).is_file():
-        dst.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(root / SOURCES_PATH, dst / SOURCES_PATH)
+    copy_public(root, dst)  # through the privacy gate: no signed-URL token or private host
 
 
 def _prepare(args: argparse.Namespace, work: Path) -> tuple[Plan, Path]:

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from llm_powertrace_ds import metrics, scaling
-from llm_powertrace_ds.sources.provenance import SOURCES_PATH, read_sources
+from llm_powertrace_ds.privacy import markdown_inline
+from llm_powertrace_ds.sources.provenance import SOURCES_PATH, public_entry, read_sources
 
 SCALING_FIT_PATH = scaling.DATASET_FIT_PATH
 
@@ -60,17 +61,21 @@ def sources_section(runs: list[dict[str, Any]], root: str | Path | None = None) 
             n = sum(1 for r in runs if r.get("sampler") == key)
             lines.append(f"- `{key}` ({n} run(s)): {SOURCES[key]}")
         lines.append("")
-    for entry in recorded:
-        files = entry.get("files") or []
+    for raw in recorded:
+        entry = public_entry(raw)  # a record written by hand or an older version: gated too
+        files = [f for f in entry.get("files") or [] if isinstance(f, dict)]
         pinned = all(f.get("pinned") for f in files) and bool(files)
-        lines += [f"### {entry.get('title') or entry.get('name')}", "",
-                  f"- Source: `{entry.get('name')}`, {entry.get('source_url')}",
-                  f"- Licence: `{entry.get('licence')}`"
+        md = markdown_inline
+        url = entry.get("source_url")
+        lines += [f"### {md(entry.get('title') or entry.get('name'))}", "",
+                  f"- Source: `{md(entry.get('name'))}`, "
+                  + (f"<{url}>" if url else "publisher's page not recorded (a private address)"),
+                  f"- Licence: `{md(entry.get('licence'))}`"
                   + ("" if entry.get("redistributable") is True else
                      " — **no redistribution licence**: do not republish these runs"),
-                  f"- Citation: {entry.get('citation')}",
+                  f"- Citation: {md(entry.get('citation') or 'not recorded')}",
                   f"- Runs: {len(entry.get('runs') or [])}; retrieved "
-                  f"{entry.get('retrieved_utc')}"
+                  f"{md(entry.get('retrieved_utc'))}"
                   + (" from a local copy" if entry.get("from_local_copy") else "")
                   + f"; {len(files)} file(s), "
                   + ("each checked against the recipe's size and SHA-256" if pinned else

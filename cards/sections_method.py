@@ -6,9 +6,10 @@ from collections import Counter
 from typing import Any
 
 from llm_powertrace_ds import facility, schema
+from llm_powertrace_ds.privacy import markdown_inline
 from llm_powertrace_ds.run import Event
 from llm_powertrace_ds.schema import is_cpu_proxy
-from llm_powertrace_ds.sources.provenance import read_sources
+from llm_powertrace_ds.sources.provenance import public_entry, read_sources
 
 from .card_text import (
     PAPER_TITLE,
@@ -294,8 +295,10 @@ def _licence_citation_changelog(summary: FolderSummary, repo_id: str | None = No
     recorded = read_sources(summary.root)
     if recorded:
         lines += ["Runs imported from a public source keep their publisher's licence and "
-                  "citation: " + "; ".join(f"`{e.get('name')}` — `{e.get('licence')}`, cite "
-                                           f"{e.get('citation')}" for e in recorded)
+                  "citation: " + "; ".join(f"`{markdown_inline(e.get('name'))}` — "
+                                           f"`{markdown_inline(e.get('licence'))}`, cite "
+                                           f"{markdown_inline(e.get('citation') or 'n/a')}"
+                                           for e in map(public_entry, recorded))
                   + " (see Sources).", ""]
     lines += [
              "## Citation", "",

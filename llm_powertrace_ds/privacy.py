@@ -305,3 +305,130 @@ def check_labels(field: str, values: Iterable[str | None], *,
     for value in values:
         if value is not None:
             check_text(field, value, file=file)
+
+
+# ---------------------------------------------------------------------------------------------
+# Text that leaves with a folder: URLs and credits of public sources
+# ---------------------------------------------------------------------------------------------
+
+URL_SCHEMES = ("http", "https", "ftp")
+"""Schemes a recorded URL may have."""
+PRIVATE_TLDS = ("localhost", "local", "lan", "internal", "intranet", "corp", "intra", "home",
+                "cluster", "localdomain", "arpa", "test", "invalid", "private")
+"""Top-level labels of names that resolve only inside a site (RFC 6761, RFC 6762, common use)."""
+MAX_CREDIT_CHARS = 1000
+"""Longest title or citation of a public source."""
+_URL_IN_TEXT_RE = re.compile(r"[a-z][a-z0-9+.-]*://[^\s<>\"']+", re.I)
+_NUMERIC_LABEL_RE = re.compile(r"^(?:\d+|0x[0-9a-f]+)$", re.I)
+
+
+def _private_host(host: str) -> bool:
+    """Whether a URL's host names a loopback, private, link-local or site-only address."""
+    import ipaddress
+
+    host = host.strip("[]").rstrip(".").lower()
+    try:
+        return not ipaddress.ip_address(host).is_global
+    except ValueError:
+        pass
+    labels = host.split(".")
+    if len(labels) < 2 or labels[-1] in PRIVATE_TLDS or _NUMERIC_LABEL_RE.match(labels[-1]):
+        return True  # a bare name, a site-only TLD, or an address in another notation (127.1)
+    return any(n.lower() in labels for n in _local_identities())
+
+
+def public_url(url: str) -> str | None:
+    """The part of ``url`` that may be published, or ``None`` when none may.
+
+    Kept: scheme, host, port and path. Stripped: the query (signed-URL tokens: Zenodo's
+    ``?token=``, S3's ``X-Amz-Signature``, the Hub's ``?download=...&token=``), the fragment and
+    any ``user:password@``. Dropped whole (``None``): a host that is an IP address outside the
+    public internet (loopback, private, link-local, reserved), a bare or site-only name
+    (``localhost``, ``*.local``, ``*.internal``, this machine's name), a scheme other than
+    :data:`URL_SCHEMES`, a control character, a space, quote, backslash or angle bracket (it
+    is written as a Markdown autolink), or a path that holds an access token.
+
+    Example:
+        >>> public_url("https://user:hf_abcdefghijklmnopqrst@zenodo.org/records/1/f.csv?token=x")
+        'https://zenodo.org/records/1/f.csv'
+        >>> public_url("http://127.0.0.1:8000/f.csv") is None
+        True
+    """
+    from urllib.parse import urlsplit, urlunsplit
+
+    if not isinstance(url, str) or any(unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co")
+                                       or c.isspace() or c in "<>\"'`\\" for c in url):
+        return None
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    host = parts.hostname
+    if parts.scheme.lower() not in URL_SCHEMES or not host or _private_host(host):
+        return None
+    if _looks_secret(parts.path) or _text_problem_in_path(parts.path):
+        return None
+    netloc = f"[{host}]" if ":" in host else host
+    return urlunsplit((parts.scheme.lower(), netloc if port is None else f"{netloc}:{port}",
+                       parts.path, "", ""))
+
+
+def _text_problem_in_path(path: str) -> bool:
+    lowered = path.lower()
+    return bool(_USER_AT_HOST_RE.search(path)) or any(
+        re.search(rf"(?<![a-z0-9]){re.escape(n.lower())}(?![a-z0-9])", lowered)
+        for n in _local_identities())
+
+
+def credit_problem(value: str) -> str | None:
+    """Why a public source's title or citation may not be published (``None`` when it may).
+
+    A credit is prose that may cite a public URL (a DOI), so the path-and-host rules of
+    :func:`text_problem` do not apply; refused are: control characters (it must be one line),
+    more than :data:`MAX_CREDIT_CHARS`, an access token, an IP address, ``user@host``, this
+    machine's host or user name, and a URL that is not its own :func:`public_url` (a query, a
+    password, a private host). Markup is not refused: the card escapes it
+    (:func:`markdown_inline`).
+    """
+    if any(unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co") for ch in value):
+        return "holds a control character (a newline?): it must be one line"
+    if len(value) > MAX_CREDIT_CHARS:
+        return f"is longer than {MAX_CREDIT_CHARS} characters"
+    for url in _URL_IN_TEXT_RE.findall(value):
+        if public_url(url.rstrip(".,;:)]")) != url.rstrip(".,;:)]"):
+            return (f"cites the URL {_shown(url)}, which is not public as written (a query, "
+                    "a password or a private host)")
+    rest = _URL_IN_TEXT_RE.sub(" ", value)
+    if _looks_secret(rest):
+        return "looks like an access token or secret key"
+    if _IPV4_RE.search(rest) or _IPV6_RE.search(rest):
+        return "holds an IP address"
+    if _USER_AT_HOST_RE.search(rest):
+        return "looks like an e-mail address or user@host"
+    lowered = value.lower()
+    if any(re.search(rf"(?<![a-z0-9]){re.escape(n.lower())}(?![a-z0-9])", lowered)
+           for n in _local_identities()):
+        return "holds this machine's host or user name"
+    return None
+
+
+_MD_SPECIAL_RE = re.compile(r"([\\`*_{}\[\]#|~])")
+
+
+def markdown_inline(value: Any) -> str:
+    r"""``value`` as inert text inside one Markdown line of the card.
+
+    One line (every run of whitespace, newlines included, becomes a space), no control or
+    bidirectional characters, HTML's ``& < > "`` as entities (no tag, no ``onerror``) and
+    Markdown's punctuation that makes structure backslash-escaped (`` \ ` * _ { } [ ] # | ~ ``:
+    no heading, link, image, table cell, code or emphasis made by the text).
+
+    Example:
+        >>> markdown_inline('<img src=x onerror=alert(1)>\n## Licence: Public domain')
+        '&lt;img src=x onerror=alert(1)&gt; \\#\\# Licence: Public domain'
+    """
+    import html
+
+    text = " ".join(strip_control(str(value)).split())
+    return _MD_SPECIAL_RE.sub(r"\\\1", html.escape(text, quote=True))

@@ -32,6 +32,8 @@ DEFAULT_MAX_UNPACKED_BYTES = 20 * 1024**3
 """Largest total an archive may unpack to, unless its recipe says otherwise (20 GiB)."""
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+_LICENCE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+-]{0,63}$")
+"""An SPDX licence id (``Apache-2.0``, ``CC-BY-4.0``, ``LicenseRef-...``)."""
 
 
 def safe_relpath(text: str, *, file: str | Path | None = None, field: str = "path") -> str:
@@ -117,6 +119,19 @@ def _need(raw: Mapping[str, Any], key: str, kind: type, *, file: str | Path | No
     return value
 
 
+def _credit(raw: Mapping[str, Any], key: str, *, file: str | Path | None) -> str:
+    """A title or citation: text, one line, nothing private (``privacy.credit_problem``)."""
+    from ..privacy import credit_problem
+
+    value: str = _need(raw, key, str, file=file)
+    problem = credit_problem(value)
+    if problem is not None:
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:56] + "...'"
+        raise InputError(f"value {shown} {problem}; refused (it is published in the card and "
+                         "sources.json)", file=file, field=key)
+    return value
+
+
 def _remote(raw: Any, *, file: str | Path | None, k: int) -> RemoteFile:
     where = f"files[{k}]"
     if not isinstance(raw, Mapping):
@@ -162,14 +177,18 @@ def recipe_from_mapping(raw: Mapping[str, Any], *, file: str | Path | None = Non
     if isinstance(cap, bool) or not isinstance(cap, int) or cap <= 0:
         raise InputError(f"value {cap!r} is not a positive byte count", file=file,
                          field="max_unpacked_bytes")
+    licence = _need(raw, "licence", str, file=file)
+    if not _LICENCE_RE.match(licence):
+        raise InputError(f"value {licence!r} is not an SPDX licence id such as 'CC-BY-4.0'",
+                         file=file, field="licence")
     workload = raw.get("workload")
     if workload not in (None, "finetune", "inference"):
         raise InputError(f"value {workload!r} is not finetune or inference", file=file,
                          field="workload")
     return Recipe(
-        name=name, title=_need(raw, "title", str, file=file),
-        licence=_need(raw, "licence", str, file=file), redistributable=redistributable,
-        citation=_need(raw, "citation", str, file=file),
+        name=name, title=_credit(raw, "title", file=file),
+        licence=licence, redistributable=redistributable,
+        citation=_credit(raw, "citation", file=file),
         source_url=_need(raw, "source_url", str, file=file), fmt=fmt,
         files=tuple(_remote(f, file=file, k=k) for k, f in enumerate(files)),
         import_path=safe_relpath(str(raw.get("import_path") or "."), file=file,
