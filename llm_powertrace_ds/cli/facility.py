@@ -184,7 +184,9 @@ def cmd_facility(args: argparse.Namespace) -> int:
         return 0
     site = data["site"]
     print(f"site: {site['gpus']} GPUs, {site['nodes']} nodes, {site['racks']} racks, "
-          f"{site['jobs']} jobs, {site['duration_s']:g} s; sync: {data['sync']} "
+          f"{site['jobs']} jobs, {site['duration_s']:g} s; "
+          f"{'sync' if data['sync'] in ('lockstep', 'independent', 'measured') else 'jobs'}: "
+          f"{data['sync']} "
           "(composed, not measured)")
     for s in data["sources"]:
         print(f"source {s['run_id']}: {s['devices']} device(s), share {s['share']:.3g}, "

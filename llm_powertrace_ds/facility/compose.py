@@ -95,7 +95,8 @@ class Job:
     """One job on the site: its source, its nodes and its phase offset (grid steps).
 
     ``start`` and ``end`` (grid steps; ``end`` ``None``: runs past the horizon) bound the job;
-    ``ramp_up`` and ``ramp_down`` are the grid steps of its measured ramps on the site's clock
+    ``ramp_up`` and ``ramp_down`` are the grid steps of its measured ramps on the site's clock,
+    from its start to its steady window and from the end of its steady window to its end
     (``None`` when out of view: a job already running, or one cut by the horizon).
     """
 
@@ -127,6 +128,7 @@ class FacilityResult:
         design_it_w: IT power of the site with every GPU at its limit (``None`` if unknown).
         limits: what is extrapolated rather than measured (stated in every output).
         notes: other facts about the composition.
+        timing: how jobs are laid out in time.
     """
 
     config: FacilityConfig
@@ -140,6 +142,8 @@ class FacilityResult:
     design_it_w: float | None
     limits: list[str]
     notes: list[str]
+    timing: str = "horizon"
+    """``horizon`` (every node busy from the start), ``schedule`` or ``arrivals``."""
 
     @property
     def duration_s(self) -> float:
@@ -261,7 +265,7 @@ def compose(sources: list[Source], cfg: FacilityConfig, *, selected: str | None 
         job = Job(si, node, k_nodes, offset, common)
         if lockstep:
             length = len(job_indices(src.sh, src.length, horizon))
-            head, tail = src.sh.block[0], src.length - src.sh.block[1]
+            head, tail = src.sh.steady[0], src.length - src.sh.steady[1]
             job.ramp_up = (0, min(head, horizon))
             if length <= horizon:
                 job.end, job.ramp_down = length, (length - tail, length)
@@ -325,7 +329,7 @@ def _limits(sources: list[Source], cfg: FacilityConfig, jobs: list[Job], tiled: 
     if avg:
         limits.append(f"1 s averages: {which(avg)} report power_w as a 1 s average "
                       "(power_is_1s_average): oscillation above about 0.5 Hz was filtered away "
-                      "by the sensor, not measured, so band_rms_mid_kw, band_rms_high_kw and "
+                      "by the sensor, not measured, so band_rms_mid_w, band_rms_high_w and "
                       "the 0.2-3 Hz band are under-reported")
     phase = {"lockstep": "lock-step: every job starts at its run's t0 together (one synchronous "
                          "job across the site)",
@@ -364,7 +368,8 @@ def _limits(sources: list[Source], cfg: FacilityConfig, jobs: list[Job], tiled: 
         idle = [s for i, s in enumerate(sources) if i in tiled and not s.idle_device_w[1]]
         if cfg.sync == "lockstep":
             limits.append("job end: a job leaves its block at the last matching-phase cut "
-                          "before the horizon, so it may end up to one step or period early; its "
+                          "before its end (the horizon, or its end in a schedule), so it may end "
+                          "up to one step or period early; its "
                           "GPUs are idle after it at "
                           + ("their measured idle power" if not idle else
                              f"their lowest measured power ({which(idle)}: no idle measured)"))
@@ -437,7 +442,7 @@ def compose_schedule(sources: list[Source], cfg: FacilityConfig, jobs: Sequence[
         start, end = pl.start, min(pl.start + len(idx), horizon)
         job = Job(source_of[i], int(pl.nodes[0]), k, 0, False, start=start,
                   name=jobs[i].name, waited_s=pl.waited_s)
-        head, tail = src.sh.block[0], src.length - src.sh.block[1]
+        head, tail = src.sh.steady[0], src.length - src.sh.steady[1]
         if start < horizon:
             job.ramp_up = (start, min(start + head, horizon))
         if pl.start + len(idx) <= horizon:
@@ -504,4 +509,5 @@ def compose_schedule(sources: list[Source], cfg: FacilityConfig, jobs: Sequence[
     if auto_note:
         limits.append(f"node overhead chosen {auto_note}")
     return FacilityResult(cfg, sources, out_jobs, step_s, site_gpu, it_w, facility_w, rack_peak,
-                          design, limits, notes)
+                          design, limits, notes,
+                          timing="arrivals" if arrivals is not None else "schedule")

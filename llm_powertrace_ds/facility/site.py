@@ -214,7 +214,7 @@ def to_json(result: FacilityResult) -> dict[str, Any]:
         per_source.setdefault(j.source, []).append(j)
     return {
         "shape": JSON_SHAPE,
-        "sync": cfg.sync,
+        "sync": cfg.sync if result.timing == "horizon" else result.timing,
         "measured": False,
         "site": {"gpus": cfg.gpus, "gpus_per_node": cfg.gpus_per_node, "nodes": cfg.nodes,
                  "nodes_per_rack": cfg.nodes_per_rack, "racks": len(result.rack_peak_it_w),

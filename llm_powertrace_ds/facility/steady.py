@@ -25,7 +25,8 @@ between repeats:
 ``matched``
     No period (no peak reaches :data:`MIN_ACF`): b1 is the sample in the last
     :data:`MATCH_SEARCH_S` of the steady window whose next :data:`MATCH_WINDOW_S` best match
-    those after b0 (least squares); the job leaves the block only at its end.
+    those after b0 (least squares, the latest of equals); a job may leave the block at any
+    offset whose next samples match those after b1 within twice the join's own error.
 ``events``
     A ``steady_begin``/``steady_end`` window without steps or a period: the window itself.
 
@@ -209,10 +210,18 @@ def shape(total_w: np.ndarray, step_s: float, *, steps: np.ndarray | None = None
         return Shape((s0, s1), (s0, s1), (0,), None, "events")
     w = max(1, int(round(MATCH_WINDOW_S / step_s)))
     first = max(s0 + 1, s1 - w - int(round(MATCH_SEARCH_S / step_s)))
-    cand = np.arange(first, s1 - w + 1)
+    cand = np.arange(first, s1 - w + 1)[::-1]  # the latest of equal matches
     if cand.size == 0:
         return Shape((s0, s1), (s0, s1), (0,), None, "matched")
-    return Shape((s0, s1), (s0, _best_match(x, s0, cand, w)[0]), (0,), None, "matched")
+    b1, err = _best_match(x, s0, cand, w)
+    # where the job may leave the block: offsets whose next samples match those after b1 as
+    # well as the block's own join does
+    ref = x[b1:b1 + w]
+    errs = np.array([float(np.sum((x[s0 + r:s0 + r + w] - ref) ** 2)) for r in range(b1 - s0)])
+    scale = float(np.dot(ref, ref)) * 1e-12
+    cuts = tuple(int(r) for r in np.flatnonzero(errs <= 2.0 * err + scale))
+    return Shape((s0, s1), (s0, b1), cuts if cuts and cuts[0] == 0 else (0, *cuts), None,
+                 "matched")
 
 
 def job_indices(sh: Shape, n: int, length: int) -> np.ndarray:
