@@ -50,6 +50,8 @@ class FolderAudit:
         leftovers: hidden temporary files of a writer that is no longer running.
         duplicate_rows: run ids with more than one runs row (a merge into a runs-table segment
             or a republish stopped before its removals; ``validate --repair`` keeps one).
+        packed_runs: run ids with a row in a packed shard (``pack``'s output is never rewritten
+            in place: its problems are repaired in the folder it was packed from).
     """
 
     bad_files: list[str] = field(default_factory=list)
@@ -58,6 +60,7 @@ class FolderAudit:
     proxy_runs: list[str] = field(default_factory=list)
     leftovers: list[str] = field(default_factory=list)
     duplicate_rows: list[str] = field(default_factory=list)
+    packed_runs: set[str] = field(default_factory=set)
 
     @property
     def ok(self) -> bool:
@@ -65,13 +68,21 @@ class FolderAudit:
                     or self.duplicate_rows)
 
     def messages(self) -> list[str]:
-        """One line per problem."""
+        """One line per problem, each saying what repairs it."""
         out = list(self.bad_files)
-        out += [f"run {r}: trace file without a runs row" for r in self.orphan_traces]
-        out += [f"run {r}: runs row without a trace file" for r in self.orphan_rows]
-        out += [f"run {r}: more than one runs row (run `validate --repair`)"
+        out += [f"run {r}: trace file without a runs row{self._fix(r, '')}"
+                for r in self.orphan_traces]
+        out += [f"run {r}: runs row without a trace file"
+                f"{self._fix(r, ' (run `validate --repair`)')}" for r in self.orphan_rows]
+        out += [f"run {r}: more than one runs row{self._fix(r, ' (run `validate --repair`)')}"
                 for r in self.duplicate_rows]
         return out
+
+    def _fix(self, run_id: str, loose: str) -> str:
+        if run_id in self.packed_runs:
+            return (" in a packed folder, which is never rewritten in place: run `llm-powertrace "
+                    "validate --repair` on the folder it was packed from, then pack it again")
+        return loose
 
 
 def _expected(rel: tuple[str, ...]) -> str | None:
@@ -196,8 +207,11 @@ def audit_folder(root: str | Path) -> FolderAudit:
         for path in layout.shard_files(root, config):
             if path.relative_to(root).as_posix() in bad:
                 continue
+            packed = layout.is_packed(path.name)
             for row in _read_columns(path, (*PROXY_COLUMNS, "gpu_name")):
                 traces.add(row["run_id"])
+                if packed:
+                    audit.packed_runs.add(row["run_id"])
                 if schema.is_cpu_proxy(row):
                     proxy.add(row["run_id"])
     rows: set[str] = set()
@@ -207,10 +221,13 @@ def audit_folder(root: str | Path) -> FolderAudit:
         for path in layout.shard_files(root, config):
             if path.relative_to(root).as_posix() in bad:
                 continue
+            packed = layout.is_packed(path.name)
             for row in _read_columns(path, PROXY_COLUMNS):
                 if row["run_id"] in rows:
                     twice.add(row["run_id"])
                 rows.add(row["run_id"])
+                if packed:
+                    audit.packed_runs.add(row["run_id"])
                 if "summary_only" in (row.get("quality_flags") or []):
                     summaries.add(row["run_id"])
                 if schema.is_cpu_proxy(row):

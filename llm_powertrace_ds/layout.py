@@ -22,6 +22,7 @@ a segment's name, and it is no prefix that tools skip (``pyarrow.dataset`` skips
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from . import schema
@@ -68,6 +69,15 @@ def trace_path(root: str | Path, workload: str, platform: str, family: str, run_
 
 def runs_path(root: str | Path, workload: str, platform: str, run_id: str) -> Path:
     return data_root(root) / f"{workload}_runs" / platform / f"{run_id}{SHARD_SUFFIX}"
+
+
+PACKED_RE = re.compile(r"-\d{5}-of-\d{5}\.(arrow|parquet)$")
+"""Names of ``pack``'s shards (``<platform>-NNNNN-of-MMMMM.arrow``)."""
+
+
+def is_packed(name: str) -> bool:
+    """Whether a file name is a packed shard's (``pack``'s output: read and publish only)."""
+    return PACKED_RE.search(name) is not None
 
 
 def is_segment(name: str) -> bool:

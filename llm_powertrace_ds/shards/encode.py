@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import logging
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from .. import numbers, schema
+from .. import layout, numbers, schema
 from ..arrow_numpy import from_python, strings, to_arrow, to_numpy
 from ..request_rows import RequestRows, SpilledRequests
 from ..run import DeviceSeries, Run
@@ -24,8 +23,8 @@ if TYPE_CHECKING:  # imported on first encode: `datasets` takes ~0.6 s to import
 log = logging.getLogger(__name__)
 
 LOCK_TIMEOUT_S = 600.0
-PACKED_RE = re.compile(r"-\d{5}-of-\d{5}\.(arrow|parquet)$")
-"""Names of ``pack``'s shards (``<platform>-NNNNN-of-MMMMM.arrow``)."""
+PACKED_RE = layout.PACKED_RE
+"""Names of ``pack``'s shards (``<platform>-NNNNN-of-MMMMM.arrow``; ``layout.PACKED_RE``)."""
 DEFAULT_MAX_SHARD_BYTES = 500 * 1024 * 1024
 SHARD_COMPRESSION = "zstd" if pa.Codec.is_available("zstd") else None
 """Buffer compression of every shard written (Arrow IPC's own, read transparently by pyarrow and

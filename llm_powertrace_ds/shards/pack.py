@@ -50,7 +50,9 @@ def pack(src: str | Path, dst: str | Path, *,
         refresh_card: write the new folder's ``README.md`` (the caller may write it itself).
 
     Raises:
-        ShardError: ``dst`` is not empty, or a count does not match.
+        ShardError: ``dst`` is not empty, ``src`` fails the folder audit (a run's row twice, a
+            row without its trace or the reverse, a stray file: :func:`refuse_unsound`), or a
+            count does not match.
     """
     src, dst = Path(src), Path(dst)
     # a killed pack's hidden copy (its pid is gone) is removed by the next pack into the place
@@ -74,8 +76,25 @@ def pack(src: str | Path, dst: str | Path, *,
     return result
 
 
+def refuse_unsound(src: Path) -> None:
+    """Raise ``ShardError`` when the folder audit finds a problem ``pack`` would copy.
+
+    A run's row twice (a killed merge), a runs row without its trace or the reverse, a stray
+    file or a symlink: packing would publish it (two rows for one run) or fail inside. The
+    error names the first problems and the repair.
+    """
+    found = audit.audit_folder(src)
+    if found.ok:
+        return
+    problems = found.messages()
+    more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+    raise ShardError(f"'{src}' fails validation, so it is not packed: {'; '.join(problems[:3])}"
+                     f"{more}; `llm-powertrace validate {src} --repair` repairs what it can and "
+                     "lists the rest")
+
+
 def _pack_into(src: Path, dst: Path, *, max_shard_bytes: int, refresh_card: bool) -> PackResult:
-    audit.check_tree(src)  # no symlink, no stray file: name it instead of failing inside
+    refuse_unsound(src)  # what validate rejects is named and never copied
     rows: dict[str, int] = {}
     shards: dict[str, int] = {}
     data = layout.data_root(src)

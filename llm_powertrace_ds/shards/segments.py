@@ -22,7 +22,7 @@ Rules:
 * Writes: the segment goes to a hidden temporary name, is renamed, then the merged segments and
   loose files are removed. A kill in between leaves a run's row twice (identical rows);
   :func:`resolve_duplicates` (run by the next writer and by ``validate --repair``; ``validate``
-  reports it until then) keeps one. A loose file is never older than a segment row of the same
+  reports it until then) keeps one; a run repeated inside one segment keeps its last row. A loose file is never older than a segment row of the same
   run (segments are made from loose files; a republished run's new row is loose), so when
   rows differ the loose one is kept.
 * Every rewrite or removal of a segment, and every rename of a runs file into a runs folder,
@@ -225,10 +225,27 @@ def _run_rows(table: pa.Table, run_id: str) -> pa.Table:
     return table.filter(pc.equal(table.column("run_id"), run_id))
 
 
-def resolve_duplicates(folder: Path) -> list[tuple[Path, str | None]]:
-    """Keep one row of each run held by two files of a runs folder; return what changed.
+def _dedupe_segment(path: Path, ids: list[str]) -> str | None:
+    """Keep the last row of each run a segment holds more than once; say what was dropped.
 
-    A run held by a loose file and a segment: the loose file is removed when its row equals the
+    A segment is written as its merged segments' rows followed by the loose files' rows, and a
+    loose row is never older than a segment's, so the last row of a run is its newest.
+    """
+    last = {run_id: i for i, run_id in enumerate(ids)}
+    if len(last) == len(ids):
+        return None
+    repeated = sorted({r for i, r in enumerate(ids) if last[r] != i})
+    table = read_table(path)
+    keep = [i for i, run_id in enumerate(ids) if last[run_id] == i]
+    write_segment(path, table.take(keep))
+    return f"the earlier rows of {', '.join(repeated)}, held more than once in it"
+
+
+def resolve_duplicates(folder: Path) -> list[tuple[Path, str | None]]:
+    """Keep one row of each run held twice in a runs folder; return what changed.
+
+    A run repeated inside one segment keeps its last row (:func:`_dedupe_segment`). A run held
+    by a loose file and a segment: the loose file is removed when its row equals the
     segment's (a merge stopped before its removals), else the segment's row is dropped (a
     republish stopped before rewriting the segment: the loose row is newer). A run held by two
     segments (a merge stopped before removing the segments it merged): the segment with fewer
@@ -239,6 +256,18 @@ def resolve_duplicates(folder: Path) -> list[tuple[Path, str | None]]:
         segment rewritten.
     """
     found = scan(folder)
+    inner: list[tuple[Path, str | None]] = []
+    for seg, seg_ids in sorted(found.segments.items()):
+        what = _dedupe_segment(seg, seg_ids)
+        if what is not None:
+            inner.append((seg, what))
+    if inner:
+        found = scan(folder)
+    return inner + _resolve_across(found)
+
+
+def _resolve_across(found: RunsFolder) -> list[tuple[Path, str | None]]:
+    """:func:`resolve_duplicates` for runs held by two files (no segment repeats a run)."""
     holders = found.holders()
     dupes = {r: paths for r, paths in holders.items() if len(paths) > 1}
     if not dupes:
