@@ -55,6 +55,7 @@ import importlib.metadata
 import logging
 import os
 import re
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -519,6 +520,51 @@ def power_readings_mw(handle: Any) -> tuple[float, float, float, float]:
     except (NotSupported, NoPermission, UnknownError):
         pass
     return out[0], out[1], out[2], out[3]
+
+
+def tick_call_latencies_ms(handle: Any, repeats: int = 200) -> dict[str, list[float] | str]:
+    """How long each call a sampler tick makes takes on this GPU, ``repeats`` times each.
+
+    The calls are those of :meth:`NvmlSource.read_power` and :meth:`NvmlSource.read_rest`: the
+    field-values call (186, 185, 191 at once), the driver's power buffer, the 1 s average,
+    utilisation, memory, the two clocks and temperature. A call the GPU refuses is answered with
+    the reason (a string) instead of its times. Wall-clock ms of each call, in order.
+    """
+    last_seen = [0]
+
+    def buffer() -> None:  # as a tick reads it: only the samples newer than the last seen
+        samples = _samples_since(handle, last_seen[0])
+        if samples:
+            last_seen[0] = max(ts for ts, _ in samples)
+
+    calls: dict[str, Callable[[], Any]] = {
+        "field_values": functools.partial(_call, "nvmlDeviceGetFieldValues", handle,
+                                          list(FIELD_IDS)),
+        "driver_samples": buffer,
+        "power_usage": functools.partial(_call, "nvmlDeviceGetPowerUsage", handle),
+        "utilization": functools.partial(_call, "nvmlDeviceGetUtilizationRates", handle),
+        "memory": functools.partial(_call, "nvmlDeviceGetMemoryInfo", handle),
+        "sm_clock": functools.partial(_call, "nvmlDeviceGetClockInfo", handle,
+                                      pynvml.NVML_CLOCK_SM),
+        "mem_clock": functools.partial(_call, "nvmlDeviceGetClockInfo", handle,
+                                       pynvml.NVML_CLOCK_MEM),
+        "temperature": functools.partial(_call, "nvmlDeviceGetTemperature", handle,
+                                         pynvml.NVML_TEMPERATURE_GPU),
+    }
+    out: dict[str, list[float] | str] = {}
+    for key, call in calls.items():
+        try:
+            call()  # the first call of a kind may set things up: not timed
+            times = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                call()
+                times.append((time.perf_counter() - t0) * 1e3)
+        except (NotSupported, NoPermission, UnknownError) as exc:
+            out[key] = str(exc)
+            continue
+        out[key] = times
+    return out
 
 
 def sm_clock_mhz(handle: Any) -> int:
