@@ -9,7 +9,8 @@ Example:
 
 Formats:
     ``nvidia-smi``: logs of ``nvidia-smi --query-gpu=... --format=csv[,nounits] -lms N``.
-    ``powertrace-csv``: the LLM-PowerTrace authors' long CSV with its metadata JSON.
+    ``powertrace-csv``: the LLM-PowerTrace authors' long CSV with its metadata JSON, or their
+    explorer's compact run file ``runs/<run_id>.json[.gz]`` (:mod:`.powertrace_compact`).
     ``dcgm``: ``dcgmi dmon -e 155,156,150,203,100,101 -d 100`` text output (:mod:`.dcgm`).
     ``mlenergy-v2`` (a summaries format: one task folder, many runs, no traces): ML.ENERGY
     leaderboard v2 run summaries, see :mod:`.mlenergy_v2` and :func:`import_summaries`.
@@ -30,6 +31,7 @@ from ..run import Run
 from .common import load_meta_file, resolve_zone
 from .dcgm import import_dcgm
 from .nvidia_smi import import_nvidia_smi
+from .powertrace_compact import import_compact, is_compact
 from .powertrace_csv import import_powertrace_csv
 
 __all__ = ["FORMATS", "SUMMARY_FORMATS", "import_file", "import_summaries", "load_meta_file"]
@@ -94,5 +96,10 @@ def import_file(fmt: str, path: str | Path, *, workload: str, meta_path: str | P
     if fmt == "nvidia-smi":
         return import_nvidia_smi(path, workload=workload, meta_path=meta_path, platform=platform,
                                  num_gpus=num_gpus, zone=resolve_zone(tz))
+    if is_compact(path):  # runs/<run_id>.json[.gz] of their explorer: {run, samples, ...}
+        if meta_path is not None:
+            raise InputError("a compact run file carries its own metadata (its `run`); drop "
+                             "--meta", file=path, field="--meta")
+        return import_compact(path, workload=workload, platform=platform, num_gpus=num_gpus)
     return import_powertrace_csv(path, workload=workload, meta_path=meta_path, platform=platform,
                                  num_gpus=num_gpus, zone=resolve_zone(tz))

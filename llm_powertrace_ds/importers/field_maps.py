@@ -10,7 +10,15 @@ and another holds every field of the real published files to these tables.
 
 from __future__ import annotations
 
-from . import dcgm, mlenergy_v2, nvidia_smi, powertrace_csv, seed_meta
+from . import (
+    dcgm,
+    mlenergy_v2,
+    mlenergy_v3,
+    nvidia_smi,
+    powertrace_csv,
+    request_timeline,
+    seed_meta,
+)
 
 POWERTRACE_CSV_COLUMNS: dict[str, str] = dict(powertrace_csv.CSV_COLUMNS)
 
@@ -35,6 +43,13 @@ DCGM_FIELDS: dict[str, str] = {tag: col for tag, (col, _) in dcgm.FIELDS.items()
 """``dcgmi dmon`` tags; any other tag is refused by name (never dropped)."""
 
 MLENERGY_V2_FIELDS: dict[str, str] = dict(mlenergy_v2.FIELD_MAP)
+MLENERGY_V3_FIELDS: dict[str, str] = dict(mlenergy_v3.FIELD_MAP)
+REQUEST_TIMELINE_FIELDS: dict[str, str] = dict(request_timeline.FIELD_MAP)
+COMPACT_RUN_FIELDS: dict[str, str] = {
+    "run": "the catalog entry: mapped as the metadata JSON below",
+    "samples": "rows of the long CSV: mapped as its columns below (`timestamp` required)",
+    "inference_timeline": "the request timeline: mapped as its table below",
+}
 SEED_METADATA_FIELDS: dict[str, str] = dict(seed_meta.FIELD_MAP)
 
 FORMATS: dict[str, tuple[str, dict[str, str]]] = {
@@ -45,12 +60,22 @@ FORMATS: dict[str, tuple[str, dict[str, str]]] = {
                                        "published; every key also lands verbatim in "
                                        "`source_metadata` unless dropped",
                                        SEED_METADATA_FIELDS),
+    "powertrace-csv (compact run file)": ("Their explorer's `runs/<run_id>.json` or "
+                                          "`.json.gz`, given to `import powertrace-csv` like "
+                                          "a CSV", COMPACT_RUN_FIELDS),
+    "powertrace-csv (request timeline)": ("Their binned request counts of an inference run: "
+                                          "`requests/<run_id>.csv` beside `raw/<run_id>.csv` "
+                                          "of their export, or a compact file's "
+                                          "`inference_timeline`", REQUEST_TIMELINE_FIELDS),
     "nvidia-smi": ("Logs of `nvidia-smi --query-gpu=... --format=csv -lms N`",
                    NVIDIA_SMI_FIELDS),
     "dcgm": ("The text output of `dcgmi dmon -e ...`; an unknown tag is refused by name",
              DCGM_FIELDS),
     "mlenergy-v2": ("ML.ENERGY leaderboard v2 run summaries; the run file and its models.json "
                     "entry also land verbatim in `source_metadata`", MLENERGY_V2_FIELDS),
+    "mlenergy-v3": ("ML.ENERGY benchmark v3 `results.json` files (one inference run each); "
+                    "every field but the timelines and the per-request results also lands "
+                    "verbatim in `source_metadata`", MLENERGY_V3_FIELDS),
 }
 
 

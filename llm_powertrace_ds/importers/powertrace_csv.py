@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..run import Event, Run
-from . import accounting, common
+from . import accounting, common, request_timeline
 from .arrow_csv import ArrowCsvReader
 from .common import Converter, DeviceData
 from .seed_meta import MODEL_LABELS, is_unknown, map_meta, parse_parallelism
@@ -69,10 +69,15 @@ _is_unknown = is_unknown
 
 
 def meta_file(path: Path, meta_path: str | Path | None) -> Path | None:
-    """The metadata JSON: ``meta_path``, else the ``.json`` with the CSV's stem, if present."""
+    """The metadata JSON of a CSV.
+
+    ``meta_path``; else the ``.json`` with the CSV's stem beside it; else
+    ``metadata/<stem>.json`` when the CSV is ``raw/<stem>.csv`` of their export.
+    """
     if meta_path is not None:
         return Path(meta_path)
-    return common.companion(path, path.stem + ".json")
+    return (common.companion(path, path.stem + ".json")
+            or request_timeline.export_companion(path, "metadata", ".json"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -303,6 +308,11 @@ def import_powertrace_csv(path: str | Path, *, workload: str,
     meta["run_id"] = run_id or meta.get("run_id") or \
         f"import-{FORMAT}-{common.file_sha256(path)[:12]}"
     meta["power_field"] = "power_usage"  # they logged nvidia-smi power.draw
+    timeline_csv = request_timeline.export_companion(path, "requests", ".csv")
+    if timeline_csv is not None:  # requests/<run_id>.csv of their export
+        meta["source_metadata"] = request_timeline.with_timeline(
+            meta.get("source_metadata"), request_timeline.read_timeline_csv(timeline_csv),
+            file=timeline_csv)
     accounting.record_not_imported(meta, unread, file=path)
     all_flags = common.finish_meta(devices, meta, platform=platform, num_gpus=num_gpus,
                                    file=path)

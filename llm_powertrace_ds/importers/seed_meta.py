@@ -75,9 +75,18 @@ SOURCE_NUMBERS: dict[str, str] = {
 }
 """Their computed aggregates -> the ``source_*`` columns that keep their numbers."""
 DROPPED: dict[str, str] = {
-    key: "a file location inside the publisher's export, meaningless outside it"
-    for key in ("trace_path", "stdout_path", "stderr_path", "plot_path", "meta_path",
-                "run_json_path", "raw_csv_path", "metadata_json_path", "request_timeline_path")
+    **{key: "a file location inside the publisher's export, meaningless outside it"
+       for key in ("trace_path", "stdout_path", "stderr_path", "plot_path", "meta_path",
+                   "run_json_path", "raw_csv_path", "metadata_json_path",
+                   "request_timeline_path")},
+    "source_directory": "where the publisher keeps the run (a folder of their archive or "
+    "drive, e.g. 'LLM-Power-Runs-Main / Runs/...'), not a property of the run",
+    **{key: "a storage identifier of the publisher's drive (opaque, meaningless outside it)"
+       for key in ("run_json_file_id", "raw_csv_file_id", "metadata_json_file_id",
+                   "request_timeline_file_id")},
+    "source_integrity": "the publisher's checksum manifest of its own source files (their "
+    "names, sizes and SHA-256), which are not part of the import; its verdict is kept in "
+    "source_quality_flags (`source_checksums_verified`)",
 }
 """Keys deliberately not kept anywhere, with the reason (also in docs/importers.md)."""
 VERBATIM_ONLY = frozenset({
@@ -86,7 +95,7 @@ VERBATIM_ONLY = frozenset({
     "has_clock_telemetry", "has_utilization_telemetry", "has_temperature_telemetry",
     "missing_fields", "timestamp_issues", "gpu_count_mismatch", "duplicate_warning",
     "num_gpus_observed", "arrival_rate_label", "prompt_profile", "workload_type",
-    "compute_dtype",
+    "compute_dtype", "request_timeline_method", "requests_arrived_derived", "storage",
 })
 """Keys with no column of ours: kept in ``source_metadata`` only (``workload_type`` is also
 checked against ``--workload``; ``gpu_count_mismatch`` is recomputed as our flag;
@@ -98,7 +107,9 @@ FIELD_MAP: dict[str, str] = {
     "model_family": "model_family, model_label, model_name",
     "model": "model_name (when it is a model id), model_family (when model_family is absent)",
     "parallelism": "dp_size, tp_size, pp_size, parallelism",
-    "gpu_type": "gpu_name (and the platform)",
+    "gpu_type": "gpu_name (and the platform) when gpu_model_reported is absent",
+    "gpu_model_reported": "gpu_name (and the platform): the vendor's name as reported",
+    "requests_completed": "requests_completed",
     "sampling_interval_declared_s": "sample_period_ms",
     "duration_declared_min": "target_duration_s",
     "precision": "precision (bf16/fp16/fp32; others only in source_metadata)",
@@ -113,6 +124,9 @@ FIELD_MAP: dict[str, str] = {
     **SOURCE_NUMBERS,
     **{k: "source_metadata" for k in sorted(VERBATIM_ONLY)},
     **{k: f"dropped: {why}" for k, why in DROPPED.items()},
+    "*_file_id": "dropped: any other storage identifier of the publisher's drive",
+    "inference_timeline (compact run file), requests/<run_id>.csv": "source_metadata."
+    "inference_timeline, column by column (see the request timeline table)",
 }
 """Where each key of their metadata goes (every key also lands in ``source_metadata`` unless
 dropped); docs/importers.md renders this table."""
@@ -124,9 +138,12 @@ _NONE_WORDS = ("none", "no", "off", "false", "fp16", "bf16", "float16", "bfloat1
                "16-bit", "16bit", "full", "unquantized", "unquantised")
 
 
+UNKNOWN_WORDS = ("", "unknown", "n/a", "none", "null", "not reported", "not applicable")
+"""Their words for a value they do not have (null in our columns; kept in ``source_metadata``)."""
+
+
 def is_unknown(value: Any) -> bool:
-    return value is None or (isinstance(value, str)
-                             and value.strip().lower() in ("", "unknown", "n/a", "none", "null"))
+    return value is None or (isinstance(value, str) and value.strip().lower() in UNKNOWN_WORDS)
 
 
 def parse_parallelism(text: str, *, file: Path) -> dict[str, Any]:
@@ -252,9 +269,14 @@ def _workload_of(value: Any) -> str | None:
     return None
 
 
+def is_dropped(key: str) -> bool:
+    """A key kept nowhere: :data:`DROPPED`, or any ``*_file_id`` (a drive storage identifier)."""
+    return key in DROPPED or key.endswith("_file_id")
+
+
 def source_metadata(data: dict[str, Any]) -> str:
-    """Their metadata, verbatim, as one JSON object (without :data:`DROPPED` keys)."""
-    kept = {k: v for k, v in data.items() if k not in DROPPED}
+    """Their metadata, verbatim, as one JSON object (without the :func:`is_dropped` keys)."""
+    kept = {k: v for k, v in data.items() if not is_dropped(k)}
     return json.dumps(kept, sort_keys=True, ensure_ascii=False, allow_nan=False,
                       separators=(",", ":"))
 
@@ -272,8 +294,9 @@ def map_meta(data: dict[str, Any], workload: str, *, file: Path) -> dict[str, An
             raise InputError(f"value {str(declared)[:40]!r} is a {theirs} run, imported as "
                              f"{workload} (--workload)", file=file, field="workload_type")
     taxonomy: dict[str, Any] = {}
+    origin: dict[str, str] = {}  # our column -> their key, which an error names
     for key, value in data.items():
-        if key in DROPPED or key in VERBATIM_ONLY:
+        if is_dropped(key) or key in VERBATIM_ONLY:
             continue
         if key == "quality_flags":
             meta["source_quality_flags"] = _flag_codes(value, file)
@@ -286,6 +309,7 @@ def map_meta(data: dict[str, Any], workload: str, *, file: Path) -> dict[str, An
             meta["source_quality_status"] = str(value).strip()
         elif key in DIRECT_KEYS:
             meta[DIRECT_KEYS[key]] = value
+            origin[DIRECT_KEYS[key]] = key
         elif key == "model_family":
             meta.update(_model(value))
         elif key == "model":
@@ -293,7 +317,12 @@ def map_meta(data: dict[str, Any], workload: str, *, file: Path) -> dict[str, An
         elif key == "parallelism":
             meta.update(parse_parallelism(value, file=file))
         elif key == "gpu_type":
+            meta.setdefault("gpu_name", str(value).strip())
+        elif key == "gpu_model_reported":
             meta["gpu_name"] = str(value).strip()
+        elif key == "requests_completed":
+            meta["requests_completed"] = value
+            origin["requests_completed"] = key
         elif key == "sampling_interval_declared_s":
             meta["sample_period_ms"] = _scaled(value, 1000.0, key, file)
         elif key == "duration_declared_min":
@@ -320,7 +349,15 @@ def map_meta(data: dict[str, Any], workload: str, *, file: Path) -> dict[str, An
     meta = {k: v for k, v in meta.items() if (k in fields or k == "run_id") and v is not None}
     meta = common.scrub_meta(meta, source=str(file))
     run_id = meta.pop("run_id", None)
-    out = coerce_meta(meta, workload, file=file)
+    origin.setdefault("concurrency", "in_flight_requests" if "in_flight_requests" in taxonomy
+                      else "concurrency")
+    try:
+        out = coerce_meta(meta, workload, file=file)
+    except InputError as exc:  # name their field, not our column
+        theirs = origin.get(exc.field or "")
+        if theirs is None:
+            raise
+        raise InputError(exc.reason, file=file, line=exc.line, field=theirs) from None
     if run_id is not None:
         out["run_id"] = common.check_run_id(str(run_id), file=file)
     text = source_metadata(data)
@@ -340,7 +377,7 @@ def _map_taxonomy(tax: dict[str, Any], meta: dict[str, Any], file: Path) -> dict
         out["weight_quant"], backend = weight_quant(tax["model_weight_quantization"])
         if backend is not None:
             out["weight_quant_backend"] = backend
-    in_flight = tax.get("in_flight_requests", tax.get("concurrency"))
+    in_flight = tax.get("in_flight_requests", tax.get("concurrency"))  # named in errors below
     if in_flight is not None:
         out["concurrency"] = in_flight
     if "arrival_pattern" in tax:

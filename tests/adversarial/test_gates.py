@@ -80,7 +80,7 @@ def test_powertrace_csv_their_metadata(cli, tmp_path, value):
     csv.write_text("run_id,timestamp,gpu_id,power_w\n" + "".join(
         f"r1,2026-01-01T00:00:{s:02d}.000Z,0,{100 + s}\n" for s in range(10)), encoding="utf-8")
     meta = tmp_path / "t.json"
-    meta.write_text(json.dumps({"run_id": "r1", "source_directory": value}), encoding="utf-8")
+    meta.write_text(json.dumps({"run_id": "r1", "source_family": value}), encoding="utf-8")
     line = _refused(cli, ["import", "powertrace-csv", csv, "--meta", meta, "--out",
                           tmp_path / "ds", "--workload", "finetune"], tmp_path / "ds")
     assert "t.json" in line and "source_metadata" in line

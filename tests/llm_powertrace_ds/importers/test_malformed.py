@@ -184,7 +184,7 @@ CASES = [
          "m.json", None, "parallelism", meta="m.json", workload="finetune"),
     Case("pt-meta-bad-sequence-length", "powertrace-csv",
          {"t.csv": pt_rows(pt_row(0)), "m.json": json.dumps({"sequence_length": "long"})},
-         "m.json", None, "seq_len", meta="m.json", workload="finetune"),
+         "m.json", None, "sequence_length", meta="m.json", workload="finetune"),
 ]
 
 

@@ -153,13 +153,13 @@ def test_their_provenance_keys_that_would_overwrite_ours_are_refused(tmp_path):
 
 
 def test_a_private_value_in_their_metadata_is_refused_by_the_gate(tmp_path):
-    entry = {**their_inference_entry(), "source_directory": "/home/ann/runs/x"}
+    entry = {**their_inference_entry(), "prompt_profile": "/home/ann/runs/x"}
     meta = tmp_path / "m.json"
     meta.write_text(json.dumps(entry), encoding="utf-8")
     with pytest.raises(Exception) as exc:
         import_powertrace_csv(seed_csv(tmp_path / "seed-inf-1.csv"), workload="inference",
                               meta_path=meta)
-    assert "source_directory" in str(exc.value) and "file path" in str(exc.value)
+    assert "prompt_profile" in str(exc.value) and "file path" in str(exc.value)
 
 
 def test_an_unknown_csv_column_is_listed_not_dropped_silently(tmp_path, caplog):

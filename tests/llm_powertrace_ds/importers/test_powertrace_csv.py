@@ -362,7 +362,7 @@ def test_provenance_key_is_refused_naming_file_and_field():
     reason, file, line, field = where(info)
     assert reason.startswith("sampler is provenance the importer sets itself and cannot be "
                              "given; a meta file may set: attn_implementation, batch_size, ")
-    assert ", run_id, sample_period_ms, seed, seq_len, " in reason
+    assert ", run_id, sample_hold, sample_period_ms, seed, seq_len, " in reason
     assert (file, line, field) == ("m.json", None, "sampler")
 
 
