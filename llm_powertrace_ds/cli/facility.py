@@ -53,7 +53,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "peak and the load-duration curve. Everything extrapolated (phase model, overhead, "
         "tiling) is listed under 'limits'; the result is never a measurement.",
         epilog="examples:\n  llm-powertrace facility llm-powertrace --gpus 1024 --sync "
-        "independent --duration 3600 --out site.parquet\n"
+        "independent --duration 1h --out site.parquet\n"
+        "  llm-powertrace facility llm-powertrace --gpus 10000 --arrivals 24 --duration 24h "
+        "--job-gpus 8:2048 --job-duration 30min:12h\n"
+        "  llm-powertrace facility llm-powertrace --gpus 10000 --schedule site.csv\n"
         "  llm-powertrace facility llm-powertrace --gpus 8 --sync lockstep --pue 1 "
         "--node-overhead none --format json")
     p.add_argument("dir", metavar="DIR_OR_REPO", help="dataset folder or Hub dataset repo id")
@@ -97,7 +100,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="--arrivals: job size bounds in GPUs (default: 8:1024)")
     p.add_argument("--job-duration", default="30min:12h", metavar="MIN:MAX",
                    help="--arrivals: job duration bounds, times with units (default: 30min:12h)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the phase draws (default: 0)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the phase and arrival draws (default: 0)")
     p.add_argument("--out", type=Path, default=None, metavar="PROFILE.parquet",
                    help="write the four profiles (default: none)")
     p.add_argument("--plot", type=Path, default=None, metavar="FIGURE.png",
