@@ -27,6 +27,12 @@ the nodes talk through small files in it.
   to end (its monotonic clock drifting against its wall clock) and e its NTP estimated error
   (0 when node R is the same host as node 0: one wall clock). An unsynchronised clock on another
   host makes the error unknown (null) and ``clock_alignment`` says so.
+* Every wait has a deadline. Node 0 rewrites a heartbeat file
+  (``.staging/locks/multinode-<sweep>.alive``) every :data:`HEARTBEAT_S`; a follower that sees
+  it unchanged for :data:`NODE_LOST_S` (its own monotonic clock; ``$LLM_POWERTRACE_NODE_LOST_S``
+  overrides) while a launch is under way stops its sampler and its ranks, writes its clock
+  facts, prints one line and exits 1: a SIGKILLed node 0 never leaves a follower sampling.
+  Node 0's run then stays in staging with a dead owner (``salvage`` keeps what node 0 measured).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import ctypes
 import json
 import os
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -44,7 +51,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llm_powertrace_ds.atomic import write_json_atomic
-from llm_powertrace_ds.errors import InputError, UsageError
+from llm_powertrace_ds.errors import InputError, PowerTraceError, UsageError
 
 from .launch import Rendezvous, launch_dir, node_dir
 
@@ -60,6 +67,93 @@ FOLLOW_TIMEOUT_S = 3600.0
 """How long a follower node waits for node 0's next announcement before giving up."""
 NODE_SYNC_TIMEOUT_S = 900.0
 """How long node 0 waits for the other nodes' samplers to start or stop."""
+HEARTBEAT_S = 1.0
+"""How often node 0 rewrites its heartbeat file while it leads a sweep."""
+NODE_LOST_S = 60.0
+"""How long a follower sees node 0's heartbeat unchanged before it ends its part of the run."""
+NODE_LOST_ENV = "LLM_POWERTRACE_NODE_LOST_S"
+"""Overrides :data:`NODE_LOST_S` (seconds; e.g. a slow shared file system)."""
+MAX_RUN_S = 7 * 24 * 3600.0
+"""The longest a follower samples one run while node 0's heartbeat goes on (a week)."""
+
+
+class NodeLost(PowerTraceError, TimeoutError):
+    """Node 0 stopped answering: its heartbeat did not change within the deadline."""
+
+
+def node_lost_s(env: dict[str, str] | None = None) -> float:
+    """:data:`NODE_LOST_S`, or ``$LLM_POWERTRACE_NODE_LOST_S`` (a positive number of seconds).
+
+    Raises:
+        UsageError: the variable is not a positive finite number.
+    """
+    raw = (os.environ if env is None else env).get(NODE_LOST_ENV)
+    if raw is None or raw == "":
+        return NODE_LOST_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not (0 < value < 1e7):
+        raise UsageError(f"${NODE_LOST_ENV} must be a number of seconds in (0, 1e7) "
+                         f"(got {raw!r})", field=NODE_LOST_ENV)
+    return value
+
+
+def heartbeat_file(control: Path) -> Path:
+    """Node 0's heartbeat, beside its announcements."""
+    return control.with_name(control.stem + ".alive")
+
+
+class _Heartbeat:
+    """Node 0's side: a daemon thread rewriting the heartbeat file every ``HEARTBEAT_S``."""
+
+    def __init__(self, path: Path, session: int) -> None:
+        self.path = path
+        self.session = session
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="multinode-heartbeat",
+                                        daemon=True)
+
+    def _beat(self) -> None:
+        beat = 0
+        while True:
+            with contextlib.suppress(OSError):
+                _write(self.path, {"session": self.session, "beat": beat})
+            beat += 1
+            if self._stop.wait(HEARTBEAT_S):
+                return
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+class NodeWatch:
+    """A follower's view of node 0's heartbeat: :meth:`check` raises once it stops changing."""
+
+    def __init__(self, path: Path, lost_s: float) -> None:
+        self.path = path
+        self.lost_s = lost_s
+        self._seen: bytes | None = None
+        self._changed = time.monotonic()
+
+    def check(self) -> None:
+        """Raise :class:`NodeLost` when the heartbeat has not changed for ``lost_s``."""
+        try:
+            now_seen: bytes | None = self.path.read_bytes()
+        except OSError:
+            now_seen = None
+        now = time.monotonic()
+        if now_seen != self._seen:
+            self._seen, self._changed = now_seen, now
+        elif now - self._changed > self.lost_s:
+            raise NodeLost(f"node 0 stopped answering: its heartbeat '{self.path.name}' did not "
+                           f"change for {self.lost_s:g} s")
 
 
 @dataclass(frozen=True)
@@ -212,7 +306,7 @@ def run_multinode(args: argparse.Namespace, node: NodeSettings) -> int:
         with contextlib.suppress(OSError, ValueError):
             seq = int(json.loads(control.read_text()).get("seq", 0))
     session = time.time_ns()
-    with _activated(node, control):
+    with _activated(node, control), _Heartbeat(heartbeat_file(control), session):
         _ACTIVE.update(seq=seq, session=session)
         _write(control, {"seq": seq, "session": session, "finished": False})
         try:
@@ -333,26 +427,35 @@ def follow(sweep_path: Path, out: Path, node: NodeSettings, control: Path, *,
     seen = -1
     failed = 0
     deadline = time.monotonic() + timeout_s
+    watch = NodeWatch(heartbeat_file(control), node_lost_s())
     while True:
         data = _read_control(control)
         if data is not None and data.get("session") != stale:
             if data.get("finished"):
                 return 1 if failed else 0
-            if data.get("run_id") and int(data.get("seq", 0)) > seen:
-                seen = int(data["seq"])
-                try:
-                    follow_run(sweep, machine, node, Path(data["staging"]), int(data["nproc"]))
-                except Exception as exc:  # noqa: BLE001 - node 0 records the run's failure
-                    failed += 1
-                    print(f"node {node.node_rank}: run {data.get('run_id')} failed here: "
-                          f"{type(exc).__name__}: {exc}")
+            try:
+                watch.check()  # a launch under way: node 0 must keep beating
+                if data.get("run_id") and int(data.get("seq", 0)) > seen:
+                    seen = int(data["seq"])
+                    follow_run(sweep, machine, node, Path(data["staging"]), int(data["nproc"]),
+                               watch=watch)
+                    deadline = time.monotonic() + timeout_s
+            except NodeLost as exc:
+                print(f"node {node.node_rank}: run {data.get('run_id')} ended as failed here: "
+                      f"{exc}")
+                return 1
+            except Exception as exc:  # noqa: BLE001 - node 0 records the run's failure
+                failed += 1
+                print(f"node {node.node_rank}: run {data.get('run_id')} failed here: "
+                      f"{type(exc).__name__}: {exc}")
                 deadline = time.monotonic() + timeout_s
         if time.monotonic() > deadline:
             raise InputError(f"node 0 announced nothing for {timeout_s:.0f} s in '{control}'")
         time.sleep(POLL_S)
 
 
-def _wait_any(paths: list[Path], proc: Any, timeout_s: float) -> Path:
+def _wait_any(paths: list[Path], proc: Any, timeout_s: float,
+              watch: NodeWatch | None = None) -> Path:
     deadline = time.monotonic() + timeout_s
     while True:
         for p in paths:
@@ -360,20 +463,27 @@ def _wait_any(paths: list[Path], proc: Any, timeout_s: float) -> Path:
                 return p
         if proc is not None and proc.poll() is not None:
             raise InputError(f"this node's torchrun exited with code {proc.returncode}")
+        if watch is not None:
+            watch.check()
         if time.monotonic() > deadline:
             raise InputError(f"nothing from node 0 within {timeout_s:.0f} s")
         time.sleep(POLL_S)
 
 
 def follow_run(sweep: Sweep, machine: MachineInfo, node: NodeSettings, sdir: Path,
-               nproc: int) -> None:
-    """This node's side of one run: its ranks, its sampler, its clock facts."""
+               nproc: int, *, watch: NodeWatch | None = None) -> None:
+    """This node's side of one run: its ranks, its sampler, its clock facts.
+
+    Every wait for node 0 has a deadline and, given ``watch``, ends with :class:`NodeLost` as
+    soon as node 0's heartbeat stops; the sampler is stopped and the ranks terminated on every
+    way out.
+    """
     from .launch import Launched, LaunchSpec
     from .runner import _sampler_config
     from .sampler import Sampler
 
     ldir = launch_dir(sdir)
-    _wait_any([ldir / "spec.json"], None, NODE_SYNC_TIMEOUT_S)
+    _wait_any([ldir / "spec.json"], None, NODE_SYNC_TIMEOUT_S, watch)
     spec = LaunchSpec(**json.loads((ldir / "spec.json").read_text()))
     launched = Launched(spec, sdir, nproc, rendezvous=node.rendezvous())
     launched.start()
@@ -382,14 +492,14 @@ def follow_run(sweep: Sweep, machine: MachineInfo, node: NodeSettings, sdir: Pat
     try:
         pids = launched.wait_ready(3600.0)
         if _wait_any([ldir / "sample", ldir / "abort"], launched.proc,
-                     NODE_SYNC_TIMEOUT_S).name == "abort":
+                     NODE_SYNC_TIMEOUT_S, watch).name == "abort":
             raise InputError("node 0 aborted the run")
         sampler = Sampler(_sampler_config(sweep, machine, nproc), ndir, pids=pids)
         start = clock_sample()
         sampler.start()
         try:
             (ldir / f"sampling-node-{node.node_rank}").touch()
-            _wait_any([ldir / "stop-sampling", ldir / "abort"], None, float("inf"))
+            _wait_any([ldir / "stop-sampling", ldir / "abort"], None, MAX_RUN_S, watch)
         finally:
             summary = sampler.stop()
             end = clock_sample()
@@ -398,7 +508,7 @@ def follow_run(sweep: Sweep, machine: MachineInfo, node: NodeSettings, sdir: Pat
                                          "sampler_complete": summary.complete,
                                          "sampler_message": summary.message})
             (ldir / f"stopped-node-{node.node_rank}").touch()
-        _wait_any([ldir / "exit", ldir / "abort"], None, NODE_SYNC_TIMEOUT_S)
+        _wait_any([ldir / "exit", ldir / "abort"], None, NODE_SYNC_TIMEOUT_S, watch)
         assert launched.proc is not None
         launched.proc.wait(timeout=120)
     except (BaseException, subprocess.TimeoutExpired):
