@@ -6,6 +6,9 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 # CPU build of torch: installs offline in seconds; never pull a multi-GB CUDA build in CI.
 TORCH_CPU ?= torch==2.13.0
+# WattAMeter versions whose log formats the importer is tested against, besides the extra's
+# (0.7: "Power data for run" logs; 0.8: the first "WattAMeter run" format)
+WATTAMETER_OLD := 0.7.4 0.8.0
 # setuptools says "Editable installation. Please be careful with folders in your working
 # directory..." on every editable install, and recent pip (26.3) shows it as a BuildBackendWarning
 # even with -q. It is information only; this filter hides that one message, nothing else.
@@ -25,6 +28,10 @@ $(VENV)/.base-installed: pyproject.toml | $(PY)
 $(VENV)/.dev-installed: pyproject.toml | $(PY)
 	$(PIP) install -q $(TORCH_CPU)
 	$(EDITABLE_QUIET) $(PIP) install -q -e '.[dev,generate,plot,explore,query,publishers]'
+	# older WattAMeter writers beside the extra's one (one version per folder; the importer's
+	# tests run each one's own command line: tests/llm_powertrace_ds/importers/)
+	for v in $(WATTAMETER_OLD); do \
+		$(PIP) install -q --no-deps --target $(VENV)/writers/wattameter-$$v wattameter==$$v; done
 	touch $@
 
 venv: $(VENV)/.base-installed

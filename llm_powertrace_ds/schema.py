@@ -80,7 +80,8 @@ SCHEMA_CHANGELOG: list[tuple[str, str]] = [
     ("1.4.0", "sample_hold: how a device's reading holds between two samples (`linear`, the "
      "default, and what a null in rows written before 1.4.0 means; or `previous` for "
      "change-only sources such as Zeus' PowerMonitor, whose energy, means, levels and windows "
-     "are integrated as steps)."),
+     "are integrated as steps). Flag power_field_unknown (the log does not say which NVML "
+     "power reading it holds: power_field null)."),
 ]
 
 TRACE_CONFIGS = ("finetune", "inference")
@@ -124,7 +125,7 @@ WARNING_FLAGS = (
     "gpu_count_mismatch", "precision_unknown", "power_limit_from_spec", "summary_only",
     "power_limit_not_default", "stale_power", "implausible_value", "work_window_detected",
     "checkpoint_dips_detected", "step_period_detected", "aggregate_series", "gpu_lost",
-    "children_outlived",
+    "children_outlived", "power_field_unknown",
 )
 QUALITY_FLAGS = ERROR_FLAGS + WARNING_FLAGS
 
@@ -183,6 +184,9 @@ FLAG_DESCRIPTIONS = {
     "`gpu_lost`, the time of the loss); the other devices went on",
     "aggregate_series": "power_w is one published total of num_gpus devices (a node or a "
     "cluster, `import series`), not a device: per-device metrics are null",
+    "power_field_unknown": "the source does not say which NVML power reading power_w holds "
+    "(e.g. WattAMeter 0.8 to 0.9.1 read the 1 s average, 0.9.2 on the instant field, in one "
+    "log format): power_field is null",
 }
 
 SPLIT_NAME_RE = re.compile(r"^\w+(\.\w+)*$")

@@ -18,6 +18,7 @@ from . import (
     powertrace_csv,
     request_timeline,
     seed_meta,
+    wattameter,
 )
 
 POWERTRACE_CSV_COLUMNS: dict[str, str] = dict(powertrace_csv.CSV_COLUMNS)
@@ -76,6 +77,9 @@ FORMATS: dict[str, tuple[str, dict[str, str]]] = {
     "mlenergy-v3": ("ML.ENERGY benchmark v3 `results.json` files (one inference run each); "
                     "every field but the timelines and the per-request results also lands "
                     "verbatim in `source_metadata`", MLENERGY_V3_FIELDS),
+    "wattameter": ("WattAMeter NVML logs, 0.7 (`nvml_wattameter.log`) and 0.8 on "
+                   "(`nvml_<dt>_wattameter_<job>-<host>.log`), a tracker's log merged into its "
+                   "node's power log", dict(wattameter.FIELD_MAP)),
 }
 
 

@@ -24,10 +24,14 @@ WattAMeter column      our column
 ``reading-time[ns]``   not a column: its largest half is the timestamp uncertainty stated in
                        ``clock_alignment``
 ``gpu-<k>[mW]``/``[W]``  ``power_w`` of GPU ``k`` (÷ 1000 for mW); ``power_field``
-                       ``power_usage`` (WattAMeter reads ``nvmlDeviceGetPowerUsage``: a 1 s
-                       average on Hopper, so H100 runs carry ``power_is_1s_average``)
+                       ``power_usage`` for the 0.7 format (``nvmlDeviceGetPowerUsage``: a 1 s
+                       average on Hopper, so H100 runs carry ``power_is_1s_average``); for the
+                       0.8+ format null with ``power_field_unknown`` (0.8 to 0.9.1 read the
+                       1 s average, 0.9.2 on field 186, in the same format) unless ``--meta``
+                       says which
 ``gpu-<k>[mJ]``        ``energy_mj`` (re-based to 0 at the device's first sample)
 ``gpu-<k>[C]``         ``temp_c``
+``gpu-<k>[%gpu]``      ``gpu_util_pct``; ``[%mem]`` ``mem_util_pct``
 anything else          dropped, named in the log (NVLink throughput, utilisation of unknown
                        kind, power WattAMeter *derived* from energy when no power was read)
 =====================  =====================================================================
@@ -35,6 +39,14 @@ anything else          dropped, named in the log (NVLink throughput, utilisation
 A reading of exactly 0 mW is what WattAMeter writes when an NVML read fails (its readers
 return 0 on error), so it is imported as **null**, not as 0 W, and the run is flagged
 ``zero_power_samples``.
+
+**Formats and trackers.** WattAMeter 0.7 wrote ``nvml_wattameter[_<suffix>].log`` with a
+``# <time> - Power data for run <id>`` line and a ``Tracking started`` note, and the
+utilisation in ``nvml_util_data_wattameter[_<suffix>].log``; 0.8 on writes one
+``nvml_<dt>[_<n>]_wattameter_<suffix>.log`` per tracker (``--tracker 1.0,nvml-util``) under a
+``WattAMeter run`` line. A log without a power column is a tracker's: its columns are merged
+into its node's power log (:func:`merge_tracker`), and one whose node has no power log is
+skipped with a log line, never fatal.
 
 **One run per job.** Files whose names (or run lines) carry the same job id are one
 multi-node run: ``node_index`` is the node's rank among the job's host names in sorted order
@@ -59,6 +71,7 @@ logs".
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import math
 import re
@@ -86,10 +99,16 @@ from .timestamps import local_to_utc_ms
 FORMAT = "wattameter"
 log = logging.getLogger("llm_powertrace_ds.importers")
 
-FILE_RE = re.compile(r"^nvml_\d+(?:_\d+)?_wattameter(?:_(?P<suffix>.+))?\.log$")
-"""The name WattAMeter gives an NVML reader's log."""
+FILE_RE = re.compile(r"^nvml_(?:\d+(?:_\d+)?_|util_data_)?wattameter(?:_(?P<suffix>.+))?\.log$")
+"""The names WattAMeter gives an NVML reader's log: ``nvml_<dt>[_<n>]_wattameter_<suffix>.log``
+(0.8 on, one per tracker), ``nvml_wattameter[_<suffix>].log`` and
+``nvml_util_data_wattameter[_<suffix>].log`` (0.7, power and utilisation)."""
 _JOB_SUFFIX_RE = re.compile(r"^(?P<job>\d+)-(?P<host>.+)$")
-_RUN_LINE_RE = re.compile(r"^#\s*\S+\s+-\s+WattAMeter run\s+(?P<id>\S+)\s*$")
+_RUN_LINE_RE = re.compile(r"^#\s*\S+\s+-\s+(?:WattAMeter run|(?P<old>Power|Utilization) data "
+                          r"for run)\s+(?P<id>\S+)\s*$")
+"""``# <time> - WattAMeter run <id>`` (0.8 on) or ``# <time> - Power data for run <id>`` (0.7)."""
+_NOTE_RE = re.compile(r"^#\s*\d{4}-\d{2}-\d{2}_\S+\s+-\s")
+"""Any other ``# <time> - ...`` line (0.7's ``Tracking started``): a note, not a header."""
 _TAG_RE = re.compile(r"^gpu-(?P<gpu>\d+)\[(?P<unit>[^\]]*)\]$")
 _HOST_LINE_RE = re.compile(r"^Logging execution on (?P<host>\S+) to ")
 _TS_RE = re.compile(r"^\d{4}-\d{2}-\d{2}_\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?$")
@@ -100,10 +119,52 @@ UNITS: dict[str, tuple[str, float]] = {
     "mJ": ("energy_mj", 1.0),
     "J": ("energy_mj", 1e3),
     "C": ("temp_c", 1.0),
+    "%gpu": ("gpu_util_pct", 1.0),
+    "%mem": ("mem_util_pct", 1.0),
 }
 """Unit in a column's brackets -> (our signal, factor to its unit)."""
 GPU_INDEX_STRIDE = 1000
 """Devices are keyed ``node * stride + gpu`` while the run is assembled (node-major order)."""
+MAX_GPU = GPU_INDEX_STRIDE - 1
+"""Largest GPU index of a column (``gpu-<k>[...]``); a larger one is refused, never published
+as a phantom device of another node."""
+MAX_READ_NS = 3_600 * 10**9
+"""Longest ``reading-time[ns]`` accepted (1 h): a longer read is not a reading of this tracker."""
+TRACKER_HOLD_PERIODS = 2.0
+"""A tracker's reading (utilisation, temperature) is merged onto a power row when it is at most
+this many of the tracker's periods older than the row; otherwise the row's value is null."""
+WRITER_FORMATS = {
+    "0.7": "WattAMeter 0.7: '# <time> - Power data for run <id>', nvml_wattameter[_<suffix>].log; "
+    "power read with nvmlDeviceGetPowerUsage (a 1 s average on Ampere except GA100 and newer)",
+    "0.8+": "WattAMeter 0.8 and later: '# <time> - WattAMeter run <id>', "
+    "nvml_<dt>_wattameter_<suffix>.log; power read with nvmlDeviceGetPowerUsage up to 0.9.1 and "
+    "NVML field 186 (instant) from 0.9.2 on, which the log does not say",
+}
+"""The log formats WattAMeter has written, by the first version that wrote each."""
+FIELD_MAP: dict[str, str] = {
+    "# <time> - WattAMeter run <id>": "the job id (run_id `wattameter-<id>`); the 0.8+ format "
+    "in source_metadata (writer_format)",
+    "# <time> - Power data for run <id>": "the job id (run_id `wattameter-<id>`); the 0.7 "
+    "format in source_metadata (writer_format), power_field `power_usage`",
+    "# <time> - Utilization data for run <id>": "the job id of a 0.7 utilisation tracker log",
+    "# <time> - Tracking started": "dropped: 0.7's note of the start, the first row says when",
+    "timestamp": "t_ms (ms since the run's first sample on any node) and start_time (local "
+    "time converted with --tz)",
+    "reading-time[ns]": "not a column: half the longest is the timestamp uncertainty stated in "
+    "clock_alignment",
+    "gpu-<k>[mW], gpu-<k>[W]": "power_w of GPU k (÷ 1000 for mW; a 0 mW failed read is null); "
+    "power_field `power_usage` for 0.7 logs, null with flag power_field_unknown for 0.8+ "
+    "unless --meta gives it (0.8 to 0.9.1 read the 1 s average, 0.9.2 on field 186)",
+    "gpu-<k>[mJ], gpu-<k>[J]": "energy_mj (re-based to 0 at the device's first sample)",
+    "gpu-<k>[C]": "temp_c",
+    "gpu-<k>[%gpu]": "gpu_util_pct (in the power log, or merged from a tracker log)",
+    "gpu-<k>[%mem]": "mem_util_pct (in the power log, or merged from a tracker log)",
+    "gpu-<k>[W] beside gpu-<k>[mJ] without [mW]": "dropped: WattAMeter derived it from energy "
+    "deltas, it is not a reading",
+    "gpu-<k>[TX KiB], gpu-<k>[RX KiB]": "dropped: NVLink throughput has no column (listed in "
+    "source_metadata columns_not_imported)",
+}
+"""Every line and column of a WattAMeter NVML log (``docs/importers.md`` renders it)."""
 
 
 @dataclass
@@ -121,6 +182,8 @@ class NodeLog:
         values: rows x kept columns, float64 (NaN = missing).
         max_read_ns: the longest ``reading-time[ns]`` of the file.
         zero_readings: power readings of exactly 0 (WattAMeter's failed reads), made null.
+        writer: the log format (a key of :data:`WRITER_FORMATS`), ``None`` without a run line.
+        trackers: names of the tracker files merged into this log's columns.
     """
 
     path: Path
@@ -133,6 +196,13 @@ class NodeLog:
     values: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     max_read_ns: int = 0
     zero_readings: int = 0
+    writer: str | None = None
+    trackers: list[str] = field(default_factory=list)
+
+    @property
+    def has_power(self) -> bool:
+        """Whether the log holds a GPU power column (else it is a tracker's: utilisation, ...)."""
+        return any(sig == "power_w" for _, sig, _, _ in self.columns)
 
 
 def name_parts(path: Path) -> tuple[str | None, str]:
@@ -145,7 +215,7 @@ def name_parts(path: Path) -> tuple[str | None, str]:
     jm = _JOB_SUFFIX_RE.match(suffix)
     if jm:
         return jm.group("job"), jm.group("host")
-    return None, suffix or path.stem
+    return None, suffix  # "" for a log named without a suffix (one node)
 
 
 def _parse_header(line: str, *, path: Path, lineno: int) -> tuple[list[tuple[int, str, float,
@@ -168,16 +238,20 @@ def _parse_header(line: str, *, path: Path, lineno: int) -> tuple[list[tuple[int
         if m is None or unit not in UNITS:
             dropped.append(tag)
             continue
-        gpu = int(m.group("gpu"))
+        digits = m.group("gpu")
+        gpu = int(digits) if len(digits) <= 6 else MAX_GPU + 1
+        if gpu > MAX_GPU:
+            raise InputError(f"GPU index {m.group('gpu')[:20]} is outside 0..{MAX_GPU}: not a "
+                             "device of this node", file=path, line=lineno, field=tag[:40])
         signal, factor = UNITS[unit]
         if unit == "W" and gpu in energy_gpus and gpu not in power_read:
             dropped.append(tag)  # WattAMeter's power derived from energy deltas: not a reading
             continue
         kept.append((gpu, signal, factor, tag))
         positions.append(pos)
-    if not any(sig == "power_w" for _, sig, _, _ in kept):
-        raise InputError("no GPU power column (gpu-<k>[mW]): log nvml-power with WattAMeter",
-                         file=path, line=lineno, field="gpu-0[mW]")
+    if not kept:
+        raise InputError("no GPU column WattAMeter writes (gpu-<k>[mW], [mJ], [C], [%gpu], "
+                         "[%mem])", file=path, line=lineno, field=tags[2][:40])
     seen = set()
     for gpu, sig, _, tag in kept:
         if (gpu, sig) in seen:
@@ -188,6 +262,9 @@ def _parse_header(line: str, *, path: Path, lineno: int) -> tuple[list[tuple[int
 
 def read_node_log(path: str | Path) -> NodeLog:
     """Read one ``nvml`` log (see the module docstring); nothing is assumed about its node.
+
+    A log without a power column is a tracker's (utilisation, temperature): it is read the same
+    way and merged into its node's power log by :func:`read_job`.
 
     Raises:
         InputError: a malformed line (file, line, column and value named), two different runs
@@ -205,6 +282,7 @@ def read_node_log(path: str | Path) -> NodeLog:
     header: tuple[list[tuple[int, str, float, str]], list[str], list[int]] | None = None
     header_text: str | None = None
     run_id: str | None = None
+    writer: str | None = None
     stamps: list[str] = []
     rows: list[list[float]] = []
     linenos: list[int] = []
@@ -222,6 +300,9 @@ def read_node_log(path: str | Path) -> NodeLog:
                                      f"{run_id!r}: one file per run", file=path, line=lineno,
                                      field="run")
                 run_id = m.group("id")
+                writer = "0.7" if m.group("old") else "0.8+"
+                continue
+            if _NOTE_RE.match(line):  # "# <time> - Tracking started" (0.7)
                 continue
             if last:
                 log.warning("%s: line %d is cut off (no newline): dropped", path, lineno)
@@ -253,11 +334,7 @@ def read_node_log(path: str | Path) -> NodeLog:
         if last:  # all fields present but the newline is not: the last number may be cut
             log.warning("%s: line %d is cut off (no newline): dropped", path, lineno)
             continue
-        try:
-            read_ns.append(int(cells[1]))
-        except ValueError:
-            raise InputError(f"value {cells[1][:40]!r} is not an integer", file=path,
-                             line=lineno, field="reading-time[ns]") from None
+        read_ns.append(_read_time_ns(cells[1], path=path, lineno=lineno))
         row = []
         for (_, _, factor, tag), pos in zip(kept, positions, strict=True):
             try:
@@ -290,12 +367,41 @@ def read_node_log(path: str | Path) -> NodeLog:
             mask = values[:, j] == 0.0
             zeros += int(mask.sum())
             values[mask, j] = np.nan
-    iso = np.array([s.replace("_", "T", 1) for s in stamps])
-    local_ms = (iso.astype("datetime64[us]").astype(np.int64) + 500) // 1000
     return NodeLog(path=path, job=str(job), host=host, columns=kept, dropped=dropped,
-                   ts_local_ms=local_ms, lines=np.array(linenos, dtype=np.int64),
+                   ts_local_ms=_local_ms(stamps, linenos, path=path),
+                   lines=np.array(linenos, dtype=np.int64),
                    values=values, max_read_ns=max(read_ns) if read_ns else 0,
-                   zero_readings=zeros)
+                   zero_readings=zeros, writer=writer)
+
+
+def _read_time_ns(text: str, *, path: Path, lineno: int) -> int:
+    """The ``reading-time[ns]`` cell: an integer in 0..:data:`MAX_READ_NS`."""
+    if not text.isdigit() or len(text) > 19 or int(text) > MAX_READ_NS:
+        raise InputError(f"value {text[:40]!r} is not a read time of 0 to "
+                         f"{MAX_READ_NS // 10**9} s in ns", file=path, line=lineno,
+                         field="reading-time[ns]")
+    return int(text)
+
+
+def _local_ms(stamps: list[str], lines: list[int], *, path: Path) -> np.ndarray:
+    """Naive local ms of ``YYYY-MM-DD_HH:MM:SS.ffffff`` stamps (already matched by the pattern).
+
+    numpy parses them all at once; when it refuses one (a month 13, a 31 February), each is
+    tried on its own so the error names the first bad stamp's line.
+    """
+    iso = np.array([s.replace("_", "T", 1) for s in stamps])
+    try:
+        return (iso.astype("datetime64[us]").astype(np.int64) + 500) // 1000
+    except ValueError:
+        pass
+    for stamp, lineno in zip(stamps, lines, strict=True):
+        try:
+            dt.datetime.strptime(stamp[:26], "%Y-%m-%d_%H:%M:%S.%f" if "." in stamp
+                                 else "%Y-%m-%d_%H:%M:%S")
+        except ValueError:
+            raise InputError(f"value {stamp[:40]!r} is not a calendar time", file=path,
+                             line=lineno, field="timestamp") from None
+    raise InputError("a timestamp numpy cannot read", file=path, line=lines[0], field="timestamp")
 
 
 def expected_hosts(paths: Sequence[Path], job: str) -> set[str]:
@@ -354,15 +460,60 @@ def jobs_of(paths: Sequence[Path]) -> dict[str, list[Path]]:
 
 
 def read_job(job: str, paths: Sequence[Path]) -> list[NodeLog]:
-    """Read one job's node logs (sorted by host name); two logs of one node are refused."""
-    nodes = sorted((read_node_log(p) for p in paths), key=lambda n: n.host)
+    """Read one job's node logs (sorted by host name), each node's trackers merged into it.
+
+    A log without a power column (a tracker's: utilisation, temperature) is merged into its
+    node's power log (:func:`merge_tracker`); one whose node has no power log is skipped with a
+    log line. Two power logs of one node are refused.
+    """
+    logs = [read_node_log(p) for p in paths]
+    nodes = sorted((n for n in logs if n.has_power), key=lambda n: n.host)
     hosts = [n.host for n in nodes]
     for a, b in zip(hosts, hosts[1:], strict=False):
         if a == b:
             dup = [str(n.path) for n in nodes if n.host == a]
-            raise InputError(f"job {job} has two logs of one node: {', '.join(dup)}",
+            raise InputError(f"job {job} has two power logs of one node: {', '.join(dup)}",
                              file=dup[1], field="file name")
+    by_host = {n.host: n for n in nodes}
+    for tracker in (n for n in logs if not n.has_power):
+        target = by_host.get(tracker.host)
+        if target is None:
+            log.warning("%s: a tracker log (no power column) whose node has no power log in "
+                        "job %s: skipped", tracker.path, job)
+            continue
+        merge_tracker(target, tracker)
+    if not nodes:
+        raise InputError(f"job {job} has no log with a GPU power column (gpu-<k>[mW]): log "
+                         "nvml-power with WattAMeter", file=paths[0], field="gpu-0[mW]")
     return nodes
+
+
+def merge_tracker(node: NodeLog, tracker: NodeLog) -> None:
+    """Add a tracker's columns to its node's power log, in place.
+
+    Each power row takes the tracker's last reading at or before it (same node clock), null
+    when that reading is more than :data:`TRACKER_HOLD_PERIODS` of the tracker's periods old
+    or there is none yet. A column the power log already holds is kept from the power log.
+    """
+    have = {(g, sig) for g, sig, _, _ in node.columns}
+    take = [j for j, (g, sig, _, _) in enumerate(tracker.columns) if (g, sig) not in have]
+    node.dropped += [tracker.columns[j][3] for j in range(len(tracker.columns)) if j not in take]
+    node.dropped += tracker.dropped
+    node.trackers.append(tracker.path.name)
+    if not take:
+        return
+    t_tr = tracker.ts_local_ms
+    order = np.argsort(t_tr, kind="stable")
+    t_tr, vals = t_tr[order], tracker.values[order][:, take]
+    period = float(np.median(np.diff(t_tr))) if len(t_tr) > 1 else math.inf
+    i = np.searchsorted(t_tr, node.ts_local_ms, side="right") - 1
+    ok = i >= 0
+    age = node.ts_local_ms - t_tr[np.maximum(i, 0)]
+    ok &= age <= TRACKER_HOLD_PERIODS * period
+    merged = np.full((len(node.ts_local_ms), len(take)), np.nan)
+    merged[ok] = vals[i[ok]]
+    node.values = np.concatenate((node.values, merged), axis=1)
+    node.columns = node.columns + [tracker.columns[j] for j in take]
 
 
 def _alignment_text(nodes: Sequence[NodeLog]) -> str:
@@ -422,13 +573,20 @@ def job_run(job: str, nodes: Sequence[NodeLog], *, workload: str,
     meta: dict[str, Any] = {**base_meta(FORMAT, workload), **(meta_in or {})}
     meta["run_id"] = check_run_id(str(meta.get("run_id") or f"wattameter-{job}"),
                                   file=nodes[0].path)
-    meta["power_field"] = "power_usage"
+    writers = {n.writer for n in nodes}
+    declared_field = meta.get("power_field")
+    if declared_field is None and writers == {"0.7"}:
+        meta["power_field"] = "power_usage"  # 0.7 reads nvmlDeviceGetPowerUsage
+    elif declared_field is None:
+        meta["power_field"] = None  # 0.8 to 0.9.1 power_usage, 0.9.2 on field 186: unknown
     if num_gpus is None and missing and meta.get("num_gpus") is None:
         meta["num_gpus"] = per_node * len(all_hosts)
     if len(all_hosts) > 1:
         meta["clock_alignment"] = _alignment_text(nodes)
     meta.setdefault("source_metadata", _source_metadata(job, nodes, missing, len(all_hosts)))
     flags = finish_meta(devices, meta, platform=platform, num_gpus=num_gpus, file=nodes[0].path)
+    if meta.get("power_field") is None:
+        flags.append("power_field_unknown")
     if any(n.zero_readings for n in nodes):
         flags.append("zero_power_samples")
     run = assemble_run(devices, meta, file=nodes[0].path, flags=flags,
@@ -452,6 +610,8 @@ def _source_metadata(job: str, nodes: Sequence[NodeLog], missing: Sequence[str],
         "columns": sorted({tag for n in nodes for _, _, _, tag in n.columns}),
         "columns_not_imported": sorted({tag for n in nodes for tag in n.dropped}),
         "zero_power_readings_made_null": sum(n.zero_readings for n in nodes),
+        "writer_format": sorted({n.writer for n in nodes if n.writer}),
+        "tracker_logs_merged": sum(len(n.trackers) for n in nodes),
     }, sort_keys=True)
 
 
@@ -495,6 +655,6 @@ def import_wattameter(paths: Iterable[str | Path], *, workload: str,
                                 platform=platform, num_gpus=num_gpus, tz=tz))
 
 
-__all__ = ["FILE_RE", "FORMAT", "NodeLog", "UNITS", "expected_hosts", "find_logs",
+__all__ = ["FIELD_MAP", "FILE_RE", "FORMAT", "NodeLog", "UNITS", "WRITER_FORMATS", "merge_tracker", "expected_hosts", "find_logs",
            "import_wattameter", "iter_wattameter", "job_of", "job_run", "jobs_of", "name_parts",
            "read_job", "read_node_log"]
