@@ -1,4 +1,4 @@
-"""Analysis subcommands: metrics, fit, predict, plot.
+"""Analysis subcommands: metrics, compare, fit, predict, plot.
 
 ``DIR_OR_REPO`` is a local dataset folder, or a Hugging Face Hub dataset repo id
 (``org/name``) which is first downloaded with ``huggingface_hub.snapshot_download``.
@@ -56,8 +56,9 @@ def check_settings(settings: dict[str, Any]) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add the analysis subcommands (metrics, fit, predict, plot)."""
+    """Add the analysis subcommands (metrics, compare, fit, predict, plot)."""
     _register_metrics(sub)
+    _register_compare(sub)
     _register_fit(sub)
     _register_predict(sub)
     _register_plot(sub)
@@ -81,6 +82,26 @@ def _register_metrics(sub: argparse._SubParsersAction) -> None:
                    "runs written by an older schema are always recomputed)")
     add_format(p)
     p.set_defaults(func=cmd_metrics)
+
+
+def _register_compare(sub: argparse._SubParsersAction) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
+    p = sub.add_parser(
+        "compare", help="our figures of imported runs beside the publisher's own",
+        formatter_class=fmt,
+        description="Per imported run, each figure its publisher reported (the PowerTrace "
+        "catalog's energy in Wh, mean, p95, p99 and peak power, ramps and duration; ML.ENERGY's "
+        "steady-state energy, duration, mean power and energy per token) beside ours from the "
+        "same trace, in the publisher's unit, with diff_pct = 100 (ours - theirs) / theirs.",
+        epilog="examples:\n  llm-powertrace compare llm-powertrace\n"
+        "  llm-powertrace compare mlenergy --run RUN_ID --format json")
+    p.add_argument("dir", metavar="DIR_OR_REPO", help="dataset folder or Hub dataset repo id")
+    p.add_argument("--config", default=None,
+                   help="finetune_runs or inference_runs (default: both)")
+    p.add_argument("--split", default=None, help="platform split (default: all)")
+    p.add_argument("--run", default=None, metavar="RUN_ID", help="one run (default: all)")
+    add_format(p)
+    p.set_defaults(func=cmd_compare)
 
 
 def _register_fit(sub: argparse._SubParsersAction) -> None:
@@ -180,6 +201,19 @@ def cmd_metrics(args: argparse.Namespace) -> int:
         emit(rows, "csv", list(rows[0]) if rows else ["run_id", "num_gpus"])
     else:
         emit(rows, "json")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from ..compare import compare_rows
+
+    root = resolve_dataset(args.dir)
+    runs = [r for r in iter_run_rows(root, args.config, args.split)
+            if args.run is None or r["run_id"] == args.run]
+    if args.run is not None and not runs:
+        raise InputError(f"no run {args.run!r} in the runs tables", field="--run")
+    emit(compare_rows(runs), args.format,
+         ["run_id", "figure", "unit", "ours", "theirs", "diff_pct"])
     return 0
 
 
