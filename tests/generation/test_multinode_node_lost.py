@@ -93,3 +93,27 @@ def test_a_follower_whose_node_0_is_killed_stops_sampling_and_fails_in_one_line(
             if p.poll() is None:
                 p.kill()
                 p.wait(timeout=30)
+
+
+def test_the_watch_raises_only_once_the_heartbeat_stops_changing(tmp_path):
+    beat = tmp_path / "multinode-x.alive"
+    watch = multinode.NodeWatch(beat, lost_s=0.3)
+    for n in range(5):  # a beating node 0: never lost, however long it runs
+        beat.write_text(str(n))
+        watch.check()
+        time.sleep(0.1)
+    deadline = time.monotonic() + 5
+    with pytest.raises(multinode.NodeLost, match="did not change for 0.3 s"):
+        while time.monotonic() < deadline:
+            watch.check()
+            time.sleep(0.05)
+
+
+@pytest.mark.parametrize("raw", ["0", "-1", "nan", "inf", "soon"])
+def test_a_bad_node_lost_setting_is_refused_by_name(raw):
+    from llm_powertrace_ds.errors import UsageError
+
+    with pytest.raises(UsageError, match="LLM_POWERTRACE_NODE_LOST_S"):
+        multinode.node_lost_s({"LLM_POWERTRACE_NODE_LOST_S": raw})
+    assert multinode.node_lost_s({}) == multinode.NODE_LOST_S
+    assert multinode.node_lost_s({"LLM_POWERTRACE_NODE_LOST_S": "2.5"}) == 2.5
