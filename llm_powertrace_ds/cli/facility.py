@@ -77,7 +77,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"nodes per rack, for rack peaks (default: {DEFAULT_NODES_PER_RACK})")
     p.add_argument("--node-overhead", default=DEFAULT_OVERHEAD, metavar="MODEL",
                    help=f"non-GPU node power: auto, {', '.join(OVERHEAD_PRESETS)} or "
-                   f"IDLE_W:FRACTION (default: {DEFAULT_OVERHEAD}: by the runs' platform)")
+                   f"IDLE:FRACTION, e.g. 1.5kW:0.3 (default: {DEFAULT_OVERHEAD}: by the runs' "
+                   "platform)")
     pue = p.add_mutually_exclusive_group()
     pue.add_argument("--pue", type=float, default=None, metavar="P",
                      help="constant PUE (default: 1.0, i.e. facility = IT power; the Uptime "

@@ -19,10 +19,14 @@ Composition (what is measured, what is assumed)
     * **Mix.** Nodes are shared between source runs in proportion to ``mix`` (equal shares when
       no mix is given): jobs are assigned one at a time to the run whose node count lags its
       target most (exact up to one job; deterministic, not sampled).
-    * **Tiling.** A horizon longer than a run is filled by repeating the run's *block*: from the
-      first to the last ``step_begin`` event (whole optimiser steps), else the ``steady_begin`` /
-      ``steady_end`` window, else the whole run (the output says which). Tiles join at step
-      boundaries; nothing is ever stretched or resampled in time.
+    * **Jobs start once** (:mod:`.steady`). A job is its run's measured ramp-up, its steady
+      *block* repeated with no restart between repeats, and its measured ramp-down, at its start
+      and end only. The block is cut at matching phase: whole optimiser steps (first to last
+      ``step_begin``), else whole periods of the steady window's autocorrelation, else where the
+      next samples match best (the output says which). Nothing is ever stretched or resampled
+      in time; dips inside the steady window repeat at their measured offsets.
+    * **Jobs over time** (:mod:`.schedule`). A schedule file or a seeded arrival model gives
+      each job its start and end; GPUs without a job draw their measured idle power.
     * **Phase (``sync``).** ``lockstep``: every job starts at its run's t0 at the start of the
       horizon (one synchronous job across the site, e.g. a large data-parallel training run).
       ``independent``: each job enters its block at a uniformly random point (seeded).
@@ -99,9 +103,12 @@ CARD_LIMITS: tuple[str, ...] = (
     "(data-parallel replicas).",
     "The phase between jobs is a model (`lockstep`, `independent`, or `measured`: inferred from "
     "a run's cross-device `synchrony_index`), always stated in the output.",
-    "Each run is replayed from its work window (idle head and tail left out); a horizon longer "
-    "than that repeats its whole optimiser steps (else the whole work window), joined at block "
-    "boundaries, never stretched.",
+    "Each run is replayed from its work window (idle head and tail left out); a job runs its "
+    "measured ramp-up, repeats its steady window cut at matching phase (whole steps, else whole "
+    "periods of its autocorrelation) with no restart between repeats, and runs its measured "
+    "ramp-down at its end only; nothing is stretched.",
+    "Sites of jobs over time follow a schedule file or a seeded arrival model (stated in the "
+    "output); GPUs without a job draw the idle power measured outside the runs' work windows.",
     "Runs whose power is a 1 s average (`power_is_1s_average`) under-report oscillation above "
     "about 0.5 Hz: the composed band metrics inherit that.",
     "Non-GPU node power is an idle + proportional model whose presets rest on vendor maximums or "

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, UsageError
+from ..units import parse_quantity
 
 MAX_NODE_IDLE_W = 1e6
 """Largest non-GPU idle power of one node accepted (1 MW: far above any server)."""
@@ -92,7 +93,9 @@ def auto_overhead(platforms: Sequence[str], gpus_per_node: int = 8) -> tuple[Nod
 
 
 def parse_overhead(text: str, gpus_per_node: int = 8) -> NodeOverhead:
-    """A preset name (:data:`OVERHEAD_PRESETS`) or ``IDLE_W:FRACTION`` (e.g. ``1500:0.3``).
+    """A preset name (:data:`OVERHEAD_PRESETS`) or ``IDLE:FRACTION`` (``1500:0.3``, ``1.5kW:0.3``).
+
+    The idle power takes units (:mod:`llm_powertrace_ds.units`; a bare number is W).
 
     ``auto`` is resolved from the source runs' platforms by :func:`auto_overhead` (this function
     returns the ``dgx-h100`` preset for it).
@@ -114,11 +117,13 @@ def parse_overhead(text: str, gpus_per_node: int = 8) -> NodeOverhead:
     try:
         if not sep:
             raise ValueError
-        return NodeOverhead("custom", float(idle), float(frac),
-                            f"user-given: {float(idle):g} W per node + {float(frac):g} x GPU power")
-    except ValueError:
+        idle_w = parse_quantity(idle, "power", option="--node-overhead")
+        return NodeOverhead("custom", idle_w, float(frac),
+                            f"user-given: {idle_w:g} W per node + {float(frac):g} x GPU power")
+    except (ValueError, UsageError):
         raise InputError(f"{text!r} is neither a preset ({', '.join(OVERHEAD_PRESETS)}) nor "
-                         "IDLE_W:FRACTION (e.g. 1500:0.3)", field="--node-overhead") from None
+                         "IDLE:FRACTION (e.g. 1500:0.3 or 1.5kW:0.3; a bare idle power is W)",
+                         field="--node-overhead") from None
 
 
 @dataclass(frozen=True)

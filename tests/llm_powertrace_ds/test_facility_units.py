@@ -7,11 +7,15 @@ reads ``t_ms`` / 1000 (s); a preset's constant part per node scales with GPUs pe
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 from llm_powertrace_ds import facility as fac
-from llm_powertrace_ds import metrics
+from llm_powertrace_ds import metrics, shards
+from llm_powertrace_ds.cli import main
+from llm_powertrace_ds.errors import InputError
 from llm_powertrace_ds.run import DeviceSeries, Run
 
 
@@ -91,3 +95,31 @@ def test_the_power_integral_reads_milliseconds_as_seconds():
     run = Run({"run_id": "e", "workload": "finetune", "platform": "l40s", "num_gpus": 1,
                "sample_period_ms": 100.0}, [dev], [])
     assert metrics.compute_run_metrics(run)["energy_j"] == pytest.approx(2500.0)
+
+
+def test_power_and_time_options_take_units():
+    assert fac.parse_overhead("1.5kW:0.3").idle_w == pytest.approx(1500.0)
+    assert fac.parse_overhead("1500:0.3").idle_w == pytest.approx(1500.0)  # a bare number is W
+    with pytest.raises(InputError, match=r"field '--node-overhead'.*'1MW/min:0\.3'"):
+        fac.parse_overhead("1MW/min:0.3")  # a ramp is not a power
+
+
+def test_the_cli_reads_a_horizon_with_units_and_prints_site_figures_in_mw(tmp_path, capsys):
+    root = tmp_path / "ds"
+    shards.publish_run(root, constant_run(), refresh_card=False)
+    assert main(["facility", str(root), "--gpus", "8", "--duration", "1.5min", "--window",
+                 "whole", "--node-overhead", "0.5kW:0", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["site"]["duration_s"] == pytest.approx(90.0)
+    assert data["node_overhead"]["idle_w"] == pytest.approx(500.0)
+    # SI in JSON, named by unit: 8 x 500 W + 500 W per node
+    assert data["metrics"]["mean_w"] == pytest.approx(4500.0)
+    assert data["metrics"]["energy_j"] == pytest.approx(4500.0 * 90.0)
+    assert main(["facility", str(root), "--gpus", "8", "--duration", "1.5min", "--window",
+                 "whole", "--node-overhead", "0.5kW:0"]) == 0
+    text = capsys.readouterr().out
+    assert "0.0045 MW\n" in text and " MWh\n" in text and " MW/s\n" in text
+    with pytest.raises(SystemExit) as exc:
+        main(["facility", str(root), "--gpus", "8", "--duration", "20MW"])
+    assert exc.value.code == 2
+    assert "'MW' is a unit of power, not of time" in capsys.readouterr().err
