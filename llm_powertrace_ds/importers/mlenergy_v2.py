@@ -113,6 +113,11 @@ def load_models(task_dir: Path) -> dict[str, float]:
     """``{model id: total parameters}`` from ``<task>/models.json``."""
     path = task_dir / "models.json"
     if not path.is_file():
+        if (task_dir / "llm").is_dir() or task_dir.name == "llm" or next(
+                task_dir.rglob("results.json"), None) is not None:
+            raise InputError("no models.json: this is an ML.ENERGY benchmark v3 tree "
+                             "(results.json files); import it with `import mlenergy-v3`",
+                             file=path)
         raise InputError("no models.json in the task folder (is this an ML.ENERGY v2 task "
                          "folder, e.g. data/llm_text_generation/chat?)", file=path)
     data = _read_json(path)

@@ -196,3 +196,10 @@ def test_a_file_outside_the_writers_layout_or_nested_too_deep_is_refused(tmp_pat
     tree.results.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
     with pytest.raises(InputError, match="nested deeper than 64 levels"):
         read_results(tree.results)
+
+
+def test_a_v3_tree_given_to_mlenergy_v2_names_the_right_importer(tmp_path, cli):
+    write_tree(tmp_path / "bench")
+    res = cli(["import", "mlenergy-v2", tmp_path / "bench", "--out", tmp_path / "ds"])
+    assert res.returncode == 1
+    assert "ML.ENERGY benchmark v3 tree" in res.stderr and "import mlenergy-v3" in res.stderr
