@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..formatting import human_number
-from ..units import option_type
+from ..units import option_type, to_unit
 
 EXAMPLES = """examples:
   llm-powertrace mitigate site.parquet --ramp-limit 1MW/min --format json
@@ -46,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Read a load profile (a 't_s,power_w' CSV, or the Parquet that 'facility "
         "--out' writes) and report what a power cap, a power floor and storage with a grid-side "
-        "ramp limit do to the grid side (swing, ramps per second and per minute, band power) and "
+        "ramp limit do to the grid side (range, p95-p5 swing, ramps per time scale, band power) and "
         "what each costs (storage power and energy, losses, cycles; energy burnt by a floor; "
         "work above a cap). Applied in the order cap, floor, storage; computed at the profile's "
         "own resolution. With --limits, the cheapest combination that meets a grid's limits.",
@@ -70,12 +70,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                    metavar="ETA", help="storage round-trip efficiency (default: "
                    f"{DEFAULT_EFFICIENCY}, NREL ATB's utility-scale lithium-ion figure)")
     p.add_argument("--limits", type=Path, default=None, metavar="FILE",
-                   help="YAML grid limits (ramp per time scale, max swing, band power): search "
+                   help="YAML grid limits (ramp per time scale, dynamic range, band power): search "
                    "the cheapest combination; not with --cap-pct/--floor-pct/--ramp-limit")
     p.add_argument("--resolution-s", type=option_type("time", "--resolution-s"), default=None,
                    metavar="S",
                    help="compute at S s interval means (coarser than the input; for a facility "
                    "profile, one of its resolutions; default: the input's finest)")
+    p.add_argument("--skip", type=option_type("time", "--skip"), default=0.0, metavar="TIME",
+                   help="leave out the profile's first TIME (30s, 2min; a bare number is s), "
+                   "e.g. to check that a size does not depend on where the profile starts")
     p.add_argument("--column", choices=("facility", "it", "gpu"), default=None,
                    help="which power of a facility profile (default: facility)")
     p.add_argument("--sensor-average-s", type=option_type("time", "--sensor-average-s"),
@@ -117,8 +120,18 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
+def _scale(peak_w: float) -> tuple[str, str, str]:
+    """Power, energy and ramp units of the table: MW, MWh, MW/min at site scale, else kW."""
+    return ("MW", "MWh", "MW/min") if peak_w >= 1e6 else ("kW", "kWh", "kW/min")
+
+
+def _in(value: Any, unit: str) -> str:
+    return _cell(None if value is None else to_unit(value, unit))
+
+
 def _print_table(data: dict[str, Any]) -> None:
     inp = data["input"]
+    pu, eu, ru = _scale(max(data["load"]["peak_w"], data["grid"]["peak_w"]))
     print(f"input: {inp['file']} ({inp['kind']}, {inp['column']}), {inp['samples']} samples, "
           f"{inp['duration_s']:g} s; computed at {data['resolution_s']:g} s"
           + ("" if inp["measured"] else " — composed, not measured")
@@ -129,24 +142,46 @@ def _print_table(data: dict[str, Any]) -> None:
         for c in s["checks"]:
             print(f"  {'ok  ' if c['met'] else 'FAIL'} {c['limit']}: {_cell(c['value'])} "
                   f"(max {_cell(c['max'])})")
+    units = {"_w": pu, "_j": eu, "_w_per_s": ru}
     for name in ("cap", "floor", "storage"):
         part = data.get(name)
-        if part:
-            print(f"{name}:")
-            for k, v in part.items():
-                print(f"  {k:<24} {_cell(v)}")
+        if not part:
+            continue
+        print(f"{name}:")
+        for k, v in part.items():
+            if k.endswith(("_mwh", "_mw_per_min")):
+                continue  # the same figure in the table's units below
+            if isinstance(v, dict):
+                cells = []
+                for kk, vv in v.items():
+                    sfx = next((x for x in ("_w_per_s", "_w", "_j") if kk.endswith(x)), "")
+                    if kk.endswith("_mwh"):
+                        continue
+                    cells.append(f"{kk[: -len(sfx)]} {_in(vv, units[sfx])} {units[sfx]}" if sfx
+                                 else f"{kk} {_cell(vv)}")
+                print(f"  {k}: " + ", ".join(cells))
+                continue
+            suffix = next((x for x in ("_w_per_s", "_w", "_j") if k.endswith(x)), "")
+            if suffix and isinstance(v, float):
+                print(f"  {k[: -len(suffix)]:<30} {_in(v, units[suffix])} {units[suffix]}")
+            else:
+                print(f"  {k:<30} {_cell(v)}")
     width = 26
     print(f"  {'':<{width}} {'load':>12} {'grid side':>12}")
-    for key in ("energy_mwh", "mean_w", "peak_w", "min_w", "swing_w", "ramp_up_max_w_per_s",
-                "ramp_down_max_w_per_s"):
-        print(f"  {key:<{width}} {_cell(data['load'][key]):>12} {_cell(data['grid'][key]):>12}")
+    for key, unit in (("energy_j", eu), ("mean_w", pu), ("peak_w", pu), ("min_w", pu),
+                      ("range_w", pu), ("swing_p95_p5_w", pu), ("ramp_up_max_w_per_s", ru),
+                      ("ramp_down_max_w_per_s", ru)):
+        label = f"{key.rsplit('_w', 1)[0] if key.endswith(('_w', '_w_per_s')) else key[:-2]} ({unit})"
+        print(f"  {label:<{width}} {_in(data['load'][key], unit):>12} "
+              f"{_in(data['grid'][key], unit):>12}")
     for w, v in data["load"]["ramp_max_w_per_s"].items():
-        key = f"ramp_max_{w}s_w_per_s"
-        print(f"  {key:<{width}} {_cell(v):>12} "
-              f"{_cell(data['grid']['ramp_max_w_per_s'].get(w)):>12}")
+        label = f"ramp over {w} s ({ru})"
+        print(f"  {label:<{width}} {_in(v, ru):>12} "
+              f"{_in(data['grid']['ramp_max_w_per_s'].get(w), ru):>12}")
     for band, v in data["load"]["band_rms_w"].items():
-        key = f"band_rms {band} (W)"
-        print(f"  {key:<{width}} {_cell(v):>12} {_cell(data['grid']['band_rms_w'].get(band)):>12}")
+        label = f"band_rms {band} ({pu})"
+        print(f"  {label:<{width}} {_in(v, pu):>12} "
+              f"{_in(data['grid']['band_rms_w'].get(band), pu):>12}")
     for note in data["notes"]:
         print(f"note: {note}")
 
@@ -170,8 +205,9 @@ def cmd_mitigate(args: argparse.Namespace) -> int:
             raise MissingExtra("matplotlib is not installed: pip install "
                                "'llm-powertrace[plot]'") from None
     limits = mit.load_limits(args.limits) if args.limits is not None else None
-    profile = mit.read_profile(args.profile, resolution_s=args.resolution_s, column=args.column,
-                               sensor_average_s=args.sensor_average_s)
+    profile = mit.skip(mit.read_profile(args.profile, resolution_s=args.resolution_s,
+                                        column=args.column,
+                                        sensor_average_s=args.sensor_average_s), args.skip)
     found = None
     if limits is not None:
         mit.Plan(efficiency=args.efficiency, reference_w=args.ceiling_w).check()
@@ -196,6 +232,7 @@ def cmd_mitigate(args: argparse.Namespace) -> int:
                           "statement": found.statement, "evaluated": found.evaluated,
                           "plan": {"cap_pct": plan.cap_pct, "floor_pct": plan.floor_pct,
                                    "ramp_limit_w_per_s": plan.ramp_limit_w_per_s},
+                          "steps": found.steps,
                           "checks": [c.to_json() for c in found.checks]}
     if args.out is not None:
         _write_csv(result, args.out)

@@ -14,7 +14,7 @@ from . import strategies as st
 from .grid import DEFAULT_BANDS, RAMP_WINDOWS_S, Band, profile_metrics
 from .profile import Profile
 
-JSON_SHAPE = "llm-powertrace/mitigate/1"
+JSON_SHAPE = "llm-powertrace/mitigate/2"
 ORDER = ("cap", "floor", "storage")
 
 
@@ -81,6 +81,29 @@ def _pct(part: float, whole: float) -> float | None:
     return 100.0 * part / whole if whole > 0 else None
 
 
+def worse_than_load(load: dict[str, Any], grid: dict[str, Any]) -> list[str]:
+    """Every figure a limit can name on which the grid side is worse than the load itself.
+
+    Compared: ``range_w``, ``swing_p95_p5_w``, the window ramps at each time scale and the RMS
+    power in each band (a relative margin of 1e-9 for rounding). An empty list: the strategy
+    never makes the grid side worse than the load at those time scales.
+    """
+    out = []
+    tol = 1e-6 * max(load["range_w"], 1e-9)  # rounding: a millionth of the load's range
+
+    def cmp(name: str, g: float | None, p: float | None, unit: str, scale_s: float = 1.0) -> None:
+        if g is not None and p is not None and g > p * (1 + 1e-9) + tol / scale_s:
+            out.append(f"{name} {g:.4g} {unit} > the load's {p:.4g} {unit}")
+
+    cmp("range", grid["range_w"], load["range_w"], "W")
+    cmp("swing p95-p5", grid["swing_p95_p5_w"], load["swing_p95_p5_w"], "W")
+    for w, v in grid["ramp_max_w_per_s"].items():
+        cmp(f"ramp over {w} s", v, load["ramp_max_w_per_s"].get(w), "W/s", float(w))
+    for band, v in grid["band_rms_w"].items():
+        cmp(f"band {band} RMS", v, load["band_rms_w"].get(band), "W")
+    return out
+
+
 def apply(profile: Profile, plan: Plan, *,
           bands: Sequence[Band] | None = None,
           ramp_windows_s: Sequence[float] = RAMP_WINDOWS_S) -> Mitigation:
@@ -107,7 +130,7 @@ def apply(profile: Profile, plan: Plan, *,
                       "energy_above_cap_j": c.energy_above_cap_j,
                       "energy_above_cap_mwh": c.energy_above_cap_j / 3.6e9,
                       "energy_above_cap_pct": _pct(c.energy_above_cap_j, energy0),
-                      "swing_w": float(load.max() - load.min()),
+                      "range_w": float(load.max() - load.min()),
                       "slowdown_modelled": False}
         notes.append("cap: the energy above the cap is work not done while capped; the job's "
                      "slowdown is not modelled (give a measured capped run to know it)")
@@ -118,29 +141,55 @@ def apply(profile: Profile, plan: Plan, *,
                         "extra_energy_j": f.extra_energy_j,
                         "extra_energy_mwh": f.extra_energy_j / 3.6e9,
                         "extra_energy_pct": _pct(f.extra_energy_j, energy0),
-                        "swing_w": float(load.max() - load.min())}
+                        "range_w": float(load.max() - load.min())}
     grid = load
     soc = None
     if plan.ramp_limit_w_per_s is not None:
         s = st.storage(load, dt, plan.ramp_limit_w_per_s, plan.efficiency)
         grid, soc = s.grid_w, s.soc_j
         hours = profile.duration_s / 3600.0
+        ctl = s.control
+        t0 = float(profile.start_s[0])
+        a, b = ctl.span
         out["storage"] = {
-            "ramp_limit_w_per_s": s.ramp_limit_w_per_s, "power_w": s.power_w,
-            "discharge_power_w": s.discharge_power_w, "charge_power_w": s.charge_power_w,
+            "ramp_limit_w_per_s": s.ramp_limit_w_per_s,
+            "ramp_limit_mw_per_min": s.ramp_limit_w_per_s * 60 / 1e6,
             "energy_j": s.energy_j, "energy_mwh": s.energy_j / 3.6e9,
+            "power_w": s.power_w, "discharge_power_w": s.discharge_power_w,
+            "charge_power_w": s.charge_power_w,
+            "start": ctl.start.to_json() if ctl.start else None,
+            "stop": ctl.stop.to_json() if ctl.stop else None,
+            "energy_with_starts_stops_j": s.energy_with_starts_stops_j,
+            "energy_with_starts_stops_mwh": s.energy_with_starts_stops_j / 3.6e9,
+            "time_constant_s": ctl.time_constant_s,
+            "steady_from_s": float(profile.start_s[a]) - t0,
+            "steady_to_s": float(profile.start_s[b - 1] + profile.dt_s[b - 1]) - t0,
+            "sized_from_s": float(profile.start_s[ctl.sized_from]) - t0,
+            "sized_to_s": float(profile.start_s[ctl.sized_to - 1] + profile.dt_s[ctl.sized_to - 1])
+            - t0,
+            "energy_to_span_end_j": ctl.energy_to_span_end_j,
             "discharged_j": s.discharged_j, "charged_j": s.charged_j,
             "net_discharged_j": s.discharged_j - s.charged_j,
             "efficiency": s.efficiency, "losses_j": s.losses_j,
             "losses_pct": _pct(s.losses_j, energy0),
-            "full_cycles_per_hour": (s.discharged_j / s.energy_j / hours
-                                     if s.energy_j > 0 and hours > 0 else None),
-            "controller": "causal ramp-rate limit (no forecast)"}
+            "full_cycles_per_hour": (s.discharged_j / s.energy_with_starts_stops_j / hours
+                                     if s.energy_with_starts_stops_j > 0 and hours > 0
+                                     else None),
+            "controller": "state-of-charge-restoring smoother: grid side = the load's slow mean "
+                          "(time constant τ) − (SoC − setpoint)/τ, τ = (2 + e^-3)·range/R; "
+                          "warm start at the steady mean, sized after 8τ and before the last "
+                          "2τ of the steady span (no forecast)"}
+        if ctl.sized_from == a and ctl.sized_to == b:
+            notes.append("storage: the steady span is shorter than the 8τ warm-up and 2τ "
+                         f"cool-down ({10 * ctl.time_constant_s:.4g} s): sized over the whole span, "
+                         "so the size may still depend on the horizon")
     grid_metrics, grid_notes = metrics(grid)
     if out["storage"] is not None:
         grid_metrics["energy_with_losses_j"] = grid_metrics["energy_j"] + out["storage"][
             "losses_j"]
     notes += [f"grid side: {n}" for n in grid_notes if n not in notes]
+    worse = worse_than_load(load_metrics, grid_metrics)
+    notes += [f"grid side worse than the load: {w}" for w in worse]
     if not profile.measured:
         notes.append("the input is a composed profile (facility), not a measurement")
     if profile.cpu_proxy:
@@ -158,6 +207,7 @@ def apply(profile: Profile, plan: Plan, *,
         "load": load_metrics,
         **out,
         "grid": grid_metrics,
+        "grid_worse_than_load": worse,
         "notes": notes,
     }
     return Mitigation(profile=profile, plan=plan, load_w=load, grid_w=grid, soc_j=soc,

@@ -152,6 +152,16 @@ def window_ramp_max(power_w: np.ndarray, dt_s: np.ndarray, window_s: float) -> f
     return float(np.abs(means[1] - means[0]).max()) / window_s
 
 
+def swing_p95_p5_w(power_w: np.ndarray, dt_s: np.ndarray) -> float:
+    """p95 − p5 of the load, each sample weighted by how long it holds (Δt_k)."""
+    order = np.argsort(power_w, kind="stable")
+    cum = np.cumsum(dt_s[order])
+    at = np.searchsorted(cum, np.array([0.05, 0.95]) * cum[-1])
+    at = np.minimum(at, len(order) - 1)
+    lo, hi = power_w[order[at]]
+    return float(hi - lo)
+
+
 def profile_metrics(power_w: np.ndarray, dt_s: np.ndarray, *,
                     bands: Sequence[Band] | None = None,
                     ramp_windows_s: Sequence[float] = RAMP_WINDOWS_S,
@@ -159,7 +169,9 @@ def profile_metrics(power_w: np.ndarray, dt_s: np.ndarray, *,
     """Grid-facing figures of a piecewise-constant profile.
 
     - ``energy_j`` = Σ P_k Δt_k; ``mean_w`` = energy / Σ Δt_k; ``peak_w`` = max P; ``min_w`` =
-      min P; ``swing_w`` = peak − min (at the profile's resolution).
+      min P; ``range_w`` = peak − min (the dynamic range, at the profile's resolution);
+      ``swing_p95_p5_w`` = p95 − p5 of the samples, time-weighted (the swing ``facility``
+      reports: robust to single spikes).
     - ``ramp_up_max_w_per_s`` / ``ramp_down_max_w_per_s`` = max over k of ±(P_{k+1} − P_k) / Δt_k
       (0 when it never rises / falls).
     - ``ramp_max_w_per_s`` = {w: max_k |P̄_{k+1} − P̄_k| / w} for consecutive complete window means
@@ -180,7 +192,8 @@ def profile_metrics(power_w: np.ndarray, dt_s: np.ndarray, *,
         "mean_w": energy / total if total else None,
         "peak_w": float(power_w.max()),
         "min_w": float(power_w.min()),
-        "swing_w": float(power_w.max() - power_w.min()),
+        "range_w": float(power_w.max() - power_w.min()),
+        "swing_p95_p5_w": swing_p95_p5_w(power_w, dt_s),
         "ramp_up_max_w_per_s": max(0.0, float(d.max())) if len(d) else None,
         "ramp_down_max_w_per_s": max(0.0, float(-d.min())) if len(d) else None,
         "ramp_max_w_per_s": ramps,

@@ -3,22 +3,27 @@
 Limits file (YAML, at most :data:`MAX_LIMITS_BYTES`)::
 
     ramp:                         # change between consecutive window means, per time scale
-      - {window_s: 1, max_w_per_s: 2.0e6}
-      - {window_s: 60, max_w_per_s: 1.0e5}     # 6 MW per minute
-    max_swing_w: 3.0e7            # max − min at the profile's resolution
-    bands:                        # RMS power in a frequency band
-      - {low_hz: 0.1, high_hz: 1.0, max_rms_w: 1.0e5}
+      - {window_s: 1, max_w_per_s: 2MW/s}
+      - {window_s: 1min, max_w_per_s: 6MW/min}
+    max_range_w: 30MW             # dynamic range: max − min at the profile's resolution
+    bands:                        # oscillation: RMS power in a frequency band (spectral limit)
+      - {low_hz: 0.1, high_hz: 1.0, max_rms_w: 100kW}
 
-Every key is optional; at least one limit is required.
+Every key is optional; at least one limit is required. Values take units (``units.py``: a
+time, a ramp, a power); a bare number is SI (s, W/s, W). ``max_swing_w`` is read as the older
+spelling of ``max_range_w`` (the same max − min).
 
-The search (small, exhaustive over a documented grid, with pruning):
+The search (over a documented grid, with pruning, bounded):
     * caps of 100 % (none), 95, 90, … 50 % of the reference; floors of 0 % (none), 5, 10, … 95 %,
       below the cap (a floor at the cap would flatten the site into a constant load);
-      for each (cap, floor) either no storage, or storage whose grid-side ramp limit R starts at
-      the smallest ``max_w_per_s`` of the ramp limits (a grid side ramping at most R has window
-      ramps of at most R at every time scale) — or, without ramp limits, at half the profile's
-      steepest ramp — and is halved up to :data:`MAX_HALVINGS` times until swing and band limits
-      hold too.
+      for each (cap, floor) either no storage, or storage whose grid-side ramp limit R is one of
+      R₀, R₀/2, … R₀/2^:data:`MAX_HALVINGS`, R₀ the smallest ``max_w_per_s`` of the ramp limits
+      (a grid side ramping at most R has window ramps of at most R at every time scale) — or,
+      without ramp limits, half the profile's steepest ramp. The largest R that meets every
+      limit is found by bisection (R₀ first, then the smallest; a slower grid side is smoother
+      at every time scale, so feasibility is monotone in R).
+    * Every evaluation is one vectorised pass; the search stops after
+      :data:`BUDGET_SAMPLE_PASSES` samples × evaluations and says so in its statement.
     * "Cheapest" is lexicographic, in this order: work lost above a cap (J), then energy wasted
       (a floor's extra energy + storage losses, J), then storage energy (J), then storage power (W).
       Lost work comes first because a cap slows the job by an amount this tool cannot measure.
@@ -30,6 +35,7 @@ The search (small, exhaustive over a documented grid, with pruning):
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +45,7 @@ import numpy as np
 
 from .. import bounded
 from ..errors import InputError
+from ..units import Kind, parse_quantity
 from . import strategies as st
 from .apply import Plan
 from .grid import Band, band_rms, window_ramp_max
@@ -48,6 +55,9 @@ MAX_LIMITS_BYTES = 64 * 1024
 CAP_GRID_PCT: tuple[float | None, ...] = (None, 95, 90, 85, 80, 75, 70, 65, 60, 55, 50)
 FLOOR_GRID_PCT: tuple[float | None, ...] = (None,) + tuple(float(x) for x in range(5, 100, 5))
 MAX_HALVINGS = 12
+BUDGET_SAMPLE_PASSES = 6e7
+"""Most samples × evaluations one search spends (about 70 evaluations of a day at 0.1 s, 20 s
+on one core): past it the search stops and its statement says so."""
 
 
 @dataclass(frozen=True)
@@ -61,17 +71,25 @@ class Limits:
     """Grid limits (see the module docstring)."""
 
     ramps: tuple[RampLimit, ...] = ()
-    max_swing_w: float | None = None
+    max_range_w: float | None = None
     bands: tuple[Band, ...] = ()
     file: str = "limits"
 
 
+UNIT_KIND: dict[str, Kind] = {"window_s": "time", "max_w_per_s": "ramp", "max_range_w": "power",
+                              "max_rms_w": "power"}
+
+
 def _positive(value: Any, *, file: str, field: str) -> float:
-    if isinstance(value, str):  # YAML 1.1 reads 1.0e4 (no exponent sign) as a string
+    key = field.rsplit(".", 1)[-1]
+    if isinstance(value, str):  # a unit, or YAML 1.1 reading 1.0e4 (no exponent sign) as text
+        kind = UNIT_KIND.get(key)
         try:
-            value = float(value)
-        except ValueError:
-            pass
+            value = (parse_quantity(value, kind, option=field) if kind is not None
+                     else float(value))
+        except ValueError as exc:
+            reason = exc.reason if isinstance(exc, InputError) else f"{value!r} is not a number"
+            raise InputError(reason, file=file, field=field) from None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InputError(f"{value!r} is not a number", file=file, field=field)
     v = float(value)
@@ -112,11 +130,16 @@ def load_limits(path: str | Path) -> Limits:
         line = getattr(getattr(exc, "problem_mark", None), "line", None)
         raise InputError("not YAML", file=name, line=None if line is None else line + 1) from None
     if not isinstance(data, dict):
-        raise InputError("expected a mapping with ramp, max_swing_w and/or bands", file=name)
-    unknown = sorted(set(map(str, data)) - {"ramp", "max_swing_w", "bands"})
+        raise InputError("expected a mapping with ramp, max_range_w and/or bands", file=name)
+    unknown = sorted(set(map(str, data)) - {"ramp", "max_range_w", "max_swing_w", "bands"})
     if unknown:
-        raise InputError(f"unknown key(s) {', '.join(unknown)}; known: ramp, max_swing_w, bands",
+        raise InputError(f"unknown key(s) {', '.join(unknown)}; known: ramp, max_range_w, bands",
                          file=name, field=unknown[0])
+    if "max_swing_w" in data:
+        if "max_range_w" in data:
+            raise InputError("max_swing_w is the older spelling of max_range_w: give one",
+                             file=name, field="max_swing_w")
+        data["max_range_w"] = data.pop("max_swing_w")
     ramps = tuple(RampLimit(e["window_s"], e["max_w_per_s"])
                   for e in _entries(data, "ramp", ("window_s", "max_w_per_s"), name))
     bands = []
@@ -125,12 +148,12 @@ def load_limits(path: str | Path) -> Limits:
             raise InputError(f"low_hz {e['low_hz']:g} is not below high_hz {e['high_hz']:g}",
                              file=name, field=f"bands[{i}]")
         bands.append(Band(e["low_hz"], e["high_hz"], e["max_rms_w"]))
-    swing = data.get("max_swing_w")
+    span = data.get("max_range_w")
     limits = Limits(ramps=ramps, bands=tuple(bands), file=name,
-                    max_swing_w=None if swing is None else _positive(swing, file=name,
-                                                                     field="max_swing_w"))
-    if not limits.ramps and limits.max_swing_w is None and not limits.bands:
-        raise InputError("no limit given (ramp, max_swing_w or bands)", file=name)
+                    max_range_w=None if span is None else _positive(span, file=name,
+                                                                    field="max_range_w"))
+    if not limits.ramps and limits.max_range_w is None and not limits.bands:
+        raise InputError("no limit given (ramp, max_range_w or bands)", file=name)
     return limits
 
 
@@ -155,8 +178,8 @@ def check(power_w: np.ndarray, dt_s: np.ndarray, limits: Limits,
     for r in limits.ramps:
         value = window_ramp_max(power_w, dt_s, r.window_s)
         out.append(Check(f"ramp over {r.window_s:g} s (W/s)", value, r.max_w_per_s))
-    if limits.max_swing_w is not None:
-        out.append(Check("swing (W)", float(power_w.max() - power_w.min()), limits.max_swing_w))
+    if limits.max_range_w is not None:
+        out.append(Check("range (W)", float(power_w.max() - power_w.min()), limits.max_range_w))
     if limits.bands:
         res = float(np.median(dt_s))
         values, _ = band_rms(power_w, res, limits.bands, sensor_average_s)
@@ -196,77 +219,150 @@ class SearchResult:
     checks: tuple[Check, ...]
     evaluated: int
     statement: str
+    steps: tuple[str, ...] = ()
+    """How the search went: what each tried combination failed on, in order (at most 50)."""
+    complete: bool = True
+    """False when the evaluation budget ran out before the grid was exhausted."""
+
+
+def _bisect_largest(n: int, ok: Any) -> int | None:
+    """The smallest index i in [0, n) with ok(i), ok monotone (False up to some i, then True).
+
+    None when ok(n − 1) is False. Index 0 is the largest ramp limit (cheapest storage): tried first, then the smallest (if it
+    fails, none does), then halving the interval: at most 2 + ⌈log2 n⌉ evaluations.
+    """
+    if ok(0):
+        return 0
+    if n == 1 or not ok(n - 1):
+        return None
+    lo, hi = 0, n - 1  # ok(lo) False, ok(hi) True
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 def search(profile: Profile, limits: Limits, *, efficiency: float = st.DEFAULT_EFFICIENCY,
-           reference_w: float | None = None) -> SearchResult:
-    """The cheapest plan in the documented grid that meets every limit (module docstring)."""
+           reference_w: float | None = None, progress: bool = False,
+           budget_sample_passes: float | None = None) -> SearchResult:
+    """The cheapest plan in the documented grid that meets every limit (module docstring).
+
+    Bounded: each evaluation is one vectorised pass over the profile (the storage controller is
+    two IIR filters); the storage ramp limits of one (cap, floor) are searched by bisection over
+    the :data:`MAX_HALVINGS` + 1 halvings (feasibility is monotone in R: a slower grid side is
+    smoother at every time scale), and the whole search stops after
+    :data:`BUDGET_SAMPLE_PASSES` samples × evaluations, saying so. ``progress`` draws a bar on
+    standard error (the command line does for profiles of 100,000 samples and more).
+    """
     verifiable(profile, limits)
     p0, dt = profile.power_w, profile.dt_s
     ref = reference_w if reference_w is not None else float(p0.max())
     sensor = profile.sensor_average_s
     r_start = (min(r.max_w_per_s for r in limits.ramps) if limits.ramps else
                max(float(np.abs(np.diff(p0) / dt[:-1]).max()) / 2.0, 1e-9))
+    budget = BUDGET_SAMPLE_PASSES if budget_sample_passes is None else budget_sample_passes
+    max_evals = max(8, int(budget // len(p0)))
     evaluated = 0
+    steps: list[str] = []
     best: tuple[tuple[float, float, float, float], Plan, list[Check]] | None = None
     closest: tuple[tuple[int, float, float], Plan, list[Check]] | None = None
+    bar = _bar(progress, min(max_evals, len(CAP_GRID_PCT) * len(FLOOR_GRID_PCT)
+                             * (3 + math.ceil(math.log2(MAX_HALVINGS + 1)))))
+
+    class OutOfBudget(Exception):
+        pass
 
     def consider(plan: Plan, cost: tuple[float, float, float, float], checks: list[Check]
                  ) -> bool:
-        nonlocal best, closest
-        failed = sum(not c.met for c in checks)
-        if failed == 0:
+        nonlocal best, closest, evaluated
+        evaluated += 1
+        bar.update(1)
+        failed = [c for c in checks if not c.met]
+        if len(steps) < 50:
+            steps.append(f"{_describe(plan)}: " + ("meets every limit" if not failed else
+                                                   "fails " + ", ".join(c.limit for c in failed)))
+        if not failed:
             if best is None or cost < best[0]:
                 best = (cost, plan, checks)
             return True
-        excess = sum((c.value / c.maximum if c.value is not None else math.inf)
-                     for c in checks if not c.met)
-        key = (failed, excess, cost[1])
+        excess = sum((c.value / c.maximum if c.value is not None else math.inf) for c in failed)
+        key = (len(failed), excess, cost[1])
         if closest is None or key < closest[0]:
             closest = (key, plan, checks)
         return False
 
-    for cap_pct in CAP_GRID_PCT:
-        c = st.cap(p0, dt, cap_pct / 100.0 * ref) if cap_pct is not None else None
-        after_cap = c.power_w if c else p0
-        for floor_pct in FLOOR_GRID_PCT:
-            if floor_pct is not None and cap_pct is not None and floor_pct >= cap_pct:
-                break  # a floor at the cap is a flat line: not a plan for a working site
-            f = st.floor(after_cap, dt, floor_pct / 100.0 * ref) if floor_pct is not None else None
-            load = f.power_w if f else after_cap
-            cost = _cost(c, f, None)
-            if best is not None and cost[:2] >= best[0][:2]:
-                break  # floors only waste more from here on
-            evaluated += 1
-            plan = Plan(cap_pct=cap_pct, floor_pct=floor_pct, efficiency=efficiency,
-                        reference_w=reference_w)
-            if consider(plan, cost, check(load, dt, limits, sensor)):
-                continue
-            r = r_start
-            for _ in range(MAX_HALVINGS + 1):
-                s = st.storage(load, dt, r, efficiency)
-                evaluated += 1
-                splan = Plan(cap_pct=cap_pct, floor_pct=floor_pct, ramp_limit_w_per_s=r,
-                             efficiency=efficiency, reference_w=reference_w)
-                if consider(splan, _cost(c, f, s), check(s.grid_w, dt, limits, sensor)):
-                    break
-                r /= 2.0
-        if best is not None:
-            break  # a smaller cap only loses more work
+    def gate() -> None:
+        if evaluated >= max_evals:
+            raise OutOfBudget
+
+    complete = True
+    try:
+        for cap_pct in CAP_GRID_PCT:
+            c = st.cap(p0, dt, cap_pct / 100.0 * ref) if cap_pct is not None else None
+            after_cap = c.power_w if c else p0
+            for floor_pct in FLOOR_GRID_PCT:
+                if floor_pct is not None and cap_pct is not None and floor_pct >= cap_pct:
+                    break  # a floor at the cap is a flat line: not a plan for a working site
+                f = (st.floor(after_cap, dt, floor_pct / 100.0 * ref)
+                     if floor_pct is not None else None)
+                load = f.power_w if f else after_cap
+                cost = _cost(c, f, None)
+                if best is not None and cost[:2] >= best[0][:2]:
+                    break  # floors only waste more from here on
+                gate()
+                plan = Plan(cap_pct=cap_pct, floor_pct=floor_pct, efficiency=efficiency,
+                            reference_w=reference_w)
+                if consider(plan, cost, check(load, dt, limits, sensor)):
+                    continue
+
+                def ok(i: int, cap_pct: float | None = cap_pct, floor_pct: float | None = floor_pct,
+                       c: st.CapResult | None = c, f: st.FloorResult | None = f,
+                       load: np.ndarray = load) -> bool:
+                    gate()
+                    r = r_start / 2.0 ** i
+                    s = st.storage(load, dt, r, efficiency)
+                    splan = Plan(cap_pct=cap_pct, floor_pct=floor_pct, ramp_limit_w_per_s=r,
+                                 efficiency=efficiency, reference_w=reference_w)
+                    return consider(splan, _cost(c, f, s), check(s.grid_w, dt, limits, sensor))
+
+                _bisect_largest(MAX_HALVINGS + 1, ok)
+            if best is not None:
+                break  # a smaller cap only loses more work
+    except OutOfBudget:
+        complete = False
+    finally:
+        bar.close()
+    cut = ("" if complete else f" (search stopped after {evaluated} evaluations, the budget of "
+           f"{budget:.3g} sample-passes for {len(p0)} samples; the grid was not exhausted)")
     if best is not None:
         plan, checks = best[1], best[2]
-        parts = [p for p in (f"cap {plan.cap_pct:g} %" if plan.cap_pct else "",
-                             f"floor {plan.floor_pct:g} %" if plan.floor_pct else "",
-                             f"storage with grid ramps ≤ {plan.ramp_limit_w_per_s:.4g} W/s"
-                             if plan.ramp_limit_w_per_s else "") if p]
-        statement = ("every limit is met " + ("as the profile is" if not parts else
-                                             "with " + " + ".join(parts)))
-        return SearchResult(True, plan, tuple(checks), evaluated, statement)
+        statement = ("every limit is met " + ("as the profile is" if plan.empty else
+                                             "with " + _describe(plan))) + cut
+        return SearchResult(True, plan, tuple(checks), evaluated, statement, tuple(steps),
+                            complete)
     assert closest is not None
     plan, checks = closest[1], closest[2]
     failed = "; ".join(f"{ck.limit} {ck.value if ck.value is None else f'{ck.value:.4g}'} > "
                        f"{ck.maximum:.4g}" for ck in checks if not ck.met)
     statement = (f"no combination meets every limit (caps ≥ {CAP_GRID_PCT[-1]} %, floors ≤ "
                  f"{FLOOR_GRID_PCT[-1]:g} %, storage ramps ≥ {r_start / 2 ** MAX_HALVINGS:.4g} "
-                 f"W/s); the closest still fails: {failed}")
-    return SearchResult(False, plan, tuple(checks), evaluated, statement)
+                 f"W/s){cut}; the closest still fails: {failed}")
+    return SearchResult(False, plan, tuple(checks), evaluated, statement, tuple(steps), complete)
+
+
+def _describe(plan: Plan) -> str:
+    parts = [p for p in (f"cap {plan.cap_pct:g} %" if plan.cap_pct else "",
+                         f"floor {plan.floor_pct:g} %" if plan.floor_pct else "",
+                         f"storage with grid ramps ≤ {plan.ramp_limit_w_per_s:.4g} W/s"
+                         if plan.ramp_limit_w_per_s else "") if p]
+    return " + ".join(parts) if parts else "nothing"
+
+
+def _bar(enabled: bool, total: int) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, disable=not enabled, desc="limits search", unit="eval",
+                leave=False, file=sys.stderr)

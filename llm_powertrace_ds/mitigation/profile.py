@@ -339,6 +339,31 @@ def read_profile(path: str | Path, *, resolution_s: float | None = None,
     return resample(read_csv(path, sensor_average_s=sensor_average_s), resolution_s)
 
 
+def skip(profile: Profile, skip_s: float) -> Profile:
+    """The profile without its first ``skip_s`` seconds, e.g. to ask where a size depends on.
+
+    Whole samples: from the first sample that starts at or after start + skip_s.
+
+    Raises:
+        UsageError: a negative skip, or one that leaves fewer than two samples.
+    """
+    if skip_s == 0:
+        return profile
+    if not (math.isfinite(skip_s) and skip_s > 0):
+        raise UsageError(f"{skip_s!r} is not a duration ≥ 0 s", field="--skip")
+    at = int(np.searchsorted(profile.start_s, profile.start_s[0] + skip_s - 1e-9))
+    if len(profile.power_w) - at < 2:
+        raise UsageError(f"{skip_s:g} s leaves fewer than two samples of the "
+                         f"{profile.duration_s:g} s profile", field="--skip")
+    return Profile(start_s=profile.start_s[at:], dt_s=profile.dt_s[at:],
+                   power_w=profile.power_w[at:], kind=profile.kind, file=profile.file,
+                   column=profile.column, sensor_average_s=profile.sensor_average_s,
+                   measured=profile.measured,
+                   notes=profile.notes + (f"the first {skip_s:g} s left out (--skip)",),
+                   nominal_resolution_s=profile.nominal_resolution_s,
+                   cpu_proxy=profile.cpu_proxy)
+
+
 def resample(profile: Profile, resolution_s: float | None) -> Profile:
     """Interval means of ``profile`` over [k·R, (k+1)·R) from its start.
 

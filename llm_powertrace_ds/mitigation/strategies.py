@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .controller import Controlled, control
+
 DEFAULT_EFFICIENCY = 0.85
 """Round-trip efficiency of the storage: 85 %, NREL's Annual Technology Baseline assumption for
 utility-scale lithium-ion battery storage (ATB 2024, "Utility-Scale Battery Storage")."""
@@ -51,15 +53,23 @@ class StorageResult:
     """What the grid supplies to the site (the losses' make-up excluded, see ``losses_j``)."""
     soc_j: np.ndarray
     """Energy stored relative to the start, after each sample (lossless accounting)."""
+    control: Controlled
+    """The controller's run: time constant, steady span, warm-up, starts and stops."""
     power_w: float
-    """Rating: max_k |P_k − G_k| (discharge or charge)."""
+    """Rating for the periodic swing: the larger of discharge and charge power after warm-up."""
     discharge_power_w: float
     charge_power_w: float
     energy_j: float
-    """Usable energy: max − min of the state of charge, the start (0) included."""
+    """Usable energy for the periodic swing: the SoC excursion after warm-up (converged)."""
     discharged_j: float
     charged_j: float
     losses_j: float
+
+    @property
+    def energy_with_starts_stops_j(self) -> float:
+        """energy_j + the start's ΔP²/(2R) + the stop's: the setpoint leaves room for both."""
+        c = self.control
+        return self.energy_j + sum(x.storage_energy_j for x in (c.start, c.stop) if x)
 
 
 def cap(power_w: np.ndarray, dt_s: np.ndarray, cap_w: float) -> CapResult:
@@ -81,8 +91,9 @@ def ramp_limited(power_w: np.ndarray, dt_s: np.ndarray, ramp_w_per_s: float) -> 
 
     G_0 = P_0 and G_k = clip(P_k, G_{k−1} − R·Δt_{k−1}, G_{k−1} + R·Δt_{k−1}).
 
-    The grid side follows the load as fast as R allows and never faster: what a real-time
-    controller achieves without a forecast (a forecasting one could need less storage).
+    The grid side follows the load as fast as R allows and never faster. Not the storage
+    controller (it never restores the state of charge, which then drifts with every dip); kept
+    as the reference a start or stop of ΔP is sized against: it needs ΔP²/(2R).
     """
     p = power_w.tolist()
     steps = (dt_s * ramp_w_per_s).tolist()
@@ -106,39 +117,37 @@ def storage(power_w: np.ndarray, dt_s: np.ndarray, ramp_w_per_s: float,
             efficiency: float = DEFAULT_EFFICIENCY) -> StorageResult:
     """Size the storage that lets the grid side ramp at most R while the load draws P.
 
-    With G from :func:`ramp_limited`, the storage delivers P_k − G_k (charges when negative):
+    The grid side G is set by the state-of-charge-restoring controller of
+    :mod:`.controller` (it follows the load's slow mean, restores the state of charge to its
+    setpoint, ramps at most R); the storage delivers P_k − G_k (charges when negative):
 
-    - ``power_w`` = max_k |P_k − G_k|;
-    - state of charge S_k = Σ_{j ≤ k} (G_j − P_j) Δt_j (S before the first sample is 0);
-      ``energy_j`` = max(0, max S) − min(0, min S), the usable energy the storage must hold;
-    - ``discharged_j`` = Σ max(P − G, 0) Δt, ``charged_j`` = Σ max(G − P, 0) Δt; over a horizon
-      that ends where it started (a whole number of periods) they are equal and the grid's energy
-      equals the load's;
-    - ``losses_j`` = discharged_j · (1/η − 1), η the round-trip efficiency: every joule delivered
-      had to be charged with 1/η joules; the grid supplies the losses as a slow make-up charge
-      (added to its energy, not to its ramps).
+    - ``energy_j`` = max S − min S after the warm-up, S_k = Σ_{j ≤ k} (G_j − P_j) Δt_j on the
+      steady span: the converged size for the periodic swing (independent of horizon and start
+      phase for a periodic load); ``discharge_power_w`` = max (P − G), ``charge_power_w`` =
+      max (G − P), over the same samples, ``power_w`` the larger;
+    - starts and stops: ΔP²/(2R) each, in ``control.start`` / ``control.stop``;
+    - ``discharged_j`` = Σ max(P − G, 0) Δt, ``charged_j`` = Σ max(G − P, 0) Δt over the whole
+      profile; ``losses_j`` = discharged_j · (1/η − 1), η the round-trip efficiency: every joule
+      delivered had to be charged with 1/η joules; the grid supplies the losses as a slow
+      make-up charge (added to its energy, not to its ramps).
 
-    Sizing is lossless: a lossy storage needs the same usable energy plus the make-up, which
-    a controller schedules at a rate far below R.
+    Sizing is lossless: a lossy storage needs the same usable energy plus the make-up.
 
-    Known answer: a square wave between P_lo and P_hi whose half-period T ≥ (P_hi − P_lo)/R gives
-    ``power_w`` = P_hi − P_lo, ``energy_j`` = (P_hi − P_lo)² / (2R) and a trapezoidal grid side
-    with ramps of exactly R.
+    Known answers (tests): a square wave of step ΔP and period T gives the closed form of the
+    controller's periodic steady state, whatever the horizon and phase; a single step ΔP gives
+    a start of ΔP²/(2R).
     """
     if not (math.isfinite(ramp_w_per_s) and ramp_w_per_s > 0):
         raise ValueError(f"ramp limit {ramp_w_per_s!r} W/s is not a positive number")
     if not (0 < efficiency <= 1):
         raise ValueError(f"efficiency {efficiency!r} is not in (0, 1]")
-    grid = ramp_limited(power_w, dt_s, ramp_w_per_s)
-    exchange = power_w - grid  # > 0: the storage discharges into the load
-    soc = np.cumsum(-exchange * dt_s)
+    c = control(power_w, dt_s, ramp_w_per_s)
+    exchange = power_w - c.grid_w  # > 0: the storage discharges into the load
     discharged = float(np.dot(np.maximum(exchange, 0.0), dt_s))
     charged = float(np.dot(np.maximum(-exchange, 0.0), dt_s))
     return StorageResult(
-        ramp_limit_w_per_s=ramp_w_per_s, efficiency=efficiency, grid_w=grid, soc_j=soc,
-        power_w=float(np.abs(exchange).max()),
-        discharge_power_w=max(0.0, float(exchange.max())),
-        charge_power_w=max(0.0, float(-exchange.min())),
-        energy_j=max(0.0, float(soc.max())) - min(0.0, float(soc.min())),
-        discharged_j=discharged, charged_j=charged,
+        ramp_limit_w_per_s=ramp_w_per_s, efficiency=efficiency, grid_w=c.grid_w, soc_j=c.soc_j,
+        control=c, power_w=max(c.discharge_power_w, c.charge_power_w),
+        discharge_power_w=c.discharge_power_w, charge_power_w=c.charge_power_w,
+        energy_j=c.energy_j, discharged_j=discharged, charged_j=charged,
         losses_j=discharged * (1.0 / efficiency - 1.0))

@@ -36,14 +36,23 @@ def run_json(capsys, *argv: str) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def test_storage_json_matches_the_formulas(tmp_path, capsys):
-    r = 2.0e4
-    data = run_json(capsys, str(square_csv(tmp_path / "sq.csv")), "--ramp-limit-w-per-s",
-                    str(r))
-    assert math.isclose(data["storage"]["power_w"], P_HI - P_LO, rel_tol=0.01)
-    assert math.isclose(data["storage"]["energy_j"], (P_HI - P_LO) ** 2 / (2 * r), rel_tol=0.01)
+def test_storage_json_is_the_librarys_and_the_ramp_limit_takes_units(tmp_path, capsys):
+    path = square_csv(tmp_path / "sq.csv")
+    data = run_json(capsys, str(path), "--ramp-limit", "1.2MW/min")
+    ref = mit.apply(mit.read_profile(path), mit.Plan(ramp_limit_w_per_s=2.0e4)).summary
+    assert data["storage"]["ramp_limit_w_per_s"] == pytest.approx(2.0e4, rel=1e-12)
+    for key in ("energy_j", "power_w", "time_constant_s", "energy_with_starts_stops_j"):
+        assert data["storage"][key] == pytest.approx(ref["storage"][key], rel=1e-12)
+    assert data["storage"]["energy_mwh"] == pytest.approx(data["storage"]["energy_j"] / 3.6e9)
     assert math.isclose(data["resolution_s"], 0.1, rel_tol=1e-9)
     assert data["input"]["regular"] is True
+    # the older spelling and a bare number (W/s) give the same
+    same = run_json(capsys, str(path), "--ramp-limit-w-per-s", "20000")
+    assert same["storage"] == data["storage"]
+    # the table speaks the site's units: MW, MWh, MW/min
+    assert main(["mitigate", str(path), "--ramp-limit", "1.2MW/min"]) == 0
+    out = capsys.readouterr().out
+    assert "ramp_limit" in out and "1.2 MW/min" in out and "MWh" in out and "range (MW)" in out
 
 
 def test_floor_json_matches_the_formulas(tmp_path, capsys):
@@ -51,7 +60,7 @@ def test_floor_json_matches_the_formulas(tmp_path, capsys):
     f = 0.6 * P_HI
     time_low = 4 * T
     assert math.isclose(data["floor"]["extra_energy_j"], (f - P_LO) * time_low, rel_tol=0.01)
-    assert math.isclose(data["floor"]["swing_w"], P_HI - f, rel_tol=0.01)
+    assert math.isclose(data["floor"]["range_w"], P_HI - f, rel_tol=0.01)
 
 
 def test_cap_json_and_table(tmp_path, capsys):

@@ -40,7 +40,7 @@ def test_a_ramp_limit_alone_is_met_by_storage_alone():
 
 
 def test_limits_already_met_need_nothing():
-    res = mit.search(step_up(), mit.Limits(max_swing_w=5e6))
+    res = mit.search(step_up(), mit.Limits(max_range_w=5e6))
     assert res.feasible and mit.Plan(efficiency=res.plan.efficiency) == res.plan
     assert "as the profile is" in res.statement
 
@@ -51,21 +51,21 @@ def test_a_swing_and_ramp_limit_need_a_floor_and_storage():
     Storage alone would have to carry the whole step for the whole horizon; a 70 % floor
     (2.1 MW) leaves a 0.9 MW step that storage ramps in.
     """
-    res = mit.search(step_up(), mit.Limits(ramps=(ramp(1.0, 1e4),), max_swing_w=1e6))
+    res = mit.search(step_up(), mit.Limits(ramps=(ramp(1.0, 1e4),), max_range_w=1e6))
     assert res.feasible
     assert res.plan.cap_pct is None
     assert res.plan.floor_pct == 70.0
     assert res.plan.ramp_limit_w_per_s == pytest.approx(1e4)
     applied = mit.apply(step_up(), res.plan).summary
-    assert applied["grid"]["swing_w"] <= 1e6
+    assert applied["grid"]["range_w"] <= 1e6
     assert applied["grid"]["ramp_max_w_per_s"]["1"] <= 1e4 * (1 + 1e-9)
 
 
 def test_nothing_meets_an_impossible_swing_and_the_statement_says_what_fails():
-    res = mit.search(step_up(), mit.Limits(ramps=(ramp(1.0, 1e4),), max_swing_w=1.0))
+    res = mit.search(step_up(), mit.Limits(ramps=(ramp(1.0, 1e4),), max_range_w=1.0))
     assert not res.feasible
     assert res.statement.startswith("no combination meets every limit")
-    assert "swing (W)" in res.statement
+    assert "range (W)" in res.statement
     assert any(not c.met for c in res.checks)
 
 
@@ -73,7 +73,7 @@ def test_limits_file_through_the_cli(tmp_path, capsys):
     prof = tmp_path / "step.csv"
     write_csv(prof, step_up())
     limits = tmp_path / "limits.yaml"
-    limits.write_text("ramp:\n  - {window_s: 1, max_w_per_s: 1.0e4}\nmax_swing_w: 1.0e6\n",
+    limits.write_text("ramp:\n  - {window_s: 1, max_w_per_s: 10kW/s}\nmax_range_w: 1MW\n",
                       encoding="utf-8")
     assert main(["mitigate", str(prof), "--limits", str(limits), "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -81,17 +81,17 @@ def test_limits_file_through_the_cli(tmp_path, capsys):
     assert data["search"]["plan"] == {"cap_pct": None, "floor_pct": 70.0,
                                       "ramp_limit_w_per_s": 1e4}
     assert data["order"] == ["floor", "storage"]
-    assert data["grid"]["swing_w"] <= 1e6
-    limits.write_text("max_swing_w: 1.0\n", encoding="utf-8")
+    assert data["grid"]["range_w"] <= 1e6
+    limits.write_text("max_swing_w: 1.0\n", encoding="utf-8")  # the older spelling of the range
     assert main(["mitigate", str(prof), "--limits", str(limits)]) == 1
     out = capsys.readouterr().out
-    assert "no combination meets every limit" in out and "FAIL swing (W)" in out
+    assert "no combination meets every limit" in out and "FAIL range (W)" in out
 
 
 @pytest.mark.parametrize(("text", "field"), [
     ("ramp: [{window_s: 1}]\n", "ramp"),
     ("ramp: [{window_s: -1, max_w_per_s: 5}]\n", "ramp[0].window_s"),
-    ("max_swing_w: .nan\n", "max_swing_w"),
+    ("max_range_w: .nan\n", "max_range_w"),
     ("bands: [{low_hz: 3, high_hz: 1, max_rms_w: 5}]\n", "bands[0]"),
     ("peak: 5\n", "peak"),
     ("{}\n", None),
