@@ -9,15 +9,23 @@ c1d6557fbf7c7c495749b0fcf649f71774eabde9, ``mlenergy/benchmark/llm/benchmark.py`
 (ml-energy/zeus at 75a8b9398034eb9baf74ca0a830c2c31bcce52cd, ``zeus/monitor/power.py``: each
 domain polled every ``update_period`` and a reading sent only when the power changed), and the
 steady-state energy is what ``ZeusMonitor``'s window reads from a GPU's energy counter: the
-integral of the true (polled) power, each poll's value held until the next poll.
+integral of the true (polled) power, each poll's value held until the next poll. The power
+timelines are made by Zeus' own code (``zeus==0.16.0``, the ``publishers`` extra): its polling
+loop and ``get_all_power_timelines`` run on a fake clock with the GPUs' readings supplied here
+(:func:`zeus_timelines`); the temperature timeline (Zeus' ``TemperatureMonitor``) is kept the
+same way by :func:`change_only`.
 """
 
 from __future__ import annotations
 
+import collections
 import json
+import queue
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 
@@ -35,6 +43,73 @@ class Tree:
     data: dict[str, Any]
     polled: dict[int, np.ndarray]
     """Per GPU, the true power at every poll (shape (n, 2): unix s, W) before deduplication."""
+
+
+class _Clock:
+    """Zeus' polling loop on a fake clock: each ``sleep`` is the next poll; the last stops it."""
+
+    def __init__(self, t0: float, polls: int, stop: threading.Event) -> None:
+        self.t0, self.polls, self.stop, self.k = t0, polls, stop, 0
+
+    def time(self) -> float:
+        return self.t0 + self.k * POLL_S
+
+    def sleep(self, _seconds: float) -> None:
+        self.k += 1
+        if self.k >= self.polls:
+            self.stop.set()
+
+
+class _Gpus:
+    """The GPU under Zeus' device layer: each domain's power (mW, as NVML gives it) per poll."""
+
+    def __init__(self, clock: _Clock, mw: dict[str, dict[int, np.ndarray]]) -> None:
+        self.clock, self.mw = clock, mw
+
+    def _read(self, domain: str, gpu: int) -> int:
+        return int(round(self.mw[domain][gpu][self.clock.k]))
+
+    def get_instant_power_usage(self, gpu: int) -> int:
+        return self._read("device_instant", gpu)
+
+    def get_average_power_usage(self, gpu: int) -> int:
+        return self._read("device_average", gpu)
+
+    def get_average_memory_power_usage(self, gpu: int) -> int:
+        return self._read("memory_average", gpu)
+
+
+def zeus_timelines(mw: dict[str, dict[int, np.ndarray]], *, start: float,
+                   end: float) -> dict[str, dict[int, list[tuple[float, float]]]]:
+    """What ``PowerMonitor(update_period=0.1).get_all_power_timelines(start, end)`` returns.
+
+    Zeus' own polling loop (``_domain_polling_process``: poll every GPU, keep a reading only
+    when it changed) runs for each domain on a fake clock over the GPUs above, and Zeus' own
+    ``get_all_power_timelines`` turns its samples into the timelines (mW to W).
+    """
+    import zeus.monitor.power as zp
+
+    domains = [zp.PowerDomain(d) for d in mw]
+    gpus_idx = sorted(next(iter(mw.values())))
+    polls = len(next(iter(next(iter(mw.values())).values())))
+    monitor = object.__new__(zp.PowerMonitor)
+    monitor.gpu_indices = gpus_idx
+    monitor.measurement_domains = domains
+    monitor.data_queues = {}
+    monitor.samples = {d: {g: collections.deque() for g in gpus_idx} for d in domains}
+    for domain in domains:
+        stop = threading.Event()
+        clock = _Clock(T_START, polls, stop)
+        data: queue.Queue[Any] = queue.Queue()
+        gpus = _Gpus(clock, mw)
+        with mock.patch.object(zp, "get_gpus", lambda gpus=gpus, **_: gpus), \
+                mock.patch.object(zp, "time", clock.time), \
+                mock.patch.object(zp, "sleep", clock.sleep):
+            zp._domain_polling_process(power_domain=domain, gpu_indices=gpus_idx,
+                                       data_queue=data, ready_event=threading.Event(),
+                                       stop_event=stop, update_period=POLL_S)
+        monitor.data_queues[domain] = data
+    return monitor.get_all_power_timelines(start_time=start, end_time=end)
 
 
 def change_only(points: np.ndarray) -> list[list[float]]:
@@ -109,9 +184,11 @@ def write_tree(root: Path, *, gpus: int = 2, task: str = "lm-arena-chat",
         "timeline": {
             "benchmark_start_time": T_START, "benchmark_end_time": end,
             "steady_state_start_time": ss_a, "steady_state_end_time": ss_b,
-            "power": {"device_instant": {str(g): change_only(p) for g, p in polled.items()},
-                      "device_average": {str(g): change_only(p) for g, p in avg.items()},
-                      "memory_average": {str(g): change_only(p) for g, p in memory.items()}},
+            "power": json.loads(json.dumps(zeus_timelines(
+                {"device_instant": {g: p[:, 1] * 1000 for g, p in polled.items()},
+                 "device_average": {g: p[:, 1] * 1000 for g, p in avg.items()},
+                 "memory_average": {g: p[:, 1] * 1000 for g, p in memory.items()}},
+                start=T_START, end=end))),
             "temperature": {str(g): change_only(p) for g, p in temps.items()},
         },
     }
