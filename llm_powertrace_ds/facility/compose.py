@@ -86,6 +86,9 @@ class FacilityConfig:
 
 MAX_GPUS = 10_000_000
 """Most GPUs a composed site may have (about 10 GW of H100s): beyond it, a typo."""
+MAX_JOB_SAMPLES = 2_000_000_000
+"""Most job samples (Σ over jobs of their 0.1 s samples in view) a site of jobs over time may
+compose: about 6,000 job-days, a few seconds of numpy per 10^9."""
 MAX_DURATION_S = 7 * 86400.0
 """Longest horizon (7 days = 6 M samples at 0.1 s, a few hundred MB of profiles)."""
 
@@ -434,19 +437,21 @@ def compose_schedule(sources: list[Source], cfg: FacilityConfig, jobs: Sequence[
     idle_node = gpn * float(np.median(np.concatenate([s.idle_device_w[0] for s in sources])))
     site_gpu = np.full(horizon, cfg.nodes * idle_node)
     out_jobs: list[Job] = []
-    spans: list[tuple[int, int, np.ndarray]] = []  # per job: start, end, mean node excess (W)
+    # per job in view: its source, its node templates (weights -> nodes), start, end, length;
+    # series are recomputed where needed, never all held at once
+    plan: list[tuple[Source, dict[tuple[int, ...], int], int, int, int]] = []
     for i, pl in zip(order, placed, strict=True):
         src = sources[source_of[i]]
         k = len(pl.nodes)
-        idx = job_indices(src.sh, src.length, pl.end - pl.start)
-        start, end = pl.start, min(pl.start + len(idx), horizon)
+        length = len(job_indices(src.sh, src.length, pl.end - pl.start))
+        start, end = pl.start, min(pl.start + length, horizon)
         job = Job(source_of[i], int(pl.nodes[0]), k, 0, False, start=start,
                   name=jobs[i].name, waited_s=pl.waited_s)
         head, tail = src.sh.steady[0], src.length - src.sh.steady[1]
         if start < horizon:
             job.ramp_up = (start, min(start + head, horizon))
-        if pl.start + len(idx) <= horizon:
-            job.end = pl.start + len(idx)
+        if pl.start + length <= horizon:
+            job.end = pl.start + length
             job.ramp_down = (job.end - tail, job.end)
         out_jobs.append(job)
         if start >= horizon:
@@ -456,32 +461,44 @@ def compose_schedule(sources: list[Source], cfg: FacilityConfig, jobs: Sequence[
             w = tuple(np.bincount(np.arange(kn * gpn, (kn + 1) * gpn) % src.num_devices,
                                   minlength=src.num_devices).tolist())
             counts[w] = counts.get(w, 0) + 1
+        plan.append((src, counts, start, end, pl.end - pl.start))
+    work = sum(end - start for _, _, start, end, _ in plan)
+    if work > MAX_JOB_SAMPLES:
+        raise InputError(f"{len(plan)} jobs of {work * step_s / 3600:,.0f} job-hours in all "
+                         f"need more than {MAX_JOB_SAMPLES:,} samples; fewer or shorter jobs",
+                         file=file, field="--arrivals" if arrivals is not None else None)
+
+    def job_gpu_w(j: int) -> np.ndarray:
+        """GPU power of planned job j over [start, end) (W), all its nodes."""
+        src, counts, start, end, length = plan[j]
+        idx = job_indices(src.sh, src.length, length)[:end - start]
         series = np.zeros(end - start)
         for w, c in counts.items():
-            series += c * (np.asarray(w, dtype=np.float64) @ src.devices)[idx[:end - start]]
-        site_gpu[start:end] += series - k * idle_node
-        spans.append((start, end, series / k - idle_node))
+            series += c * (np.asarray(w, dtype=np.float64) @ src.devices)[idx]
+        return series
+
+    for j, (_, _, start, end, _) in enumerate(plan):
+        site_gpu[start:end] += job_gpu_w(j) - len(placed[j].nodes) * idle_node
     # racks: each distinct mix of jobs' nodes is summed once (a job's nodes at its mean node)
     racks = math.ceil(cfg.nodes / cfg.nodes_per_rack)
     mixes: dict[tuple[tuple[int, int], ...], list[int]] = {}
     per_rack: list[dict[int, int]] = [{} for _ in range(racks)]
-    for j, pl in enumerate(placed):
-        if j < len(spans):
-            for r, c in zip(*np.unique(pl.nodes // cfg.nodes_per_rack, return_counts=True),
-                            strict=True):
-                per_rack[int(r)][j] = per_rack[int(r)].get(j, 0) + int(c)
+    for j in range(len(plan)):
+        for r, c in zip(*np.unique(placed[j].nodes // cfg.nodes_per_rack, return_counts=True),
+                        strict=True):
+            per_rack[int(r)][j] = per_rack[int(r)].get(j, 0) + int(c)
     for r, in_rack in enumerate(per_rack):
         mixes.setdefault(tuple(sorted(in_rack.items())), []).append(r)
     rack_peak = np.zeros(racks)
     for mix, members in mixes.items():
         excess = np.zeros(horizon)
         for j, c in mix:
-            a, b, node_excess = spans[j]
-            excess[a:b] += c * node_excess
+            _, _, a, b, _ = plan[j]
+            excess[a:b] += c * (job_gpu_w(j) / len(placed[j].nodes) - idle_node)
         for r in members:
             n_nodes = min(cfg.nodes_per_rack, cfg.nodes - r * cfg.nodes_per_rack)
             rack_peak[r] = n_nodes * ov.idle_w + (1.0 + ov.fraction) * (
-                n_nodes * idle_node + float(excess.max(initial=0.0)))
+                n_nodes * idle_node + float(excess.max()))
     it_w = cfg.nodes * ov.idle_w + (1.0 + ov.fraction) * site_gpu
     limit = max((s.power_limit_w for s in sources if s.power_limit_w), default=None)
     design = None if limit is None else cfg.nodes * float(ov.node_w(gpn * limit))

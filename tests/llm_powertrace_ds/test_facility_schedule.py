@@ -74,6 +74,8 @@ def test_a_schedule_starts_and_stops_jobs_at_its_times_over_an_idle_site(root, t
     stop_a = data["events"][2]
     assert stop_a["step_w"] == pytest.approx(-16 * (BUSY_W - IDLE_W))
     assert [j["job"] for j in data["jobs"]] == ["a", "b"]
+    # racks of 4 nodes: job a fills rack 0 (4 nodes x 4 GPUs at 500 W)
+    assert data["metrics"]["rack_peak_w"] == pytest.approx(16 * BUSY_W)
     # the table's ramp report lists every start and stop
     assert main(["facility", str(root), "--gpus", "40", "--gpus-per-node", "4",
                  "--schedule", str(sched), "--duration", "20min"]) == 0
