@@ -14,6 +14,8 @@ Formats:
     ``dcgm``: ``dcgmi dmon -e 155,156,150,203,100,101 -d 100`` text output (:mod:`.dcgm`).
     ``mlenergy-v2`` (a summaries format: one task folder, many runs, no traces): ML.ENERGY
     leaderboard v2 run summaries, see :mod:`.mlenergy_v2` and :func:`import_summaries`.
+    ``mlenergy-v3`` (many files, one run per ``results.json``): ML.ENERGY benchmark v3 results
+    trees, see :func:`.mlenergy_v3.iter_mlenergy_v3`.
     ``wattameter`` (many files, one run per Slurm job): WattAMeter ``nvml_*.log`` files, see
     :func:`.wattameter.import_wattameter`.
     ``series`` (one time/power CSV of a device, node or cluster total, flagged
