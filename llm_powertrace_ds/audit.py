@@ -70,7 +70,8 @@ class FolderAudit:
     def messages(self) -> list[str]:
         """One line per problem, each saying what repairs it."""
         out = list(self.bad_files)
-        out += [f"run {r}: trace file without a runs row{self._fix(r, '')}"
+        out += [f"run {r}: trace file without a runs row"
+                f"{self._fix(r, ' (run `validate --repair`: the row is rebuilt from it)')}"
                 for r in self.orphan_traces]
         out += [f"run {r}: runs row without a trace file"
                 f"{self._fix(r, ' (run `validate --repair`)')}" for r in self.orphan_rows]

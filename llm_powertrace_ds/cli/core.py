@@ -238,9 +238,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if getattr(args, "repair", False):
         from ..shards import repair_folder
 
-        for rel in repair_folder(root):
+        for note in repair_folder(root):
+            path, sep, what = note.partition(": ")
             rows.append({"run_id": None, "platform": None, "status": "repaired", "flags": [],
-                         "messages": [f"removed '{rel}'"]})
+                         "messages": [f"'{path}': {what}" if sep else f"removed '{path}'"]})
     report = validate_folder(root)
     rows += [{"run_id": None, "platform": None, "status": "error", "flags": [],
               "messages": [message]} for message in report.problems]

@@ -310,8 +310,14 @@ def repair_folder(root: str | Path) -> list[str]:
     ``segments.resolve_duplicates`` keeps one), and the runs row and requests of a run whose
     trace file is missing (a publish from before all-or-nothing writes, or one stopped between
     two renames) unless that run is being published now (its lock is held).
-    Traces without a runs row are reported by ``validate`` and left alone: they hold the
-    measurement.
+    A trace without a runs row (a publish never leaves one: the trace is renamed last) keeps
+    its measurement: the run is read back from its trace file and published again, which
+    rebuilds its runs row (metrics computed from the stored trace); a run that no longer
+    passes publication is named with the reason and left as it is. Packed shards are never
+    rewritten (``validate`` says to repair the folder they were packed from and pack again).
+
+    Returns:
+        One line per change: a removed file's relative path, or ``'<path>: <what>'``.
     """
     root = Path(root)
     removed = audit.remove_leftovers(root)
@@ -340,6 +346,32 @@ def repair_folder(root: str | Path) -> list[str]:
                                    for p in rewrites)
         except Timeout:
             continue
+    removed.extend(_rebuild_runs_rows(root, [r for r in found.orphan_traces
+                                             if r not in found.packed_runs]))
     if removed and layout.readme_is_ours(root) and (root / "README.md").exists():
         write_configs_block(root)  # the files changed: datasets' cache key with them
     return removed
+
+
+def _rebuild_runs_rows(root: Path, run_ids: list[str]) -> list[str]:
+    """Publish again each run whose trace file has no runs row (see :func:`repair_folder`)."""
+    from .read import read_run
+
+    notes: list[str] = []
+    for run_id in run_ids:
+        try:
+            with FileLock(str(layout.lock_path(root, run_id)), timeout=0):
+                pass  # a publish in progress holds it: leave that run to its writer
+        except Timeout:
+            continue
+        try:
+            run = read_run(root, run_id)
+            result = publish_run(root, run, refresh_card=False)
+        except (InputError, ShardError, LockTimeout) as exc:
+            notes.append(f"run {run_id}: its runs row cannot be rebuilt from its trace file "
+                         f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})")
+            continue
+        rows = [f for f in result.files if _is_runs_file(root, root / f)]
+        notes.append(f"{rows[0] if rows else 'run ' + run_id}: the runs row of run {run_id} "
+                     "rebuilt from its trace file")
+    return notes

@@ -4,7 +4,7 @@ A run repeated inside one segment is repaired by ``validate --repair`` (its last
 is kept). A folder left by a merge killed after its segment write holds each run's row twice:
 ``pack`` refuses it by name instead of packing two rows per run, and packs it once repaired. A
 packed folder is never rewritten in place: its problems name the repair (in the folder it was
-packed from, then pack again).
+packed from, then pack again). A trace left without its runs row gets the row rebuilt from it.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pathlib import Path
 
 import datasets
 import pyarrow as pa
+import pytest
 from test_segments import _kill_during_merge
 
 from llm_powertrace_ds import audit, layout, shards
@@ -89,3 +90,29 @@ def test_a_packed_folder_with_a_run_twice_names_its_repair(tmp_path, make_run, c
     assert "on the folder it was packed from, then pack it again" in out
     assert main(["pack", str(packed), "--out", str(tmp_path / "again")]) != 0
     assert "pack it again" in capsys.readouterr().err
+
+
+def test_validate_repair_rebuilds_the_runs_row_of_a_trace_left_without_one(tmp_path, make_run,
+                                                                          capsys):
+    root = tmp_path / "ds"
+    for i in range(segments.MIN_LOOSE + 1):  # four rows in a segment, one loose file
+        shards.publish_run(root, make_run(f"run-{i:03d}", seed=i))
+    before = {r["run_id"]: r for r in shards.list_runs(root)}
+    loose = layout.runs_path(root, "finetune", "l40s", "run-004")
+    loose.unlink()  # a loose runs file lost
+    with segments.segments_lock(root):  # a segment row lost
+        rewrites, _ = segments.drop_runs(root, {"run-001"})
+        for seg, table in rewrites.items():
+            segments.write_segment(seg, table)
+    assert audit.audit_folder(root).orphan_traces == ["run-001", "run-004"]
+    assert main(["validate", str(root)]) == 1
+    assert "trace file without a runs row (run `validate --repair`" in capsys.readouterr().out
+    assert main(["validate", str(root), "--repair"]) == 0
+    out = capsys.readouterr().out
+    assert "the runs row of run run-004 rebuilt from its trace file" in out
+    assert audit.audit_folder(root).ok
+    assert _run_ids(root) == sorted(before)
+    after = {r["run_id"]: r for r in shards.list_runs(root)}
+    for run_id in ("run-001", "run-004"):  # recomputed from the stored trace
+        assert after[run_id]["energy_j"] == pytest.approx(before[run_id]["energy_j"], rel=1e-4)
+        assert after[run_id]["num_gpus"] == before[run_id]["num_gpus"]
