@@ -181,7 +181,7 @@ def cmd_facility(args: argparse.Namespace) -> int:
         from ..plots import plot_facility
 
         plot_facility(fac.profiles(result), fac.load_duration_curve(result.facility_w),
-                      args.plot, title=f"{cfg.gpus} GPUs, sync {cfg.sync} — composed, "
+                      args.plot, title=f"{cfg.gpus} GPUs, {data['sync']} — composed, "
                       "not measured" + (" (cpu_proxy sources: NOT GPU data)"
                                         if any(s["cpu_proxy"] for s in data["sources"]) else ""))
     if args.format == "json":
