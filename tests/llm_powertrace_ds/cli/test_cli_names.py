@@ -15,6 +15,7 @@ from llm_powertrace_ds import cli, shards
 # argv for each subcommand that takes --split, with {ds} the dataset and {out} a scratch path
 SPLIT_ARGV = {
     "metrics": ["metrics", "{ds}"],
+    "compare": ["compare", "{ds}"],
     "fit": ["fit", "{ds}", "--n-boot", "10"],
     "plot": ["plot", "{ds}", "--metric", "energy_j", "--axis", "batch_size", "--out", "{out}"],
     "export": ["export", "{ds}", "--config", "finetune", "--out", "{out}"],
