@@ -149,8 +149,9 @@ def test_arrivals_are_seeded_and_give_a_day_of_starts_stops_and_overlaps(root, t
 
 
 def test_too_much_work_is_refused_before_composing(root, monkeypatch):
-    from llm_powertrace_ds.facility import compose as compose_mod
+    import importlib
 
+    compose_mod = importlib.import_module("llm_powertrace_ds.facility.compose")
     monkeypatch.setattr(compose_mod, "MAX_JOB_SAMPLES", 1000)
     model = fac.Arrivals(3, 4, 8, 600.0, 600.0, seed=1)
     cfg = fac.FacilityConfig(gpus=40, gpus_per_node=4, duration_s=3600.0)
