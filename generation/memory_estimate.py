@@ -1,4 +1,8 @@
-"""Device memory of a fine-tuning cell, estimated from the model's config before any GPU is spent.
+"""Device memory of a cell, estimated from the model's config before any GPU is spent.
+
+Two estimates: a fine-tuning cell's (:func:`estimate`) and a served cell's
+(:func:`serving_estimate`, for ``serving_engine`` ``vllm`` and ``sglang``; see
+"Serving" below).
 
 ``generate --dry-run`` prints the estimate next to the GPU's memory, and every ``generate``
 lists a cell that cannot fit as ``too_big`` with the reason instead of running it into an
@@ -32,6 +36,26 @@ experts are held; k of them run per token), h the hidden size, i the intermediat
 layers, V the vocabulary, b the per-device micro-batch and s the sequence length. A cell fits
 when the total is at most the device's memory. The estimate is deliberately simple and its
 terms are printed, so a cell near the limit can be judged by eye.
+
+Serving (per tensor-parallel rank, bytes; ``t`` = tp_size):
+
+* **weights** = P · b_load / t, with b_load the bytes of the dtype the engine *loads*: the
+  precision's (2 for bf16/fp16, 4 for fp32), also for FP8 quantised on the fly (vLLM's
+  ``--quantization fp8`` and SGLang's load a checkpoint that is not FP8 in its original dtype
+  and quantise after loading), 1 only for a checkpoint already in FP8 (its name says ``fp8``).
+* **kv_cache** = 2 · L · ⌈n_kv / t⌉ · d_head · b_kv · S · M: keys and values of every layer
+  for S sequences of ``max_model_len`` M tokens, S the most the run can hold in flight:
+  min(``max_num_seqs``, ``concurrency``), or ``max_num_seqs`` when a capacity calibration
+  saturates the engine (b_kv = 1 for an FP8 cache, else the precision's bytes; a KV head is
+  replicated when t > n_kv).
+* **activations** (a reserve) = T · (4·h + 2·i / t) · b_c + S · V · 4 with T = min(S · M, 8192)
+  tokens in one forward step: the widest activations of one layer and the fp32 logits of one
+  decode step.
+* **overhead** = :data:`OVERHEAD_BYTES`.
+
+A served cell fits when the total is at most the share of the card the engine takes,
+``gpu_memory_utilization`` × memory (0.9, both engines' default, unless
+``engine_extra_args`` sets ``--gpu-memory-utilization`` / ``--mem-fraction-static``).
 
 Example:
     >>> from generation.workloads.models import get_spec
@@ -208,6 +232,170 @@ def estimate_run(settings: dict[str, Any]) -> MemoryEstimate | None:
                     lora_targets=settings.get("lora_targets"))
 
 
+@dataclass(frozen=True)
+class ServingEstimate:
+    """Per-rank memory of one served cell, by term (bytes); formulas in the module docstring.
+
+    Attributes:
+        weights_bytes: weights at the dtype the engine loads, per rank.
+        kv_cache_bytes: KV cache for max_num_seqs x max_model_len, per rank.
+        activations_bytes: the activation reserve.
+        load_dtype: what the weights are loaded as (``bf16``, ``fp8``, ...).
+        overhead_bytes: fixed overhead.
+    """
+
+    weights_bytes: int
+    kv_cache_bytes: int
+    activations_bytes: int
+    load_dtype: str
+    overhead_bytes: int = OVERHEAD_BYTES
+
+    @property
+    def total_bytes(self) -> int:
+        """The sum of every term."""
+        return (self.weights_bytes + self.kv_cache_bytes + self.activations_bytes
+                + self.overhead_bytes)
+
+    def terms_gb(self) -> dict[str, float]:
+        """Each term and the total in GB (10^9 bytes, rounded to 0.1), for printing."""
+        terms = {"weights": self.weights_bytes, "kv_cache": self.kv_cache_bytes,
+                 "activations": self.activations_bytes, "overhead": self.overhead_bytes,
+                 "total": self.total_bytes}
+        return {k: round(v / 1e9, 1) for k, v in terms.items()}
+
+
+SERVED_ENGINES = ("vllm", "sglang")
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+"""The share of a card vLLM (``--gpu-memory-utilization``) and SGLang
+(``--mem-fraction-static``, about this by default on large cards) take."""
+STEP_TOKENS = 8192
+"""Most tokens in one forward step assumed for the activation reserve."""
+_UTILIZATION_FLAGS = ("--gpu-memory-utilization", "--mem-fraction-static")
+
+
+def spec_of(model: str) -> ModelSpec | None:
+    """The zoo entry of a zoo name or of its Hub id (``None``: not in the zoo)."""
+    try:
+        return get_spec(model)
+    except InputError:
+        pass
+    from .workloads.models import ZOO
+
+    low = str(model).lower()
+    return next((s for s in ZOO.values() if s.hub_id and s.hub_id.lower() == low), None)
+
+
+def serving_estimate(spec: ModelSpec, *, precision: str, tp_size: int, max_num_seqs: int,
+                     max_model_len: int, weight_quant: str = "none",
+                     kv_cache_quant: str = "none", prequantized: bool = False,
+                     ) -> ServingEstimate:
+    """Estimate one served cell's memory per tensor-parallel rank (module docstring).
+
+    Args:
+        spec: the zoo entry (its published shape).
+        precision: ``bf16``, ``fp16`` or ``fp32`` (what the engine computes and loads in).
+        tp_size: tensor-parallel degree.
+        max_num_seqs: most sequences in flight (S of the module docstring).
+        max_model_len: longest prompt + output.
+        weight_quant: ``none`` or ``fp8``.
+        kv_cache_quant: ``none`` or ``fp8``.
+        prequantized: the checkpoint is already FP8 (loaded at 1 byte per weight).
+    """
+    bc = COMPUTE_BYTES[precision]
+    t = max(1, int(tp_size))
+    fp8_loaded = weight_quant == "fp8" and prequantized
+    load = 1 if fp8_loaded else bc
+    weights = spec.estimated_params() * load / t
+    s = spec.shape
+    if spec.arch == "gpt2":
+        h, layers, heads = s["n_embd"], s["n_layer"], s["n_head"]
+        kv, hd, inter = heads, h // heads, 4 * h
+    else:
+        h, layers, heads = s["hidden_size"], s["num_hidden_layers"], s["num_attention_heads"]
+        kv = s.get("num_key_value_heads", heads)
+        hd = s.get("head_dim") or h // heads
+        inter = s["intermediate_size"] * (spec.experts_per_token or 1)
+    b_kv = 1 if kv_cache_quant == "fp8" else bc
+    kv_per_rank = -(-kv // t)
+    kv_bytes = 2 * layers * kv_per_rank * hd * b_kv * max_num_seqs * max_model_len
+    step = min(max_num_seqs * max_model_len, STEP_TOKENS)
+    acts = step * (4 * h + 2 * inter / t) * bc + max_num_seqs * spec.vocab_size * 4
+    return ServingEstimate(int(weights), int(kv_bytes), int(acts),
+                           "fp8" if fp8_loaded else precision)
+
+
+def serving_estimate_run(settings: dict[str, Any]) -> ServingEstimate | None:
+    """The estimate of a resolved served run (``None``: not launched, or not a zoo model)."""
+    if settings.get("serving_engine") not in SERVED_ENGINES:
+        return None
+    spec = spec_of(str(settings.get("_engine_model") or settings["model"]))
+    if spec is None:
+        spec = spec_of(str(settings["model"]))
+    if spec is None or settings.get("precision") not in COMPUTE_BYTES:
+        return None
+    from generation.workloads.inference.settings import build_stream
+
+    try:  # the lengths the engine must hold (a stand-in rate: only the lengths are read)
+        stream = build_stream({**settings, "arrival_rate_rps": settings.get("arrival_rate_rps")
+                               or 1.0})
+        max_prompt, max_output = stream.lengths.max_lengths()
+    except (InputError, ValueError, KeyError, OSError):
+        return None
+    name = str(settings.get("_engine_model") or settings["model"]).lower()
+    return serving_estimate(spec, precision=settings["precision"],
+                            tp_size=int(settings.get("tp_size") or 1),
+                            max_num_seqs=in_flight_seqs(settings),
+                            max_model_len=max_prompt + max_output + 1,
+                            weight_quant=settings.get("weight_quant") or "none",
+                            kv_cache_quant=settings.get("kv_cache_quant") or "none",
+                            prequantized="fp8" in name)
+
+
+def in_flight_seqs(settings: dict[str, Any]) -> int:
+    """S of the module docstring: the most sequences a served run holds in flight."""
+    limit = int(settings.get("batch_size") or 256)
+    if settings.get("arrival_rate_capacity_fraction") is not None:
+        return limit  # the calibration's closed loop keeps the engine's batch full
+    return min(limit, int(settings.get("concurrency") or limit))
+
+
+def gpu_memory_utilization(settings: dict[str, Any]) -> float:
+    """The share of a card the engine takes: ``engine_extra_args``' flag, else the default."""
+    import shlex
+
+    words = shlex.split(str(settings.get("engine_extra_args") or ""))
+    value = None
+    for i, word in enumerate(words):
+        key, _, inline = word.partition("=")
+        if key in _UTILIZATION_FLAGS:
+            value = inline or (words[i + 1] if i + 1 < len(words) else None)
+    try:
+        share = float(value) if value is not None else DEFAULT_GPU_MEMORY_UTILIZATION
+    except ValueError:
+        return DEFAULT_GPU_MEMORY_UTILIZATION
+    return share if 0 < share <= 1 else DEFAULT_GPU_MEMORY_UTILIZATION
+
+
+def serving_too_big(settings: dict[str, Any], platform: str) -> str | None:
+    """Why a served cell cannot load: one line naming model, dtype, TP and GB needed vs card."""
+    est = serving_estimate_run(settings)
+    memory = device_memory_bytes(platform)
+    if est is None or memory is None:
+        return None
+    share = gpu_memory_utilization(settings)
+    usable = memory * share
+    if est.total_bytes <= usable:
+        return None
+    t = est.terms_gb()
+    quant = (f", weight_quant {settings.get('weight_quant')} loaded as {est.load_dtype}"
+             if settings.get("weight_quant") not in (None, "none") else "")
+    return (f"{settings['model']} in {settings['precision']}{quant} at tp_size "
+            f"{settings.get('tp_size') or 1} needs ~{t['total']} GB per GPU > "
+            f"{usable / 1e9:.1f} GB ({share:g} of {memory / 1e9:.1f} GB, {platform}): weights "
+            f"{t['weights']}, KV cache {t['kv_cache']} ({in_flight_seqs(settings)} seqs), "
+            f"activations {t['activations']} GB")
+
+
 def device_memory_bytes(platform: str) -> int | None:
     """Memory of one device of a platform slug ending in ``_<N>gb`` (N GiB), else ``None``."""
     m = _PLATFORM_GB.search(platform or "")
@@ -219,6 +407,9 @@ def too_big(settings: dict[str, Any], platform: str) -> str | None:
 
     ``None`` when it fits or cannot be judged (unknown device memory, not a fine-tuning run).
     """
+    served = serving_too_big(settings, platform)
+    if served is not None:
+        return served
     est = estimate_run(settings)
     memory = device_memory_bytes(platform)
     if est is None or memory is None or est.total_bytes <= memory:
@@ -233,5 +424,9 @@ def memory_columns(settings: dict[str, Any], platform: str) -> dict[str, float |
     """``mem_gib`` (the estimate's total) and ``gpu_gib`` (the device's memory) for a dry run."""
     est = estimate_run(settings)
     memory = device_memory_bytes(platform)
+    served = serving_estimate_run(settings)
+    if served is not None:
+        return {"mem_gib": round(served.total_bytes / GIB, 1),
+                "gpu_gib": round(memory / GIB, 1) if memory is not None else None}
     return {"mem_gib": est.terms_gib()["total"] if est is not None else None,
             "gpu_gib": round(memory / GIB, 1) if memory is not None else None}

@@ -21,7 +21,8 @@ auto``/``inline``); multi-process runs (DDP, FSDP) and ``launcher: torchrun`` go
 :mod:`generation.launch`.
 
 Result keys a workload returns that start with ``_`` are not columns: ``_requests`` (a list of
-request rows) becomes ``Run.requests`` for the inference workload.
+request rows) becomes ``Run.requests`` for the inference workload; ``_flags`` (quality flags
+the workload found of its own measurement) are added to the run's flags.
 """
 
 from __future__ import annotations
@@ -199,10 +200,14 @@ def generate(sweep_path: str | Path, out: str | Path, *, task_index: int = 0, nu
 
             machine = dataclasses.replace(machine, num_devices=machine.num_devices * node.nnodes)
     runs = plan(sweep, machine)
+    warned: set[str] = set()
     for run in runs:  # an engine that is an optional extra: one line, before anything runs
         missing = sweep.spec.missing_extra(run.settings)
-        if missing is not None:
+        if missing is not None and not dry_run:
             raise missing
+        if missing is not None and str(missing) not in warned:  # a plan needs no engine
+            warned.add(str(missing))
+            log.warning("%s; planned anyway (only a real run needs it)", missing)
     mine = task_subset(runs, task_index, num_tasks)
     published = published_run_ids(out, sweep.workload)
     outcomes: list[Outcome] = []
@@ -737,4 +742,6 @@ def _build_run(sdir: Path, meta: dict[str, Any], result: dict[str, Any]) -> Run:
         node.merge(record, sdir, full)
     if "_requests" in result:
         record.requests = result["_requests"]
+    if result.get("_flags"):  # what the workload found of its own measurement
+        record.add_flags(*result["_flags"])
     return record

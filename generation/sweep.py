@@ -74,6 +74,9 @@ HUB_ID_SETTINGS = frozenset({"dataset_name", "checkpoint"})
 URL_SETTINGS = frozenset({"endpoint"})
 """Settings whose values are URLs of a server: never published (not columns), so the text gate
 that keeps URLs out of published text does not apply; the workload checks their form."""
+LOCAL_SETTINGS = frozenset({"engine_python"})
+"""Settings naming a program of this machine: never published (not columns), so the text gate
+does not apply."""
 HASH_LEN = 10
 MAX_SWEEP_BYTES = 1 << 20
 """Largest sweep file read (1 MiB)."""
@@ -263,6 +266,19 @@ def _did_you_mean(key: str, known: list[str]) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
+def _checkpoint_folder(base: Path, value: str) -> str | None:
+    """The absolute path of the local checkpoint folder ``value`` names.
+
+    A folder with a ``config.json``, relative to the sweep file's folder; ``None`` when
+    ``value`` names none (a name or a Hub id).
+    """
+    if not (value.startswith(("/", ".", "~")) or os.sep in value.rstrip(os.sep)):
+        return None
+    p = Path(value).expanduser()
+    p = p if p.is_absolute() else base / p
+    return str(p.resolve()) if (p / "config.json").is_file() else None
+
+
 def _coerce_float_text(value: Any) -> Any:
     """YAML 1.1 reads ``1e-4`` as a string; accept such numeric strings for number settings."""
     if isinstance(value, str):
@@ -337,7 +353,11 @@ class _Loader:
         if isinstance(coerced, float) and coerced != coerced:
             self.add(path, key, "nan is not a number")
             return INVALID
-        if isinstance(coerced, str) and key not in PATH_SETTINGS | URL_SETTINGS:
+        if key == "model" and isinstance(coerced, str):
+            folder = _checkpoint_folder(self.path.parent, coerced)
+            if folder is not None:  # served by path, published by name (the workload's)
+                return folder
+        if isinstance(coerced, str) and key not in PATH_SETTINGS | URL_SETTINGS | LOCAL_SETTINGS:
             problem = text_problem(key, coerced)
             if problem:
                 self.add(path, key, f"{coerced[:60]!r} {problem}")

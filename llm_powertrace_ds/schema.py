@@ -24,7 +24,7 @@ from .platforms import power_usage_is_1s_average as power_usage_is_1s_average
 if TYPE_CHECKING:  # `datasets` is imported when a Features object is first asked for
     from datasets import Features
 
-SCHEMA_VERSION = "1.4.0"
+SCHEMA_VERSION = "1.5.0"
 """Bumped whenever a column is added, renamed or retyped; the card's changelog says why."""
 
 SCHEMA_CHANGELOG: list[tuple[str, str]] = [
@@ -82,6 +82,11 @@ SCHEMA_CHANGELOG: list[tuple[str, str]] = [
      "change-only sources such as Zeus' PowerMonitor, whose energy, means, levels and windows "
      "are integrated as steps). Flag power_field_unknown (the log does not say which NVML "
      "power reading it holds: power_field null)."),
+    ("1.5.0", "Served latencies from tokens, not chunks: inference_requests chunk_tokens (the "
+     "tokens each streamed chunk carried, as the server counted them; a chunk may carry several "
+     "tokens, or one with no text); inference runs itl_p50_ms and itl_p99_ms (inter-token "
+     "latency from per-chunk counts, null where the server gives none), tpot_mean_s filled for "
+     "served runs as (finish - first token) / (output tokens - 1); flag chunk_tokens_unknown."),
 ]
 
 TRACE_CONFIGS = ("finetune", "inference")
@@ -125,7 +130,7 @@ WARNING_FLAGS = (
     "gpu_count_mismatch", "precision_unknown", "power_limit_from_spec", "summary_only",
     "power_limit_not_default", "stale_power", "implausible_value", "work_window_detected",
     "checkpoint_dips_detected", "step_period_detected", "aggregate_series", "gpu_lost",
-    "children_outlived", "power_field_unknown",
+    "children_outlived", "chunk_tokens_unknown", "power_field_unknown",
 )
 QUALITY_FLAGS = ERROR_FLAGS + WARNING_FLAGS
 
@@ -182,6 +187,8 @@ FLAG_DESCRIPTIONS = {
     "still ran; the run ends 10 s later and what they did after is not measured",
     "gpu_lost": "a GPU fell off the bus during the run: its series ends at its last row (fault "
     "`gpu_lost`, the time of the loss); the other devices went on",
+    "chunk_tokens_unknown": "the server streamed output without a per-chunk token count: "
+    "chunk_tokens and itl_* are null, the first token is the first chunk with text",
     "aggregate_series": "power_w is one published total of num_gpus devices (a node or a "
     "cluster, `import series`), not a device: per-device metrics are null",
     "power_field_unknown": "the source does not say which NVML power reading power_w holds "
@@ -580,8 +587,13 @@ INFERENCE_RESULTS = [
     _c("ttft_p99_ms", "float32", "99th percentile time to first token", "ms"),
     _c("latency_p50_ms", "float32", "Median request latency", "ms"),
     _c("latency_p99_ms", "float32", "99th percentile request latency", "ms"),
-    _c("tpot_mean_s", "float64", "Mean time per output token (inter-token latency) of the "
-       "requests (ML.ENERGY `Avg TPOT (s)`); null where the source does not report it", "s"),
+    _c("tpot_mean_s", "float64", "Mean time per output token of the completed requests, "
+       "each (finish - first token) / (output tokens - 1), from tokens, never chunks "
+       "(ML.ENERGY `Avg TPOT (s)` for imports); null where the source does not report it", "s"),
+    _c("itl_p50_ms", "float64", "Median inter-token latency of the completed streamed "
+       "requests: a chunk carrying k tokens after a gap g counts k latencies of g / k; null "
+       "where the server gives no per-chunk token count (flag chunk_tokens_unknown)", "ms"),
+    _c("itl_p99_ms", "float64", "99th percentile inter-token latency (as itl_p50_ms)", "ms"),
     _c("energy_per_request_j", "float64", "Energy per request, all GPUs of the run (ML.ENERGY "
        "`Energy/req (J)`)", "J"),
     _c("batch_size_mean", "float64", "Mean number of requests the engine batched together "
@@ -795,9 +807,13 @@ REQUEST_COLUMNS = [
     _c("output_tokens", "int32", "Tokens generated", "tokens"),
     _c("status", "string", "`ok`, `error`, `cancelled` (never admitted) or `unfinished` "
        "(given up when the bounded drain ended)"),
-    Column("chunk_ms", _List(_Value("int64")), "Per streamed chunk of output (one token per "
-           "chunk where the server streams token by token): arrival time on the run clock; "
-           "null where the engine does not stream", "ms"),
+    Column("chunk_ms", _List(_Value("int64")), "Per streamed chunk that carried output "
+           "(a chunk may carry several tokens, or one token with no text yet): arrival time on "
+           "the run clock; null where the engine does not stream. Chunk gaps are not token "
+           "gaps: see chunk_tokens", "ms"),
+    Column("chunk_tokens", _List(_Value("int32")), "Per streamed chunk (as chunk_ms): the "
+           "tokens it carried, from the server's running usage count; null where the server "
+           "gives no per-chunk count", "tokens"),
 ]
 
 

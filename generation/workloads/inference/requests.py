@@ -42,6 +42,8 @@ class RequestRecord:
         error: the engine's message when ``status`` is ``error``.
         chunk_ns: when each streamed chunk of output arrived (HTTP engines; ``None`` where
             the engine does not stream).
+        chunk_tokens: the tokens each chunk carried, as the server counted them (``None``:
+            the server gave no per-chunk count, or the engine does not stream).
     """
 
     request_id: str
@@ -55,6 +57,7 @@ class RequestRecord:
     status: str = "cancelled"
     error: str | None = None
     chunk_ns: list[int] | None = None
+    chunk_tokens: list[int] | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -106,6 +109,7 @@ def load_requests(staging_dir: str | os.PathLike[str], t0_ns: int) -> list[dict[
             "status": rec.status,
             "chunk_ms": (None if rec.chunk_ns is None
                          else [_ms(t, t0_ns) for t in rec.chunk_ns]),
+            "chunk_tokens": rec.chunk_tokens,
         })
     return rows
 
@@ -184,8 +188,51 @@ def _percentile(values: list[float], q: float) -> float | None:
     return float(np.percentile(np.asarray(values, dtype=np.float64), q))
 
 
+def tpot_s(rec: RequestRecord) -> float | None:
+    """Time per output token of one request, from tokens (never chunks).
+
+    ``tpot = (finish - first token) / (output_tokens - 1)``: the decode time after the first
+    token shared by the tokens after it (``None`` below two tokens or without a first token).
+    """
+    if rec.first_token_ns is None or rec.finish_ns is None or rec.output_tokens < 2:
+        return None
+    return (rec.finish_ns - rec.first_token_ns) / 1e9 / (rec.output_tokens - 1)
+
+
+def inter_token_ms(records: list[RequestRecord]) -> list[float] | None:
+    """Inter-token latencies (ms) of the completed streamed requests, from per-chunk counts.
+
+    Between two consecutive chunks of a request, the later carrying k tokens after a gap g,
+    each of its k tokens counts once with the latency g / k (a chunk of several tokens is not
+    one long token gap). ``None`` when a completed streamed request has no per-chunk count
+    (inter-token latency cannot be told from chunk gaps then) or no request streamed.
+    """
+    out: list[float] = []
+    streamed = False
+    for rec in records:
+        if rec.status != "ok" or rec.chunk_ns is None:
+            continue
+        streamed = True
+        if rec.chunk_tokens is None:
+            return None
+        for i in range(1, len(rec.chunk_ns)):
+            k = rec.chunk_tokens[i]
+            gap_ms = (rec.chunk_ns[i] - rec.chunk_ns[i - 1]) / 1e6
+            out.extend([gap_ms / k] * k)
+    return out if streamed else None
+
+
+CHUNK_TOKENS_FLAG = "chunk_tokens_unknown"
+"""Quality flag of a served run whose server gave no per-chunk token count."""
+
+
 def summarise(records: list[RequestRecord]) -> dict[str, Any]:
-    """The run's result columns from its request log (see the module docstring)."""
+    """The run's result columns from its request log (see the module docstring).
+
+    ``tpot_mean_s`` is the mean of :func:`tpot_s` over completed requests; ``itl_p50_ms`` and
+    ``itl_p99_ms`` are percentiles of :func:`inter_token_ms`. ``_flags`` names
+    :data:`CHUNK_TOKENS_FLAG` when completed requests streamed without per-chunk counts.
+    """
     done = [r for r in records if r.status == "ok"]
     tokens_in = sum(r.prompt_tokens for r in done)
     tokens_out = sum(r.output_tokens for r in done)
@@ -196,6 +243,9 @@ def summarise(records: list[RequestRecord]) -> dict[str, Any]:
         span_s = (last - first) / 1e9
     ttft = [(r.first_token_ns - r.arrival_ns) / 1e6 for r in done if r.first_token_ns is not None]
     lat = [(r.finish_ns - r.arrival_ns) / 1e6 for r in done if r.finish_ns is not None]
+    tpots = [t for t in (tpot_s(r) for r in done) if t is not None]
+    itl = inter_token_ms(done)
+    unknown = any(r.chunk_ns is not None and r.chunk_tokens is None for r in done)
     return {
         "requests_completed": len(done),
         "tokens_in": tokens_in,
@@ -207,4 +257,8 @@ def summarise(records: list[RequestRecord]) -> dict[str, Any]:
         "latency_p99_ms": _percentile(lat, 99),
         "num_requests": len(records),
         "requests_unfinished": sum(r.status == "unfinished" for r in records),
+        "tpot_mean_s": sum(tpots) / len(tpots) if tpots else None,
+        "itl_p50_ms": _percentile(itl or [], 50),
+        "itl_p99_ms": _percentile(itl or [], 99),
+        "_flags": [CHUNK_TOKENS_FLAG] if unknown else [],
     }

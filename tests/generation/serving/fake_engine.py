@@ -1,10 +1,11 @@
-"""A fake ``vllm`` / ``sglang`` executable that serves the OpenAI double.
+"""A fake ``vllm`` / ``sglang`` server module that serves the OpenAI double.
 
-It parses the engine's ``serve`` arguments, records them, forks a "worker" process (as
+It parses the engine's server arguments, records them, forks a "worker" process (as
 tensor-parallel engines do) and serves the double.
 
-Installed on ``PATH`` by :func:`install_fake_engine` as a script named ``vllm`` or ``sglang``.
-Each start appends one JSON line to ``$FAKE_ENGINE_LOG``: the engine name, its argv, its pid,
+:func:`install_fake_engine` writes fake packages (``vllm.entrypoints.openai.api_server``,
+``sglang.launch_server``) and a ``python`` that imports them first: the launcher runs
+``<that python> -m <server module>`` when a run gives it as ``engine_python``. Each start appends one JSON line to ``$FAKE_ENGINE_LOG``: the engine name, its argv, its pid,
 the worker's pid, the ``CUDA_VISIBLE_DEVICES`` it got and when its ``/health`` turned ready
 (``time.monotonic_ns()``, the clock of the run's events). ``$FAKE_ENGINE_READY_AFTER_S``
 delays ``/health`` (loading weights, capturing graphs); ``$FAKE_ENGINE_TOKEN_DELAY_S`` is the
@@ -38,14 +39,8 @@ def main(engine: str, argv: list[str]) -> int:
     sys.path.insert(0, str(HERE.parent))
     from serving.openai_double import DoubleConfig, DoubleServer
 
-    if argv[:1] != ["serve"]:
-        print(f"fake {engine}: only `serve` is faked", file=sys.stderr)
-        return 2
-    args = argv[1:]
-    if engine == "vllm":
-        model = args[0]
-    else:
-        model = _flag(args, "--model-path") or "?"
+    args = argv
+    model = _flag(args, "--model" if engine == "vllm" else "--model-path") or "?"
     name = _flag(args, "--served-model-name", model) or model
     port = int(_flag(args, "--port") or 8000)
     ready_after = float(os.environ.get("FAKE_ENGINE_READY_AFTER_S", "0"))
@@ -74,14 +69,29 @@ def main(engine: str, argv: list[str]) -> int:
     return 0
 
 
-def install_fake_engine(folder: Path, engine: str) -> Path:
-    """Write an executable ``folder/<engine>`` that runs :func:`main` (put ``folder`` on PATH)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / engine
-    path.write_text(f"#!{sys.executable}\n"
-                    "import sys\n"
-                    f"sys.path.insert(0, {str(HERE.parent)!r})\n"
-                    "from serving.fake_engine import main\n"
-                    f"sys.exit(main({engine!r}, sys.argv[1:]))\n", encoding="utf-8")
-    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return path
+MODULE_FILES = {"vllm": ("vllm/__init__.py", "vllm/entrypoints/__init__.py",
+                         "vllm/entrypoints/openai/__init__.py",
+                         "vllm/entrypoints/openai/api_server.py"),
+                "sglang": ("sglang/__init__.py", "sglang/launch_server.py")}
+
+
+def install_fake_engine(folder: Path) -> Path:
+    """Write the fake engine packages and a ``folder/python`` that finds them; its path."""
+    pkgs = folder / "pkgs"
+    for engine, files in MODULE_FILES.items():
+        for rel in files:
+            path = pkgs / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            body = ""
+            if not rel.endswith("__init__.py"):
+                body = ("import sys\n"
+                        f"sys.path.insert(0, {str(HERE.parent)!r})\n"
+                        "from serving.fake_engine import main\n"
+                        "if __name__ == '__main__':\n"
+                        f"    sys.exit(main({engine!r}, sys.argv[1:]))\n")
+            path.write_text(body, encoding="utf-8")
+    python = folder / "python"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH="{pkgs}${{PYTHONPATH:+:$PYTHONPATH}}" '
+                      f'exec "{sys.executable}" "$@"\n', encoding="utf-8")
+    python.chmod(python.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return python

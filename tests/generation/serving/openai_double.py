@@ -8,9 +8,21 @@ Standard library only (``http.server``). It serves ``/v1/completions`` and
 for a slot), so its saturation throughput is known:
 ``max_concurrency / (prefill_delay_s + (max_tokens - 1) * token_delay_s)`` requests per second.
 
+Streaming like vLLM: with ``stream_options.continuous_usage_stats`` every chunk carries the
+running ``usage.completion_tokens`` (``continuous_usage=False``: a server that never does);
+``tokens_per_chunk`` merges that many tokens into one chunk (a server whose engine ran ahead
+of the consumer); ``empty_first_text`` makes the first token's text empty (a token that
+decodes to nothing yet).
+
+``vocab_size`` makes the double a model with that vocabulary: a token-id prompt with an id at or
+above it is answered HTTP 400 (``Token id N is out of vocabulary``, as vLLM does), and
+``POST /tokenize`` answers ids below it.
+
 Faults are planned per request, by the order in which completions arrive (0-based):
 ``faults={3: "error"}`` answers HTTP 500; ``"drop:2"`` cuts the connection after two tokens;
-``"hang"`` sends nothing until the client gives up. ``ready_after_s`` keeps ``/health`` at 503
+``"hang"`` sends nothing until the client gives up; ``"endless"`` sends one SSE line that never
+ends (:data:`ENDLESS_FAST_BYTES` at once, then a byte every 50 ms, no newline, until the
+client goes away); ``"trickle"`` sends one byte of such a line every 50 ms. ``ready_after_s`` keeps ``/health`` at 503
 for that long after start (an engine still loading).
 
 Run as a script it is a fake engine executable (see ``fake_engine.py``); in tests use
@@ -32,6 +44,9 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+ENDLESS_FAST_BYTES = 32 << 20
+"""What the ``endless`` fault sends at once (then it trickles): a bounded test of a bound."""
+
 
 @dataclass
 class DoubleConfig:
@@ -47,6 +62,10 @@ class DoubleConfig:
     owned_by: str = "openai-double"
     server_info: dict[str, Any] = field(default_factory=dict)
     metrics: str = ""
+    continuous_usage: bool = True
+    vocab_size: int | None = None
+    tokens_per_chunk: int = 1
+    empty_first_text: bool = False
 
 
 class DoubleServer(ThreadingHTTPServer):
@@ -131,12 +150,25 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             self._json(400, {"error": {"message": "body is not JSON"}})
             return
+        vocab_size = self.server.config.vocab_size
+        if path == "/tokenize" and vocab_size is not None:
+            words = str(body.get("prompt") or "").split()
+            vocab = int(vocab_size)
+            self._json(200, {"tokens": [sum(map(ord, w)) % vocab for w in words],
+                             "count": len(words)})
+            return
         if path not in ("/v1/completions", "/v1/chat/completions"):
             self._json(404, {"error": {"message": f"no route {path}"}})
             return
         cfg = self.server.config
         if body.get("model") != cfg.model:
             self._json(404, {"error": {"message": f"model {body.get('model')!r} not served"}})
+            return
+        vocab = cfg.vocab_size
+        bad = [t for t in body.get("prompt") or [] if isinstance(t, int) and vocab is not None
+               and not 0 <= t < vocab] if isinstance(body.get("prompt"), list) else []
+        if bad:
+            self._json(400, {"error": {"message": f"Token id {bad[0]} is out of vocabulary"}})
             return
         index = self.server.next_index(body)
         fault = cfg.faults.get(index, "")
@@ -166,6 +198,9 @@ class _Handler(BaseHTTPRequestHandler):
         obj = "chat.completion.chunk" if chat else "text_completion"
         if fault == "hang":
             time.sleep(3600)
+        if fault in ("endless", "trickle"):
+            self._endless_line(fault == "trickle")
+            return
         time.sleep(cfg.prefill_delay_s)
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n,
                  "total_tokens": prompt_tokens + n}
@@ -182,20 +217,48 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")
         self.end_headers()
         drop = int(fault.split(":")[1]) if fault.startswith("drop:") else None
-        for k in range(n):
-            if drop is not None and k == drop:
+        running = bool(cfg.continuous_usage
+                       and (body.get("stream_options") or {}).get("continuous_usage_stats"))
+        step = max(1, int(cfg.tokens_per_chunk))
+        for k in range(0, n, step):
+            if drop is not None and k >= drop:
                 self._cut()
                 return
             if k:
-                time.sleep(cfg.token_delay_s)
-            choice = ({"index": 0, "delta": {"content": " tok"}} if chat
-                      else {"index": 0, "text": " tok"})
-            self._event({"id": rid, "object": obj, "model": cfg.model, "choices": [choice]})
+                time.sleep(cfg.token_delay_s * step)
+            carried = min(step, n - k)
+            text = "" if (k == 0 and cfg.empty_first_text) else " tok" * carried
+            choice = ({"index": 0, "delta": {"content": text}} if chat
+                      else {"index": 0, "text": text})
+            event: dict[str, Any] = {"id": rid, "object": obj, "model": cfg.model,
+                                     "choices": [choice]}
+            if running:
+                event["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": k + carried,
+                                  "total_tokens": prompt_tokens + k + carried}
+            self._event(event)
         if (body.get("stream_options") or {}).get("include_usage"):
             self._event({"id": rid, "object": obj, "model": cfg.model, "choices": [],
                          "usage": usage})
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
+        self.close_connection = True
+
+    def _endless_line(self, trickle: bool) -> None:
+        """An SSE line that never ends (see the module docstring); stops when the client goes."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        self.wfile.write(b"data: ")
+        block = b"x" * (1 << 16)
+        sent = 0
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            fast = not trickle and sent < ENDLESS_FAST_BYTES
+            self.wfile.write(block if fast else b"x")
+            sent += len(block) if fast else 1
+            self.wfile.flush()
+            if not fast:
+                time.sleep(0.05)
         self.close_connection = True
 
     def _event(self, data: dict[str, Any]) -> None:

@@ -1,4 +1,4 @@
-"""Launched engines (``vllm``, ``sglang``) with a fake engine executable on PATH (issue 38)."""
+"""Launched engines (``vllm``, ``sglang``) run by a Python that has fake engine modules."""
 
 from __future__ import annotations
 
@@ -12,7 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from generation.serving.launch import EngineConfig, config_columns, engine_command
+from generation.serving.launch import (
+    SERVER_MODULES,
+    EngineConfig,
+    config_columns,
+    engine_command,
+)
 from llm_powertrace_ds.errors import MissingExtra
 from llm_powertrace_ds.shards import read_run
 
@@ -40,6 +45,7 @@ base:
   engine_block_size: 32
   engine_cuda_graphs: false
   engine_start_timeout_s: 120
+  engine_python: {python}
 {extra}
 """
 
@@ -63,11 +69,8 @@ def wait_for(condition, timeout_s: float = 120.0, what: str = "") -> None:
 
 @pytest.fixture
 def fake_engines(tmp_path, monkeypatch):
-    bin_dir = tmp_path / "bin"
-    for engine in ("vllm", "sglang"):
-        install_fake_engine(bin_dir, engine)
+    install_fake_engine(tmp_path / "bin")
     log = tmp_path / "engine-starts.jsonl"
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_ENGINE_LOG", str(log))
     monkeypatch.setenv("FAKE_ENGINE_READY_AFTER_S", "1.0")
 
@@ -85,7 +88,8 @@ def fake_engines(tmp_path, monkeypatch):
 
 def write(tmp_path: Path, engine: str, n: int = 6, extra: str = "") -> Path:
     path = tmp_path / f"{engine}.yaml"
-    path.write_text(SWEEP.format(engine=engine, n=n, extra=extra), encoding="utf-8")
+    path.write_text(SWEEP.format(engine=engine, n=n, extra=extra,
+                                 python=tmp_path / "bin" / "python"), encoding="utf-8")
     return path
 
 
@@ -106,7 +110,11 @@ def test_launch_health_before_prepare_end_config_capture_and_clean_stop(
     # config capture: read back from the arguments the engine got
     from generation.serving.launch import recorded_args
 
-    assert json.loads(m["engine_args"]) == recorded_args([engine, *start["argv"]], engine)
+    module = SERVER_MODULES[engine]
+    assert json.loads(m["engine_args"]) == recorded_args(["python", "-m", module,
+                                                          *start["argv"]], engine)
+    assert json.loads(m["engine_args"])[:2] == ["-m", module]
+    assert str(tmp_path) not in m["engine_args"]  # never the interpreter's path
     recorded = json.loads(m["engine_args"])
     assert "--host" not in recorded and "--port" not in recorded  # never the address
     assert "meta-llama/Llama-3.1-8B" not in recorded and m["model_label"] == \
@@ -159,12 +167,21 @@ def test_no_orphan_server_after_sigkill_of_the_runner(tmp_path, fake_engines, mo
             runner.wait()
 
 
-def test_dry_run_without_the_engine_names_the_missing_extra(tmp_path, monkeypatch):
+def test_a_plan_needs_no_engine_a_real_run_names_the_missing_extra(tmp_path, monkeypatch,
+                                                                  caplog):
     from generation.runner import generate
 
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
     for engine in ("vllm", "sglang"):
+        sweep = tmp_path / f"{engine}.yaml"
+        sweep.write_text(SWEEP.format(engine=engine, n=6, extra="", python="no-such-python"),
+                         encoding="utf-8")
+        caplog.clear()
+        report = generate(sweep, tmp_path / "ds", dry_run=True)
+        assert [o.status for o in report.outcomes] == ["todo"]
+        warned = [r.getMessage() for r in caplog.records if "planned anyway" in r.getMessage()]
+        assert len(warned) == 1 and "engine_python 'no-such-python'" in warned[0]
         with pytest.raises(MissingExtra) as info:
-            generate(write(tmp_path, engine), tmp_path / "ds", dry_run=True)
-        assert f"pip install 'llm-powertrace[{engine}]'" in str(info.value)
+            generate(sweep, tmp_path / "ds")
+        assert "engine_python 'no-such-python' is not an executable Python" in str(info.value)
         assert "\n" not in str(info.value)

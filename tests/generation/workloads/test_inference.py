@@ -259,7 +259,8 @@ def test_request_log_round_trip_and_run_clock(tmp_path):
     rows = inf_requests.load_requests(tmp_path, t0)
     assert rows == [{"request_id": "a", "arrival_ms": 1, "start_ms": 1, "first_token_ms": 2,
                      "finish_ms": 9, "prompt_tokens": 8, "requested_output_tokens": 4,
-                     "output_tokens": 4, "status": "ok", "chunk_ms": None}]
+                     "output_tokens": 4, "status": "ok", "chunk_ms": None,
+                     "chunk_tokens": None}]
     assert inf_requests.load_requests(tmp_path / "nothing", t0) == []
 
 
