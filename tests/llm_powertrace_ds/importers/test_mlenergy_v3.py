@@ -203,3 +203,16 @@ def test_a_v3_tree_given_to_mlenergy_v2_names_the_right_importer(tmp_path, cli):
     res = cli(["import", "mlenergy-v2", tmp_path / "bench", "--out", tmp_path / "ds"])
     assert res.returncode == 1
     assert "ML.ENERGY benchmark v3 tree" in res.stderr and "import mlenergy-v3" in res.stderr
+
+
+def test_options_that_do_not_apply_are_refused_by_name(tmp_path, cli):
+    write_tree(tmp_path / "bench")
+    meta = tmp_path / "m.json"
+    meta.write_text("{}", encoding="utf-8")
+    res = cli(["import", "mlenergy-v3", tmp_path / "bench", "--meta", meta, "--out",
+               tmp_path / "ds"])
+    assert res.returncode == 2 and "--meta" in res.stderr
+    res = cli(["import", "mlenergy-v3", tmp_path / "bench", "--workload", "finetune", "--out",
+               tmp_path / "ds"])
+    assert res.returncode == 2 and "--workload finetune" in res.stderr
+    assert not (tmp_path / "ds" / "data").exists()
