@@ -3,7 +3,8 @@
 The one loop behind ``llm-powertrace validate DIR`` and ``upload.py``'s pre-upload check: the
 folder is audited first (stray files, symlinks, a trace without its runs row or the reverse),
 then each published run is read back (one trace file in memory at a time) and validated again.
-A run whose runs row has no trace file is reported by the audit only.
+A run whose runs row has no trace file is reported by the audit only. ``pack`` (the command)
+copies only a folder this check accepts (:func:`pack_valid`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from pathlib import Path
 
 from . import schema, validate
 from .audit import audit_folder
-from .shards import iter_runs
+from .errors import ShardError
+from .shards import PackResult, iter_runs, pack
 from .staging import unpublished_runs
 
 
@@ -117,3 +119,37 @@ def _published_value_problems(root: Path) -> list[str]:
     except FileNotFoundError:
         pass
     return out
+
+
+def refuse_invalid(root: str | Path, action: str) -> None:
+    """Raise ``ShardError`` when :func:`validate_folder` rejects ``root``.
+
+    Args:
+        root: the dataset folder.
+        action: what is refused, for the message (``"packed"``).
+
+    Raises:
+        ShardError: one line naming the first problems (folder problems, then runs with
+            error-level flags) and ``validate --repair``.
+    """
+    report = validate_folder(root)
+    if report.ok:
+        return
+    problems = report.problems + [f"run {r.run_id}: {', '.join(r.errors)}"
+                                  for r in report.failed_runs]
+    more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+    raise ShardError(f"'{root}' fails validation, so it is not {action}: "
+                     f"{'; '.join(problems[:3])}{more}; `llm-powertrace validate {root} --repair` "
+                     "repairs what it can and lists the rest")
+
+
+def pack_valid(src: str | Path, dst: str | Path, *, max_shard_bytes: int) -> PackResult:
+    """``pack`` of a folder that passes :func:`validate_folder`.
+
+    What ``validate`` rejects is never copied into a folder made for publishing.
+
+    Raises:
+        ShardError: the folder fails validation (nothing is written), or ``pack``'s own errors.
+    """
+    refuse_invalid(src, "packed")
+    return pack(src, dst, max_shard_bytes=max_shard_bytes)

@@ -124,10 +124,6 @@ def cmd_import(args: argparse.Namespace) -> int:
     if args.log_format == "mlenergy-v3":
         if args.workload not in (None, "inference"):
             raise UsageError("mlenergy-v3 results are inference runs; drop --workload finetune")
-        given = [o for o, v in (("--meta", args.meta), ("--num-gpus", args.num_gpus)) if v]
-        if given:
-            raise UsageError(f"mlenergy-v3 results carry their own metadata and GPUs; drop "
-                             f"{' and '.join(given)}")
         return _import_runs(args)
     if args.workload is None:
         raise UsageError(f"import {args.log_format} needs --workload (finetune or inference)")
@@ -270,11 +266,12 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_pack(args: argparse.Namespace) -> int:
     reuse_freed_memory()  # run after run of alike size: keep freed buffers (memory.py)
+    from ..folder_check import pack_valid
     from ..hooks import rebuild_card
-    from ..shards import pack
 
     out = out_dir(args.out)
-    res = pack(resolve_dataset(args.src), out, max_shard_bytes=int(args.max_shard_mb * 1024 * 1024))
+    res = pack_valid(resolve_dataset(args.src), out,
+                     max_shard_bytes=int(args.max_shard_mb * 1024 * 1024))
     if res.rows:
         rebuild_card(out)
     emit([{"folder": k, "rows": v, "shards": res.shards[k]} for k, v in res.rows.items()],

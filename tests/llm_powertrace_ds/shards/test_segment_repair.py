@@ -116,3 +116,19 @@ def test_validate_repair_rebuilds_the_runs_row_of_a_trace_left_without_one(tmp_p
     for run_id in ("run-001", "run-004"):  # recomputed from the stored trace
         assert after[run_id]["energy_j"] == pytest.approx(before[run_id]["energy_j"], rel=1e-4)
         assert after[run_id]["num_gpus"] == before[run_id]["num_gpus"]
+
+
+def test_pack_refuses_a_runs_row_validate_rejects_by_value(tmp_path, make_run, capsys):
+    root, packed = tmp_path / "ds", tmp_path / "packed"
+    shards.publish_run(root, make_run("run-000", seed=0))
+    path = layout.runs_path(root, "finetune", "l40s", "run-000")
+    table = shards.read_table(path)
+    at = table.schema.get_field_index("energy_j")
+    table = table.set_column(at, "energy_j", pa.array([float("nan")], table.schema.field(at).type))
+    shards.write_table_atomic(path, table)  # a runs row edited by hand: a NaN energy
+    assert main(["validate", str(root)]) == 1
+    capsys.readouterr()
+    assert main(["pack", str(root), "--out", str(packed)]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "fails validation, so it is not packed" in err and "energy_j" in err
+    assert not packed.exists()
