@@ -124,6 +124,10 @@ def cmd_import(args: argparse.Namespace) -> int:
     if args.log_format == "mlenergy-v3":
         if args.workload not in (None, "inference"):
             raise UsageError("mlenergy-v3 results are inference runs; drop --workload finetune")
+        given = [o for o, v in (("--meta", args.meta), ("--num-gpus", args.num_gpus)) if v]
+        if given:
+            raise UsageError(f"mlenergy-v3 results carry their own metadata and GPUs; drop "
+                             f"{' and '.join(given)}")
         return _import_runs(args)
     if args.workload is None:
         raise UsageError(f"import {args.log_format} needs --workload (finetune or inference)")
