@@ -13,17 +13,16 @@ between repeats:
     Step boundaries where the run has them: the first to the last ``step_begin`` (whole optimiser
     steps). A job may leave the block for the ramp-down at any step boundary inside it.
 ``period``
-    Else the period P of the steady window's autocorrelation
-    r(τ) = Σ_t x̃(t) x̃(t + τ) / Σ_t x̃(t)², x̃ = x − mean over the steady window
-    (``scipy.signal.correlate``; P is the lag of the first peak of r within
-    :data:`PEAK_SHARE` of the highest one between :data:`MIN_PERIOD_S` and half the window,
-    refined to a fraction of a step by a parabola through the peak's three points; the peak must
-    reach :data:`MIN_ACF`). k is the most whole periods that fit in the steady window with two
+    Else the period P of the steady window by the run metrics' own step-period rule
+    (:func:`llm_powertrace_ds.metrics.detect.detect_step_period`: the highest peak of the
+    autocorrelation r(τ) = Σ_t x̃(t) x̃(t + τ) / Σ_t x̃(t)², x̃ = x − mean, after its first zero
+    crossing, refined by a parabola, kept when r(P) ≥ 0.3; the window must be 20 s or longer).
+    k is the most whole periods that fit in the steady window with two
     periods to spare; b0 lies in the window's first period and b1 within P/4 of b0 + k·P, the
     pair chosen so that the period after b1 best matches the period after b0 (least squares).
     A job may leave the block at any whole period (offset round(j·L/k), L = b1 − b0).
 ``matched``
-    No period (no peak reaches :data:`MIN_ACF`): b1 is the sample in the last
+    No period: b1 is the sample in the last
     :data:`MATCH_SEARCH_S` of the steady window whose next :data:`MATCH_WINDOW_S` best match
     those after b0 (least squares, the latest of equals); a job may leave the block at any
     offset whose next samples match those after b1 within twice the join's own error.
@@ -43,12 +42,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-MIN_PERIOD_S = 0.5
-"""Shortest period looked for (s)."""
-MIN_ACF = 0.3
-"""Least autocorrelation at the period's lag for a period to count."""
-PEAK_SHARE = 0.9
-"""The first autocorrelation peak within this share of the highest is the period (not a multiple)."""
+from ..metrics.core import Aligned
+from ..metrics.detect import MIN_STEP_ACF, detect_step_period
+
 STEADY_PERCENTILE = 5.0
 """Percentile of the 1 s mean over the middle half of the work window that bounds the steady window."""
 MATCH_SEARCH_S = 10.0
@@ -90,7 +86,7 @@ class Shape:
             return (f"{steady} repeated as {len(self.cuts)} periods of {self.period_s:.2f} s "
                     f"(autocorrelation) {span}, cut at matching phase")
         if self.how == "matched":
-            return (f"{steady} has no period (autocorrelation below {MIN_ACF:g}): {span} "
+            return (f"{steady} has no period (autocorrelation below {MIN_STEP_ACF:g}): {span} "
                     "repeated, cut where the next samples best match the block's first ones")
         if self.how == "events":
             return f"steady-state window {span} (steady_begin/steady_end) repeated"
@@ -121,31 +117,18 @@ def detect_steady(total_w: np.ndarray, step_s: float) -> tuple[int, int] | None:
 
 
 def period(x: np.ndarray, step_s: float) -> tuple[float, float] | None:
-    """(period in samples, autocorrelation at it) of ``x``, or ``None`` (module docstring)."""
-    from scipy.signal import correlate, find_peaks
+    """(period in samples, autocorrelation at it) of ``x``, or ``None``.
 
+    The project's one step-period rule, :func:`llm_powertrace_ds.metrics.detect.detect_step_period`
+    (the run metrics' ``step_period_detected``), applied to ``x`` alone.
+    """
     n = len(x)
-    d = x - x.mean()
-    energy = float(np.dot(d, d))
-    if n < 4 or energy <= 0:
+    if n < 4:
         return None
-    r = correlate(d, d, mode="full", method="fft")[n - 1:] / energy
-    lo = max(2, int(np.ceil(MIN_PERIOD_S / step_s)))
-    hi = n // 2
-    if hi <= lo + 1:
-        return None
-    peaks, _ = find_peaks(r[:hi + 1])
-    peaks = peaks[peaks >= lo]
-    if not peaks.size:
-        return None
-    best = float(r[peaks].max())
-    if best < MIN_ACF:
-        return None
-    k = int(peaks[np.flatnonzero(r[peaks] >= PEAK_SHARE * best)[0]])
-    a, b, c = r[k - 1], r[k], r[k + 1] if k + 1 < n else r[k]
-    denom = a - 2 * b + c
-    shift = 0.5 * (a - c) / denom if denom < 0 else 0.0
-    return k + float(np.clip(shift, -0.5, 0.5)), float(r[k])
+    al = Aligned(np.arange(n, dtype=np.int64) * int(round(step_s * 1000)), [x],
+                 np.asarray(x, dtype=np.float64), np.ones(n, dtype=bool), step_s)
+    found, r, _ = detect_step_period(al)
+    return None if found is None else (found / step_s, r)
 
 
 def _best_match(x: np.ndarray, b0: int, candidates: np.ndarray, w: int) -> tuple[int, float]:
