@@ -69,7 +69,7 @@ def sources_section(runs: list[dict[str, Any]], root: str | Path | None = None) 
         url = entry.get("source_url")
         lines += [f"### {md(entry.get('title') or entry.get('name'))}", "",
                   f"- Source: `{md(entry.get('name'))}`, "
-                  + (f"<{url}>" if url else "publisher's page not recorded (a private address)"),
+                  + (f"<{url}>" if url else "publisher's page not recorded (not a public URL)"),
                   f"- Licence: `{md(entry.get('licence'))}`"
                   + ("" if entry.get("redistributable") is True else
                      " — **no redistribution licence**: do not republish these runs"),

@@ -92,6 +92,14 @@ def _number(data: dict[str, Any], key: str, path: Path, minimum: float = 0.0) ->
     return float(value)
 
 
+def _whole(data: dict[str, Any], key: str, path: Path) -> int:
+    value = _number(data, key, path, 1)
+    if not value.is_integer():
+        raise InputError(f"{key} must be a whole number (got {data.get(key)!r})", file=path,
+                         field=key)
+    return int(value)
+
+
 def load_campaign(path: str | Path) -> Campaign:
     """Read and check a campaign file.
 
@@ -132,7 +140,7 @@ def load_campaign(path: str | Path) -> Campaign:
                          field="name")
     return Campaign(
         path=path, name=name, platform=platform,
-        gpus_per_node=int(_number(data, "gpus_per_node", path, 1)),
+        gpus_per_node=_whole(data, "gpus_per_node", path),
         budget_gpu_hours=_number(data, "budget_gpu_hours", path, 0),
         setup_s_per_run=_number(data, "setup_s_per_run", path, 0),
         unknown_run_s=_number(data, "unknown_run_s", path, 0),

@@ -83,3 +83,10 @@ def test_a_sweep_path_with_a_newline_never_reaches_the_script(tmp_path):
     path = _campaign(odd)
     with pytest.raises(InputError, match="control character"):
         slurm_script(path)
+
+
+def test_a_fractional_gpus_per_node_is_refused(tmp_path):
+    path = _campaign(tmp_path)
+    path.write_text(path.read_text().replace("gpus_per_node: 8", "gpus_per_node: 8.5"))
+    with pytest.raises(InputError, match="gpus_per_node must be a whole number"):
+        load_campaign(path)
