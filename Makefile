@@ -9,6 +9,8 @@ TORCH_CPU ?= torch==2.13.0
 # WattAMeter versions whose log formats the importer is tested against, besides the extra's
 # (0.7: "Power data for run" logs; 0.8: the first "WattAMeter run" format)
 WATTAMETER_OLD := 0.7.4 0.8.0
+# Zeus 0.11: the last version whose PowerMonitor writes the headerless legacy power CSV
+ZEUS_OLD := 0.11.0
 # setuptools says "Editable installation. Please be careful with folders in your working
 # directory..." on every editable install, and recent pip (26.3) shows it as a BuildBackendWarning
 # even with -q. It is information only; this filter hides that one message, nothing else.
@@ -32,6 +34,8 @@ $(VENV)/.dev-installed: pyproject.toml | $(PY)
 	# tests run each one's own command line: tests/llm_powertrace_ds/importers/)
 	for v in $(WATTAMETER_OLD); do \
 		$(PIP) install -q --no-deps --target $(VENV)/writers/wattameter-$$v wattameter==$$v; done
+	for v in $(ZEUS_OLD); do \
+		$(PIP) install -q --no-deps --target $(VENV)/writers/zeus-$$v zeus==$$v; done
 	touch $@
 
 venv: $(VENV)/.base-installed

@@ -100,7 +100,8 @@ MODEL_FAMILIES = (
 )
 MODEL_SOURCES = ("zoo", "hub", "import")
 SAMPLERS = ("nvml", "cpu_proxy", "import:nvidia-smi", "import:powertrace-csv",
-            "import:mlenergy-v2", "import:dcgm", "import:wattameter", "import:series")
+            "import:mlenergy-v2", "import:dcgm", "import:wattameter", "import:series",
+            "import:zeus")
 POWER_FIELDS = {
     "instant": "NVML field 186 (NVML_FI_DEV_POWER_INSTANT) or nvidia-smi power.draw.instant",
     "average": "NVML field 185 (1 s average) or nvidia-smi power.draw.average",

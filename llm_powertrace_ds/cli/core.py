@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "mlenergy")
     p.add_argument("log_format", metavar="FORMAT",
                    choices=["nvidia-smi", "powertrace-csv", "dcgm", "mlenergy-v2", "mlenergy-v3",
-                            "requests-csv", "wattameter", "series"],
+                            "requests-csv", "wattameter", "series", "zeus"],
                    help="log format: nvidia-smi, powertrace-csv, dcgm (dcgmi dmon output); "
                    "wattameter (nvml_*.log of WattAMeter, files or folders: one run per Slurm "
                    "job, its nodes joined); series (a time/power CSV of a device, node or "
@@ -33,7 +33,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "requests-csv (a request log onto the published run --run); or mlenergy-v2 (FILE is an "
                    "ML.ENERGY leaderboard v2 task folder, e.g. .../chat: runs-table rows "
                    "without traces); mlenergy-v3 (ML.ENERGY benchmark v3 results.json files or "
-                   "folders of them: one inference run per file, its GPUs' power timelines)")
+                   "folders of them: one inference run per file, its GPUs' power timelines); "
+                   "zeus (one Zeus power log: the legacy power CSV, a PowerMonitor timeline "
+                   "JSON or the lines `python -m zeus.monitor power` prints, optionally with "
+                   "its ZeusMonitor window CSV)")
     p.add_argument("files", nargs="+", type=Path, metavar="FILE", help="log files")
     p.add_argument("--out", type=Path, default=Path("llm-powertrace"),
                    help="dataset folder (default: llm-powertrace)")
@@ -131,7 +134,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         return _import_runs(args)
     if args.workload is None:
         raise UsageError(f"import {args.log_format} needs --workload (finetune or inference)")
-    if args.log_format in ("wattameter", "series"):
+    if args.log_format in ("wattameter", "series", "zeus"):
         return _import_runs(args)
     options = ImportOptions(fmt=args.log_format, workload=args.workload, meta_path=args.meta,
                             platform=args.platform, num_gpus=args.num_gpus, tz=args.tz)
@@ -160,8 +163,11 @@ def _check_platform(args: argparse.Namespace) -> None:
 
 
 def _import_runs(args: argparse.Namespace) -> int:
-    """``wattameter`` (one run per job over many files), ``series`` and ``mlenergy-v3`` (one run
-    per file)."""
+    """Import logs that become runs one at a time, then publish them.
+
+    ``wattameter`` (one run per job over many files), ``series`` and ``mlenergy-v3`` (one run per
+    file), ``zeus`` (one run of a power log and its window CSV).
+    """
     from ..hooks import card_writers, rebuild_card
     from ..importers.publish_runs import publish_runs
 
@@ -169,6 +175,12 @@ def _import_runs(args: argparse.Namespace) -> int:
         from ..importers.mlenergy_v3 import iter_mlenergy_v3
 
         runs = iter_mlenergy_v3(args.files, platform=args.platform)  # one file at a time
+    elif args.log_format == "zeus":
+        from ..importers.zeus import iter_zeus
+
+        runs = ((args.files[0], run) for run in iter_zeus(
+            args.files, workload=args.workload, meta_path=args.meta, platform=args.platform,
+            num_gpus=args.num_gpus, tz=args.tz))
     elif args.log_format == "wattameter":
         from ..importers.wattameter import iter_wattameter
 

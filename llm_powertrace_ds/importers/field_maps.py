@@ -19,6 +19,7 @@ from . import (
     request_timeline,
     seed_meta,
     wattameter,
+    zeus,
 )
 
 POWERTRACE_CSV_COLUMNS: dict[str, str] = dict(powertrace_csv.CSV_COLUMNS)
@@ -80,6 +81,9 @@ FORMATS: dict[str, tuple[str, dict[str, str]]] = {
     "wattameter": ("WattAMeter NVML logs, 0.7 (`nvml_wattameter.log`) and 0.8 on "
                    "(`nvml_<dt>_wattameter_<job>-<host>.log`), a tracker's log merged into its "
                    "node's power log", dict(wattameter.FIELD_MAP)),
+    "zeus": ("Zeus' power logs (the legacy power CSV of Zeus up to 0.11, `PowerMonitor` "
+             "timelines as JSON, the lines `python -m zeus.monitor power` prints) and the "
+             "`ZeusMonitor` window CSV beside one", dict(zeus.FIELD_MAP)),
 }
 
 
