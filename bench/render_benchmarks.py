@@ -79,6 +79,10 @@ DESCRIPTIONS = {
     "gpu_validate": "NVML sampling against the GPU's energy counter under a matmul load.",
     "loader": "Scanning every sample of a dataset through `datasets` against plain Arrow.",
     "metrics": "The whole metric suite of one run (`compute_run_metrics`), samples per second.",
+    "mitigation_limits": "`mitigate --limits` on a synthetic day of a site at 0.1 s (864,000 "
+                         "samples): the search's wall time against 30 s, met, needing a floor "
+                         "and impossible limits; one controller pass beside one pure-Python "
+                         "ramp-limiter pass.",
     "overhead": "Training steps with the sampler on against off (the sampler's cost).",
     "query": "The query API against hand-written Arrow for the same answers.",
     "record_overhead": "`record` around a child process against the child alone.",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -212,7 +213,8 @@ def cmd_mitigate(args: argparse.Namespace) -> int:
     if limits is not None:
         mit.Plan(efficiency=args.efficiency, reference_w=args.ceiling_w).check()
         found = mit.search(profile, limits, efficiency=args.efficiency,
-                           reference_w=args.ceiling_w)
+                           reference_w=args.ceiling_w,
+                           progress=sys.stderr.isatty() and len(profile.power_w) >= 100_000)
         plan = found.plan
     else:
         plan = mit.Plan(cap_pct=args.cap_pct, floor_pct=args.floor_pct,

@@ -22,6 +22,9 @@ The search (over a documented grid, with pruning, bounded):
       without ramp limits, half the profile's steepest ramp. The largest R that meets every
       limit is found by bisection (R₀ first, then the smallest; a slower grid side is smoother
       at every time scale, so feasibility is monotone in R).
+    * A cap at or above the peak, or a floor at or below the lowest load, changes nothing and
+      is skipped (the same as none); a cap at or below the lowest load would flatten the site
+      into a constant load and ends the caps.
     * Every evaluation is one vectorised pass; the search stops after
       :data:`BUDGET_SAMPLE_PASSES` samples × evaluations and says so in its statement.
     * "Cheapest" is lexicographic, in this order: work lost above a cap (J), then energy wasted
@@ -300,12 +303,19 @@ def search(profile: Profile, limits: Limits, *, efficiency: float = st.DEFAULT_E
 
     complete = True
     try:
+        peak, low = float(p0.max()), float(p0.min())
         for cap_pct in CAP_GRID_PCT:
+            if cap_pct is not None and cap_pct / 100.0 * ref >= peak:
+                continue  # a cap above the peak changes nothing: the same as no cap
+            if cap_pct is not None and cap_pct / 100.0 * ref <= low:
+                break  # a cap at or below the lowest load flattens the site: not a plan
             c = st.cap(p0, dt, cap_pct / 100.0 * ref) if cap_pct is not None else None
             after_cap = c.power_w if c else p0
             for floor_pct in FLOOR_GRID_PCT:
                 if floor_pct is not None and cap_pct is not None and floor_pct >= cap_pct:
                     break  # a floor at the cap is a flat line: not a plan for a working site
+                if floor_pct is not None and floor_pct / 100.0 * ref <= low:
+                    continue  # a floor below the lowest load changes nothing: as no floor
                 f = (st.floor(after_cap, dt, floor_pct / 100.0 * ref)
                      if floor_pct is not None else None)
                 load = f.power_w if f else after_cap
