@@ -192,6 +192,9 @@ def run_facility(root: str | Path, cfg: FacilityConfig, *, config: str | None = 
     if schedule is not None or arrivals is not None:
         if arrivals is not None and cfg.duration_s is None:
             raise InputError("an arrival model needs a horizon", field="--duration")
+        if arrivals is not None and arrivals.gpus_max > cfg.gpus:
+            raise InputError(f"jobs of up to {arrivals.gpus_max} GPUs do not fit a site of "
+                             f"{cfg.gpus}", field="--job-gpus")
         return _scheduled(root, cfg, selection, schedule, arrivals)
     devices = [int(r.get("num_gpus") or 1) for r in selection.rows]
     with_jobs = sorted({i for i, _ in assign_jobs(selection.shares, devices, cfg)})

@@ -157,3 +157,10 @@ def test_too_much_work_is_refused_before_composing(root, monkeypatch):
     cfg = fac.FacilityConfig(gpus=40, gpus_per_node=4, duration_s=3600.0)
     with pytest.raises(InputError, match=r"field '--arrivals'.*more than 1,000 samples"):
         fac.run_facility(root, cfg, arrivals=model)
+
+
+def test_arrivals_larger_than_the_site_are_refused_naming_the_option(root):
+    model = fac.Arrivals(3, 4, 400, 600.0, 600.0)
+    cfg = fac.FacilityConfig(gpus=40, gpus_per_node=4, duration_s=3600.0)
+    with pytest.raises(InputError, match=r"field '--job-gpus'.*400 GPUs.*site of 40"):
+        fac.run_facility(root, cfg, arrivals=model)
