@@ -15,10 +15,11 @@ rerun of a failed step fit. Steps that need bitsandbytes or a compiler (optimum-
 CUDA kernels) are optional: their failure is reported as ``optional_failed`` and ``passed``
 is the required steps' verdict.
 
-**The carry.** The GPU image has CUDA torch, transformers, huggingface_hub, accelerate, peft,
-pyarrow, pandas and nvidia-ml-py (``bench/device_image.txt``) but not datasets, TRL, dill or
-multiprocess. ``bench/gpu_carry.txt`` pins the wheels that travel (bitsandbytes and
-optimum-quanto only with ``--with-optional``); ``--carry-check`` proves on CPU that they and the
+**The carry.** The GPU image has CUDA torch, transformers 5.17, huggingface_hub, accelerate,
+peft, pyarrow, pandas and nvidia-ml-py (``bench/device_image.txt``) but not datasets, TRL, dill or
+multiprocess, and its transformers is older than the inference workload needs (5.18).
+``bench/gpu_carry.txt`` pins the wheels that travel (bitsandbytes and optimum-quanto only with
+``--with-optional``); ``--carry-check`` proves on CPU that they and the
 image meet every requirement (``bench/gpu_carry.py``); ``--carry DIR`` installs them with
 ``pip install --no-index --find-links DIR --no-deps --target OUT/site`` (timed) before the steps.
 
@@ -66,6 +67,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -123,8 +125,8 @@ class Step:
 STEPS: tuple[Step, ...] = (
     Step("env", 10, "versions; offline; the CUDA device the workload uses is, by UUID, the GPU "
          "the sampler reads"),
-    Step("load", 10, "the benchmark load keeps its operands' magnitude (no decay to zeros)"),
-    Step("nvml", 15, "the probe finds field 186 (instant power) and the driver's power buffer "
+    Step("load", 15, "the benchmark load keeps its operands' magnitude (no decay to zeros)"),
+    Step("nvml", 10, "the probe finds field 186 (instant power) and the driver's power buffer "
          "(or degrades, labelled); each call a tick makes, timed; a tick's calls for 8 GPUs fit "
          "half a 100 ms period"),
     Step("fields", 40, "a load stepped on and off (3 s / 2 s, 22 s): 186 crosses halfway within "
@@ -1126,18 +1128,25 @@ def image_venv(venv: Path = IMAGE_VENV) -> dict[str, Any]:
     if not (stamp.exists() and stamp.read_text() == "\n".join(wanted)):
         shutil.rmtree(venv, ignore_errors=True)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        proc = subprocess.run([str(_venv_python(venv)), "-m", "pip", "install", "-q", *wanted],
-                              capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise gpu_carry.CarryError("the rehearsal's image could not be installed: "
-                                       + " | ".join(proc.stderr.strip().splitlines()[-3:]))
+        asked = list(wanted)
+        for _ in range(len(asked)):
+            proc = subprocess.run([str(_venv_python(venv)), "-m", "pip", "install", "-q",
+                                   *asked], capture_output=True, text=True)
+            if proc.returncode == 0:
+                break
+            # the image's version not installable on this Python: the closest one below it
+            missing = re.search(r"No matching distribution found for (\S+)==(\S+)", proc.stderr)
+            if missing is None or f"{missing[1]}=={missing[2]}" not in asked:
+                raise gpu_carry.CarryError("the rehearsal's image could not be installed: "
+                                           + " | ".join(proc.stderr.strip().splitlines()[-3:]))
+            asked[asked.index(f"{missing[1]}=={missing[2]}")] = f"{missing[1]}<={missing[2]}"
         stamp.write_text("\n".join(wanted))
     listed = subprocess.run([str(_venv_python(venv)), "-m", "pip", "list", "--format", "json"],
                             capture_output=True, text=True, check=True)
     have: dict[str, str] = {str(gpu_carry.canonicalize_name(p["name"])): p["version"]
                             for p in json.loads(listed.stdout)}
-    carried = {p.name for p in gpu_carry.read_lock()}
-    leaked = sorted(carried & set(have))
+    absent = {p.name for p in gpu_carry.read_lock()} - set(image)  # the image lacks them
+    leaked = sorted(absent & set(have))
     if leaked:
         raise gpu_carry.CarryError(f"the rehearsal's image holds carried packages {leaked}: "
                                    "it would hide an open carry")
