@@ -66,7 +66,7 @@ def _switch(source: str, key: str, value: Any) -> bool:
     return value
 
 
-def _root(base_url: str) -> str:
+def server_root(base_url: str) -> str:
     """The server root of an API URL (``.../v1`` dropped)."""
     url = base_url.rstrip("/")
     return url[:-3] if url.endswith("/v1") else url
@@ -103,7 +103,7 @@ def served_by(base_url: str, model: str, timeout_s: float = 10.0) -> str:
 
 def engine_version(base_url: str, timeout_s: float = 5.0) -> str | None:
     """The version the server reports (``None`` when it reports none)."""
-    root = _root(base_url)
+    root = server_root(base_url)
     for path in ("/version", "/get_server_info"):
         try:
             status, _, data = get_json(root, path, timeout_s)
@@ -124,12 +124,12 @@ def server_config(base_url: str, timeout_s: float = 5.0) -> dict[str, Any]:
         ServerSettingError: a reported value the row cannot hold (module docstring).
     """
     try:
-        status, _, data = get_json(_root(base_url), "/get_server_info", timeout_s)
+        status, _, data = get_json(server_root(base_url), "/get_server_info", timeout_s)
     except OSError:
         return {}
     if status != 200 or not isinstance(data, dict):
         return vllm_cache_config(base_url, timeout_s)
-    source = f"{_root(base_url)}/get_server_info"
+    source = f"{server_root(base_url)}/get_server_info"
     out: dict[str, Any] = {}
     for key, column in SERVER_INFO_FIELDS.items():
         value = data.get(key)
@@ -156,7 +156,7 @@ _LABEL_RE = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 def vllm_cache_config(base_url: str, timeout_s: float = 5.0) -> dict[str, Any]:
     """Engine columns from the labels of vLLM's ``vllm:cache_config_info`` metric."""
     try:
-        status, text = get_text(_root(base_url), "/metrics", timeout_s)
+        status, text = get_text(server_root(base_url), "/metrics", timeout_s)
     except OSError:
         return {}
     if status != 200:
@@ -166,10 +166,10 @@ def vllm_cache_config(base_url: str, timeout_s: float = 5.0) -> dict[str, Any]:
             labels = dict(_LABEL_RE.findall(line[line.index("{"):line.rindex("}") + 1]))
             out: dict[str, Any] = {}
             if labels.get("block_size", "").isdigit():
-                out["engine_block_size"] = _count(f"{_root(base_url)}/metrics", "block_size",
+                out["engine_block_size"] = _count(f"{server_root(base_url)}/metrics", "block_size",
                                                   int(labels["block_size"]))
             if labels.get("cache_dtype"):
-                out["engine_kv_cache_dtype"] = _label(f"{_root(base_url)}/metrics",
+                out["engine_kv_cache_dtype"] = _label(f"{server_root(base_url)}/metrics",
                                                       "cache_dtype", labels["cache_dtype"])
             if labels.get("enable_prefix_caching") in ("True", "False"):
                 out["engine_prefix_caching"] = labels["enable_prefix_caching"] == "True"

@@ -122,7 +122,7 @@ def server_token_ids(base_url: str, model: str, timeout_s: float = 10.0) -> list
     ``None`` when the server has no such endpoint or answers something else.
     """
     try:
-        status, data = post_json(base_url, "/tokenize", {"model": model,
+        status, data = post_json(probe.server_root(base_url), "/tokenize", {"model": model,
                                                          "prompt": TOKENIZE_TEXT}, timeout_s)
     except OSError:
         return None

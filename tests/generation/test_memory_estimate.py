@@ -90,3 +90,75 @@ def test_dry_run_prints_the_estimate_next_to_the_gpu_memory_and_refuses(tmp_path
     assert small["status"] == "todo" and float(small["mem_gib"]) < float(small["gpu_gib"]) == 80
     assert big["status"] == "too_big" and "logits" in big["error"]
     assert float(big["mem_gib"]) > 80
+
+
+# --- serving --------------------------------------------------------------------------------
+
+LLAMA70 = models.get_spec("Llama-3.1-70B")
+
+
+def test_serving_weights_at_the_dtype_the_engine_loads_per_tensor_parallel_rank():
+    p = LLAMA70.estimated_params()
+    bf16 = me.serving_estimate(LLAMA70, precision="bf16", tp_size=4, max_num_seqs=1,
+                               max_model_len=1)
+    assert bf16.weights_bytes == p * 2 // 4
+    # FP8 quantised on the fly: loaded in the original dtype first
+    fly = me.serving_estimate(LLAMA70, precision="bf16", tp_size=1, max_num_seqs=1,
+                              max_model_len=1, weight_quant="fp8")
+    assert fly.weights_bytes == p * 2 and fly.load_dtype == "bf16"
+    pre = me.serving_estimate(LLAMA70, precision="bf16", tp_size=1, max_num_seqs=1,
+                              max_model_len=1, weight_quant="fp8", prequantized=True)
+    assert pre.weights_bytes == p and pre.load_dtype == "fp8"
+
+
+def test_serving_kv_cache_for_every_sequence_at_full_length():
+    # Llama-3.1-70B: 80 layers, 8 KV heads of 128; K and V; bf16; split over 2 ranks
+    est = me.serving_estimate(LLAMA70, precision="bf16", tp_size=2, max_num_seqs=128,
+                              max_model_len=769)
+    assert est.kv_cache_bytes == 2 * 80 * 4 * 128 * 2 * 128 * 769
+    fp8 = me.serving_estimate(LLAMA70, precision="bf16", tp_size=16, max_num_seqs=128,
+                              max_model_len=769, kv_cache_quant="fp8")
+    assert fp8.kv_cache_bytes == 2 * 80 * 1 * 128 * 1 * 128 * 769  # a KV head per rank at least
+
+
+def served(**over):
+    r = {"serving_engine": "vllm", "model": "meta-llama/Llama-3.1-70B", "precision": "bf16",
+         "tp_size": 1, "batch_size": 256, "concurrency": 16, "weight_quant": "fp8",
+         "kv_cache_quant": "none", "arrival_pattern": "closed", "num_requests": 512,
+         "length_distribution": "fixed", "prompt_len": 512, "output_len": 256, "seed": 0}
+    r.update(over)
+    from generation.planning import planning_machine
+    from generation.workloads.inference import SPEC
+
+    return SPEC.resolve(r, planning_machine({"source": "nvml"}))
+
+
+def test_a_70b_fp8_cell_at_tp_1_is_refused_with_one_line_naming_what_it_needs():
+    reason = me.too_big(served(), "h100_sxm_80gb")
+    assert reason is not None and "\n" not in reason
+    assert reason.startswith("meta-llama/Llama-3.1-70B in bf16, weight_quant fp8 loaded as "
+                             "bf16 at "
+                             "tp_size 1 needs ~")
+    assert "GB per GPU > 77.3 GB (0.9 of 85.9 GB, h100_sxm_80gb)" in reason
+    assert me.too_big(served(tp_size=4, weight_quant="none"), "h100_sxm_80gb") is None
+    # the engine's share of the card is read from its own flag
+    share = served(tp_size=4, weight_quant="none",
+                   engine_extra_args="--gpu-memory-utilization 0.3")
+    assert "0.3 of 85.9 GB" in me.too_big(share, "h100_sxm_80gb")
+
+
+def test_a_dry_run_lists_a_served_cell_that_cannot_load_as_too_big(tmp_path):
+    from generation.runner import generate
+
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text("""\
+name: big
+workload: inference
+sampler: {source: nvml, period_ms: 100}
+base: {model: meta-llama/Llama-3.1-70B, serving_engine: vllm, precision: bf16, batch_size: 256,
+       arrival_pattern: closed, concurrency: 16, num_requests: 512, prompt_len: 512,
+       output_len: 256, tp_size: 1, weight_quant: fp8}
+""", encoding="utf-8")
+    report = generate(sweep, tmp_path / "ds", dry_run=True, assume_platform="h100_sxm_80gb")
+    (outcome,) = report.outcomes
+    assert outcome.status == "too_big" and "at tp_size 1 needs ~" in outcome.error

@@ -9,7 +9,8 @@ tensor-parallel engines do) and serves the double.
 the worker's pid, the ``CUDA_VISIBLE_DEVICES`` it got and when its ``/health`` turned ready
 (``time.monotonic_ns()``, the clock of the run's events). ``$FAKE_ENGINE_READY_AFTER_S``
 delays ``/health`` (loading weights, capturing graphs); ``$FAKE_ENGINE_TOKEN_DELAY_S`` is the
-per-token delay.
+per-token delay; ``$FAKE_ENGINE_VOCAB`` gives the served model that vocabulary (out-of-vocabulary
+prompt ids are answered HTTP 400).
 """
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ def main(engine: str, argv: list[str]) -> int:
     worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
     server = DoubleServer(("127.0.0.1", port), DoubleConfig(
         model=name, token_delay_s=float(os.environ.get("FAKE_ENGINE_TOKEN_DELAY_S", "0")),
-        ready_after_s=ready_after, version=f"{engine}-fake-1.0", owned_by=engine))
+        ready_after_s=ready_after, version=f"{engine}-fake-1.0", owned_by=engine,
+        vocab_size=int(os.environ["FAKE_ENGINE_VOCAB"]) if os.environ.get("FAKE_ENGINE_VOCAB")
+        else None))
     record = {"engine": engine, "argv": argv, "pid": os.getpid(), "worker_pid": worker.pid,
               "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
               "ready_ns": time.monotonic_ns() + int(ready_after * 1e9)}

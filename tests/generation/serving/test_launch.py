@@ -185,3 +185,52 @@ def test_a_plan_needs_no_engine_a_real_run_names_the_missing_extra(tmp_path, mon
             generate(sweep, tmp_path / "ds")
         assert "engine_python 'no-such-python' is not an executable Python" in str(info.value)
         assert "\n" not in str(info.value)
+
+
+def test_a_local_checkpoint_is_served_by_path_and_published_by_name(tmp_path, fake_engines,
+                                                                     monkeypatch):
+    from generation.runner import generate
+
+    ckpt = tmp_path / "checkpoints" / "step-1000"
+    ckpt.mkdir(parents=True)
+    (ckpt / "config.json").write_text(json.dumps({"model_name": "acme-llama-ft",
+                                                  "vocab_size": 100}), encoding="utf-8")
+    monkeypatch.setenv("FAKE_ENGINE_VOCAB", "100")  # ids at or above 100 are refused
+    sweep = tmp_path / "local.yaml"
+    text = SWEEP.format(engine="vllm", n=6, extra="", python=tmp_path / "bin" / "python")
+    sweep.write_text(text.replace("model: meta-llama/Llama-3.1-8B",
+                                  "model: ./checkpoints/step-1000"), encoding="utf-8")
+    report = generate(sweep, tmp_path / "ds", progress=False)
+    assert [o.status for o in report.outcomes] == ["published"], report.outcomes[0].error
+    (start,) = fake_engines()
+    argv = start["argv"]
+    assert argv[argv.index("--model") + 1] == str(ckpt)  # served from the folder
+    assert argv[argv.index("--served-model-name") + 1] == "acme-llama-ft"
+    m = read_run(tmp_path / "ds", report.outcomes[0].run_id).meta
+    assert (m["model_name"], m["model_label"], m["model_family"]) == ("acme-llama-ft",
+                                                                 "acme-llama-ft", "llama")
+    assert m["requests_completed"] == 6  # every prompt id inside the 100-id vocabulary
+    assert not [k for k, v in m.items() if isinstance(v, str) and str(tmp_path) in v]
+
+
+def test_a_local_checkpoint_whose_config_names_no_model_asks_for_model_name(tmp_path):
+    from generation.runner import generate
+    from generation.sweep import SweepError
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps({"_name_or_path": str(ckpt)}),
+                                      encoding="utf-8")
+    sweep = tmp_path / "local.yaml"
+    text = SWEEP.format(engine="vllm", n=6, extra="", python="python")
+    sweep.write_text(text.replace("model: meta-llama/Llama-3.1-8B", "model: ./ckpt"),
+                     encoding="utf-8")
+    with pytest.raises(SweepError) as info:
+        generate(sweep, tmp_path / "ds", dry_run=True)
+    assert "'ckpt' names no model in its config.json" in str(info.value)
+    assert "give model_name" in str(info.value)
+    named = text.replace("model: meta-llama/Llama-3.1-8B", "model: ./ckpt\n  model_name: mine")
+    sweep.write_text(named, encoding="utf-8")
+    report = generate(sweep, tmp_path / "ds", dry_run=True)
+    assert [o.status for o in report.outcomes] == ["todo"]
+    assert "-mine-" in report.outcomes[0].run_id and str(tmp_path) not in str(report.outcomes)

@@ -115,3 +115,18 @@ def test_a_server_that_does_not_serve_the_model_fails_the_run_with_its_names(tmp
     assert outcome.status == "failed"
     assert "does not serve model 'double-model'" in outcome.error
     assert "other-model" in outcome.error
+
+
+def test_prompt_ids_stay_inside_the_served_models_vocabulary(tmp_path):
+    from generation.runner import generate
+
+    config = DoubleConfig(model="small-vocab-model", vocab_size=50)
+    with start_double(config) as server:
+        sweep = write(tmp_path, server.url, "  arrival_pattern: closed\n  num_requests: 6")
+        sweep.write_text(sweep.read_text().replace("model: double-model",
+                                                   "model: small-vocab-model"), encoding="utf-8")
+        report = generate(sweep, tmp_path / "ds", progress=False)
+        prompts = [b["prompt"] for b in server.bodies]
+    assert [o.status for o in report.outcomes] == ["published"], report.outcomes[0].error
+    assert prompts and all(0 <= t < 50 for p in prompts for t in p)
+    assert all(len(p) == 8 for p in prompts[-6:])  # the run's prompts keep their length
