@@ -3,10 +3,13 @@
 The seed authors' two 4 × H200 LoRA fine-tuning traces (``powertraces-v6`` in
 ``../shared/data/external``, read in place, never copied) are imported into a temporary dataset;
 ``facility`` composes lock-step sites of 1,000, 10,000 and 100,000 GPUs (4-GPU nodes as measured,
-no replicas; the default node-overhead model and PUE 1; a 1-hour horizon tiled from whole
-optimiser steps); ``mitigate`` then sizes, at the profile's 0.1 s resolution:
+no replicas; the default node-overhead model and PUE 1; a 4-hour horizon: each job starts once,
+repeats its measured steady window and stops once); ``mitigate`` then sizes, at the profile's
+0.1 s resolution:
 
-- storage for grid-side ramp limits of 1, 10 and 100 MW/min (causal ramp-rate limiter);
+- storage for grid-side ramp limits of 1, 10 and 100 MW/min (the state-of-charge-restoring
+  controller of ``llm_powertrace_ds/mitigation/controller.py``): the converged size of the
+  periodic swing, and the job's start and stop sized apart (ΔP²/(2R) each);
 - the energy a power floor at 50, 70 and 90 % of the site's peak burns.
 
 Writes the numbers as JSON (``docs/data/mitigation-sites.json``) and renders the table into
@@ -38,7 +41,7 @@ TRACES = ("powertraces-pt100array_pt017_r1_7536307_1-50f3a1a4a0",
 SITES_GPUS = (1_000, 10_000, 100_000)
 RAMP_MW_PER_MIN = (1.0, 10.0, 100.0)
 FLOOR_PCT = (50.0, 70.0, 90.0)
-DURATION_S = 3600.0
+DURATION_S = 14400.0
 
 
 def measure(external: Path) -> dict:
@@ -71,47 +74,66 @@ def measure(external: Path) -> dict:
                          "sensor_average_s": profile.sensor_average_s,
                          "mean_mw": base["load"]["mean_w"] / 1e6,
                          "peak_mw": base["load"]["peak_w"] / 1e6,
-                         "swing_mw": base["load"]["swing_w"] / 1e6,
+                         "range_mw": base["load"]["range_w"] / 1e6,
+                         "swing_p95_p5_mw": base["load"]["swing_p95_p5_w"] / 1e6,
                          "ramp_max_mw_per_min": base["load"]["ramp_max_w_per_s"]["60"] * 60 / 1e6,
                          "storage": [], "floor": []}
             for mw_per_min in RAMP_MW_PER_MIN:
-                s = mit.apply(profile, mit.Plan(ramp_limit_w_per_s=mw_per_min * 1e6 / 60)
-                              ).summary["storage"]
+                summary = mit.apply(profile, mit.Plan(ramp_limit_w_per_s=mw_per_min * 1e6 / 60)
+                                    ).summary
+                s = summary["storage"]
+                starts_stops = sum(s[k]["storage_energy_j"] for k in ("start", "stop") if s[k])
                 row["storage"].append({"ramp_limit_mw_per_min": mw_per_min,
                                        "power_mw": s["power_w"] / 1e6,
                                        "energy_mwh": s["energy_mwh"],
+                                       "starts_stops_mwh": starts_stops / 3.6e9,
+                                       "time_constant_s": s["time_constant_s"],
+                                       "grid_ramp_60s_mw_per_min":
+                                           summary["grid"]["ramp_max_w_per_s"]["60"] * 60 / 1e6,
+                                       "grid_worse_than_load": summary["grid_worse_than_load"],
                                        "full_cycles_per_hour": s["full_cycles_per_hour"]})
             for pct in FLOOR_PCT:
                 f = mit.apply(profile, mit.Plan(floor_pct=pct)).summary["floor"]
                 row["floor"].append({"floor_pct": pct, "extra_energy_mwh": f["extra_energy_mwh"],
                                      "extra_energy_pct": f["extra_energy_pct"],
-                                     "swing_mw": f["swing_w"] / 1e6})
+                                     "range_mw": f["range_w"] / 1e6})
             out["sites"].append(row)
-            print(f"{gpus} GPUs: mean {row['mean_mw']:.3g} MW, swing {row['swing_mw']:.3g} MW",
+            print(f"{gpus} GPUs: mean {row['mean_mw']:.3g} MW, range {row['range_mw']:.3g} MW",
                   file=sys.stderr)
     return out
 
 
 def render(data: dict) -> str:
-    """The Markdown table (deterministic from the JSON)."""
+    """The Markdown tables (deterministic from the JSON)."""
     lines = [
         f"Measured by `bench/mitigation_sites.py` on {data['date']} ({data['machine']}): "
         f"lock-step sites composed from the two 4 × H200 traces, {data['duration_s']:g} s "
-        "horizon, computed at "
+        "horizon (each job starts once and stops once), computed at "
         f"{data['sites'][0]['resolution_s']:g} s. Composed, not measured.",
         "",
-        "| GPUs | mean (MW) | peak (MW) | swing (MW) | max ramp (MW/min) | storage for 1 / 10 / "
-        "100 MW/min: power (MW), energy (MWh) | floor 50 / 70 / 90 %: extra energy (% of the "
-        "job's) |",
-        "| ---: | ---: | ---: | ---: | ---: | --- | --- |",
+        "| GPUs | mean (MW) | peak (MW) | range (MW) | swing p95-p5 (MW) | max 1-min ramp "
+        "(MW/min) | floor 50 / 70 / 90 %: extra energy (% of the job's) |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for s in data["sites"]:
-        storage = "; ".join(f"{x['power_mw']:.3g} MW, {x['energy_mwh']:.3g} MWh"
-                            for x in s["storage"])
         floors = " / ".join(f"{x['extra_energy_pct']:.3g} %" for x in s["floor"])
         lines.append(f"| {s['gpus']:,} | {s['mean_mw']:.3g} | {s['peak_mw']:.3g} | "
-                     f"{s['swing_mw']:.3g} | {s['ramp_max_mw_per_min']:.3g} | {storage} | "
-                     f"{floors} |")
+                     f"{s['range_mw']:.3g} | {s['swing_p95_p5_mw']:.3g} | "
+                     f"{s['ramp_max_mw_per_min']:.3g} | {floors} |")
+    lines += [
+        "",
+        "| GPUs | grid ramp limit (MW/min) | periodic swing: power (MW), energy (MWh) | start + "
+        "stop (MWh) | τ (s) | grid side's max 1-min ramp (MW/min) | grid side worse than the "
+        "load |",
+        "| ---: | ---: | --- | ---: | ---: | ---: | --- |",
+    ]
+    for s in data["sites"]:
+        for x in s["storage"]:
+            worse = "; ".join(x["grid_worse_than_load"]) or "nowhere"
+            lines.append(f"| {s['gpus']:,} | {x['ramp_limit_mw_per_min']:g} | "
+                         f"{x['power_mw']:.3g} MW, {x['energy_mwh']:.3g} MWh | "
+                         f"{x['starts_stops_mwh']:.3g} | {x['time_constant_s']:.3g} | "
+                         f"{x['grid_ramp_60s_mw_per_min']:.3g} | {worse} |")
     return "\n".join(lines) + "\n"
 
 
