@@ -179,6 +179,9 @@ def apply(profile: Profile, plan: Plan, *,
                           "(time constant τ) − (SoC − setpoint)/τ, τ = (2 + e^-3)·range/R; "
                           "warm start at the steady mean, sized after 8τ and before the last "
                           "2τ of the steady span (no forecast)"}
+        notes.append("storage: a start before steady_from_s and a stop after steady_to_s are "
+                     "sized apart (start, stop); level changes inside the span, such as jobs "
+                     "starting or stopping there, are part of energy_j")
         if ctl.sized_from == a and ctl.sized_to == b:
             notes.append("storage: the steady span is shorter than the 8τ warm-up and 2τ "
                          f"cool-down ({10 * ctl.time_constant_s:.4g} s): sized over the whole span, "
