@@ -93,8 +93,9 @@ def test_a_power_monitor_timeline_is_held_not_interpolated(tmp_path, capsys):
     assert row["mean_power_w"] == pytest.approx(expected / span, rel=1e-3)
     # the double's idle stretch left no readings: Zeus' own trapezoid ramps across it
     assert abs(sum(own["energy_j"].values()) / expected - 1) > 3e-3
-    dev = run.devices[0]
-    assert np.isfinite(dev.signals["power_avg_w"]).all()
+    avg = run.devices[0].signals["power_avg_w"]  # null only before its domain's first reading
+    first = int(np.argmax(np.isfinite(avg)))
+    assert np.isfinite(avg).any() and np.isfinite(avg[first:]).all()
     assert "gap" not in row["quality_flags"]
 
 
