@@ -244,6 +244,8 @@ def sha256_of(path: Path) -> str:
 def fetch(pins: list[Pin], dest: Path, *, for_this_python: bool = False) -> list[Path]:
     """Download ``pins`` into ``dest`` with pip (no dependencies) and check each file.
 
+    Any other wheel in ``dest`` is removed: the folder travels whole, so it holds the plan.
+
     For the GPU machine (default) the files must be exactly the pinned ones (name, size,
     sha256). ``for_this_python``: the same versions for the interpreter running this (the CPU
     rehearsal's); a file that differs from the pinned one (another Python tag) is allowed, its
@@ -278,6 +280,8 @@ def fetch(pins: list[Pin], dest: Path, *, for_this_python: bool = False) -> list
         if path.stat().st_size != pin.size_bytes or sha256_of(path) != pin.sha256:
             raise CarryError(f"{pin.wheel}: size or sha256 differs from {LOCK.name}")
         out.append(path)
+    for stale in set(dest.glob("*.whl")) - set(out):  # the folder travels whole: only the plan
+        stale.unlink()
     return out
 
 

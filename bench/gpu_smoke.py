@@ -958,7 +958,9 @@ def plan(with_optional: bool = False) -> dict[str, Any]:
             "total_budget_s": TOTAL_BUDGET_S, "install_budget_s": INSTALL_BUDGET_S,
             "carry": [p.pin for p in pins], "carry_wheels": [p.wheel for p in pins],
             "carry_mib": round(sum(p.size_bytes for p in pins) / 2**20, 2),
-            "with_optional": with_optional}
+            "with_optional": with_optional,
+            "gpu_command": "python3 bench/gpu_smoke.py --carry build/gpu-carry --out OUT/smoke",
+            "carry_folder": "build/gpu-carry (git-ignored: name it among the paths that travel)"}
 
 
 def _step_env(args: argparse.Namespace, step: Step) -> dict[str, str]:
@@ -1046,9 +1048,10 @@ def install_carry(carry: Path, out: Path) -> dict[str, Any]:
                          f"pip exit {proc.returncode}: "
                          + " | ".join(proc.stderr.strip().splitlines()[-3:])
                          if proc.returncode else f"took {seconds:.0f} s of {INSTALL_BUDGET_S:.0f}")
+    named = {str(carry): "CARRY", str(site): "OUT/site", sys.executable: "python3"}
+    shown = [named.get(a, a) for a in cmd[:len(cmd) - len(wheels)]]
     return {**check(ok, why, seconds=seconds, budget_s=INSTALL_BUDGET_S, wheels=wheels,
-                    command=" ".join(["python3", *cmd[1:-len(wheels)]] + ["CARRY/*.whl"])
-                    if wheels else None), "site": str(site)}
+                    command=" ".join([*shown, "CARRY/*.whl"])), "site": str(site)}
 
 
 def orchestrate(args: argparse.Namespace) -> int:
@@ -1196,7 +1199,8 @@ def _print_plan(p: dict[str, Any], fmt: str) -> None:
         print(f"{s['name']:<10} {s['budget_s']:>5.0f} s{tag}  {s['proves']}")
     print(f"{'total':<10} {p['total_budget_s']:>5.0f} s (+ {p['install_budget_s']:.0f} s "
           "to install the carry)")
-    print(f"carry ({p['carry_mib']} MiB): " + ", ".join(p["carry"]))
+    print(f"carry ({p['carry_mib']} MiB, {p['carry_folder']}): " + ", ".join(p["carry"]))
+    print(f"on the GPU machine: {p['gpu_command']}")
 
 
 def main(argv: list[str] | None = None) -> int:
