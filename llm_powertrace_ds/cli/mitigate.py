@@ -194,8 +194,8 @@ def cmd_mitigate(args: argparse.Namespace) -> int:
                                ("--ramp-limit", args.ramp_limit_w_per_s)) if v is not None]
     if args.limits is not None and explicit:
         raise UsageError("--limits searches the combination itself", field=explicit[0])
-    if args.sensor_average_s is not None and not (0 < args.sensor_average_s <= 3600):
-        raise UsageError(f"{args.sensor_average_s!r} is not a window in (0, 3600] s",
+    if args.sensor_average_s is not None and not (1e-6 <= args.sensor_average_s <= 3600):
+        raise UsageError(f"{args.sensor_average_s!r} is not a window in [1e-06, 3600] s",
                          field="--sensor-average-s")
     if args.figure is not None:  # fail before the work when the extra is missing
         try:

@@ -11,10 +11,13 @@ import numpy as np
 
 from ..errors import UsageError
 from . import strategies as st
+from .controller import MIN_RAMP_W_PER_S
 from .grid import DEFAULT_BANDS, RAMP_WINDOWS_S, Band, profile_metrics
 from .profile import Profile
 
 JSON_SHAPE = "llm-powertrace/mitigate/2"
+MIN_EFFICIENCY = 0.01
+"""Lowest round-trip efficiency accepted: below it the losses (1/η − 1) outgrow any figure."""
 ORDER = ("cap", "floor", "storage")
 
 
@@ -43,12 +46,13 @@ class Plan:
             if value is not None and not (math.isfinite(value) and 0 < value <= 100):
                 raise UsageError(f"{value!r} is not a percentage in (0, 100]", field=option)
         if self.ramp_limit_w_per_s is not None and not (
-                math.isfinite(self.ramp_limit_w_per_s) and 0 < self.ramp_limit_w_per_s <= 1e15):
-            raise UsageError(f"{self.ramp_limit_w_per_s!r} is not a ramp limit in (0, 1e15] W/s",
-                             field="--ramp-limit")
-        if not (math.isfinite(self.efficiency) and 0 < self.efficiency <= 1):
-            raise UsageError(f"{self.efficiency!r} is not an efficiency in (0, 1]",
-                             field="--efficiency")
+                math.isfinite(self.ramp_limit_w_per_s)
+                and MIN_RAMP_W_PER_S <= self.ramp_limit_w_per_s <= 1e15):
+            raise UsageError(f"{self.ramp_limit_w_per_s!r} is not a ramp limit in "
+                             f"[{MIN_RAMP_W_PER_S:g}, 1e15] W/s", field="--ramp-limit")
+        if not (math.isfinite(self.efficiency) and MIN_EFFICIENCY <= self.efficiency <= 1):
+            raise UsageError(f"{self.efficiency!r} is not an efficiency in "
+                             f"[{MIN_EFFICIENCY:g}, 1]", field="--efficiency")
         if self.reference_w is not None and not (
                 math.isfinite(self.reference_w) and 0 < self.reference_w <= 1e15):
             raise UsageError(f"{self.reference_w!r} is not a power in (0, 1e15] W",

@@ -51,6 +51,8 @@ RANGE_GAIN = 2.0 + math.exp(-3.0)
 WARMUP_TAU = 8.0
 """Warm-up in time constants: a transient of the warm start decays as (t/τ)e^{−t/τ}, to 0.27 %
 of its scale after 8τ."""
+MIN_RAMP_W_PER_S = 1e-3
+"""Slowest grid ramp limit accepted (1 mW/s): below it τ would outgrow any horizon."""
 MIN_TAU_STEPS = 10.0
 """τ is at least this many of the profile's longest interval, so the discrete law stays stable."""
 COOLDOWN_TAU = 2.0

@@ -51,6 +51,7 @@ from ..errors import InputError
 from ..units import Kind, parse_quantity
 from . import strategies as st
 from .apply import Plan
+from .controller import MIN_RAMP_W_PER_S
 from .grid import Band, band_rms, window_ramp_max
 from .profile import Profile
 
@@ -98,6 +99,9 @@ def _positive(value: Any, *, file: str, field: str) -> float:
     v = float(value)
     if not (math.isfinite(v) and v > 0):
         raise InputError(f"{value!r} is not a positive finite number", file=file, field=field)
+    if key == "max_w_per_s" and v < MIN_RAMP_W_PER_S:
+        raise InputError(f"{v!r} W/s is below the slowest ramp limit, {MIN_RAMP_W_PER_S:g} W/s",
+                         file=file, field=field)
     return v
 
 
@@ -265,7 +269,8 @@ def search(profile: Profile, limits: Limits, *, efficiency: float = st.DEFAULT_E
     ref = reference_w if reference_w is not None else float(p0.max())
     sensor = profile.sensor_average_s
     r_start = (min(r.max_w_per_s for r in limits.ramps) if limits.ramps else
-               max(float(np.abs(np.diff(p0) / dt[:-1]).max()) / 2.0, 1e-9))
+               max(float(np.abs(np.diff(p0) / dt[:-1]).max()) / 2.0, MIN_RAMP_W_PER_S))
+    levels = 1 + min(MAX_HALVINGS, int(math.floor(math.log2(r_start / MIN_RAMP_W_PER_S))))
     budget = BUDGET_SAMPLE_PASSES if budget_sample_passes is None else budget_sample_passes
     max_evals = max(8, int(budget // len(p0)))
     evaluated = 0
@@ -338,7 +343,7 @@ def search(profile: Profile, limits: Limits, *, efficiency: float = st.DEFAULT_E
                                  efficiency=efficiency, reference_w=reference_w)
                     return consider(splan, _cost(c, f, s), check(s.grid_w, dt, limits, sensor))
 
-                _bisect_largest(MAX_HALVINGS + 1, ok)
+                _bisect_largest(levels, ok)
             if best is not None:
                 break  # a smaller cap only loses more work
     except OutOfBudget:
@@ -358,7 +363,7 @@ def search(profile: Profile, limits: Limits, *, efficiency: float = st.DEFAULT_E
     failed = "; ".join(f"{ck.limit} {ck.value if ck.value is None else f'{ck.value:.4g}'} > "
                        f"{ck.maximum:.4g}" for ck in checks if not ck.met)
     statement = (f"no combination meets every limit (caps ≥ {CAP_GRID_PCT[-1]} %, floors ≤ "
-                 f"{FLOOR_GRID_PCT[-1]:g} %, storage ramps ≥ {r_start / 2 ** MAX_HALVINGS:.4g} "
+                 f"{FLOOR_GRID_PCT[-1]:g} %, storage ramps ≥ {r_start / 2 ** (levels - 1):.4g} "
                  f"W/s){cut}; the closest still fails: {failed}")
     return SearchResult(False, plan, tuple(checks), evaluated, statement, tuple(steps), complete)
 

@@ -130,3 +130,27 @@ def test_an_altered_facility_parquet_is_one_line_naming_the_field(site, tmp_path
 def test_an_unaltered_facility_parquet_still_reads(site):
     prof = mit.read_profile(site)
     assert prof.kind == "facility" and len(prof.power_w) > 2
+
+
+@pytest.mark.parametrize(("args", "option"), [
+    (["--ramp-limit", "1e-300"], "--ramp-limit"),
+    (["--ramp-limit", "5e-324"], "--ramp-limit"),
+    (["--ramp-limit", "1MW/min", "--efficiency", "1e-300"], "--efficiency"),
+    (["--sensor-average-s", "5e-324"], "--sensor-average-s"),
+])
+def test_options_so_small_they_would_make_a_figure_infinite_are_refused(tmp_path, capsys, args,
+                                                                        option):
+    path = tmp_path / "load.csv"
+    path.write_text("t_s,power_w\n" + "".join(f"{i / 10},{1000 + 500 * (i // 50 % 2)}\n"
+                                              for i in range(2000)), encoding="utf-8")
+    assert main(["mitigate", str(path), *args, "--format", "json"]) == 2
+    err = one_error_line(capsys)
+    assert f"field '{option}'" in err
+
+
+def test_a_limits_file_ramp_below_a_milliwatt_per_second_is_refused(tmp_path):
+    path = tmp_path / "limits.yaml"
+    path.write_text("ramp: [{window_s: 1, max_w_per_s: 1e-300}]\n", encoding="utf-8")
+    with pytest.raises(mit.profile.InputError) as exc:
+        mit.load_limits(path)
+    assert exc.value.field == "ramp[0].max_w_per_s" and "slowest ramp limit" in str(exc.value)
