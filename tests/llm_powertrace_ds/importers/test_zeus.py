@@ -29,8 +29,12 @@ ZEUS_011 = Path(sys.prefix) / "writers" / "zeus-0.11.0"
 def run_writer(mode: str, out: Path, *extra: str, seconds: float = 1.6) -> tuple[dict, str]:
     """Run Zeus in ``mode``; (its own figures, its standard output)."""
     env = {**os.environ, "TZ": "UTC", "ZEUS_WRITER_GPUS": "2"}
-    proc = subprocess.run([sys.executable, str(WRITER), mode, str(seconds), str(out), *extra],
-                          capture_output=True, text=True, timeout=120, env=env, cwd=out.parent)
+    for _ in range(2):  # Zeus gives its spawned pollers 10 s to start: a loaded machine may not
+        proc = subprocess.run([sys.executable, str(WRITER), mode, str(seconds), str(out),
+                               *extra], capture_output=True, text=True, timeout=180, env=env,
+                              cwd=out.parent)
+        if "failed to start within 10 seconds" not in proc.stderr:
+            break
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stdout
 
