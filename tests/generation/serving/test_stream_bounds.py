@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from generation.serving.client import MAX_LINE_BYTES, CompletionStream, StreamResult
+from generation.serving.client import CompletionStream, StreamResult
 from llm_powertrace_ds.shards import read_run
 
 from .openai_double import DoubleConfig, start_double
@@ -50,7 +50,7 @@ def test_a_line_without_a_newline_ends_the_request_at_the_line_limit():
         finished, res, _ = run_bounded(lambda: stream.run([5, 6], 4), 30)
     assert finished, "the request was still reading an endless line after 30 s"
     assert isinstance(res, StreamResult)
-    assert res.error == f"an SSE line longer than {MAX_LINE_BYTES} bytes after 0 chunk(s)"
+    assert res.error == "an SSE line longer than 1048576 bytes after 0 chunk(s)"  # 1 MiB
     assert res.output_tokens == 0 and res.chunk_ns == []
 
 
