@@ -70,7 +70,8 @@ MAX_COMMIT_BYTES = 4 * 1024**3
 """Most bytes in one commit."""
 NEVER_UPLOAD = [".staging/**", "**/.staging/**", "*.lock", "**/*.lock", ".*", "**/.*"]
 """Passed as ``ignore_patterns`` on every upload, whatever the plan says."""
-CARD_FILES = ("README.md",)
+CARD_FILES = ("README.md", "croissant.json")
+"""Written from the data by the card builder: the card and its Croissant metadata."""
 DIFF_MAX_LINES = 400
 
 
@@ -265,8 +266,7 @@ def _commit_summary(commit: list[tuple[str, int]]) -> str:
     parts = []
     if data:
         parts.append(f"data ({data} file(s))")
-    if any(p in CARD_FILES for p, _ in commit):
-        parts.append("README.md")
+    parts += [name for name in CARD_FILES if any(p == name for p, _ in commit)]
     if figs:
         parts.append(f"figures ({figs})")
     other = len(commit) - data - figs - sum(1 for p, _ in commit if p in CARD_FILES)

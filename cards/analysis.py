@@ -24,6 +24,42 @@ SOURCES = {
 }
 
 
+SAMPLER_RECIPES = {"import:mlenergy-v2": "mlenergy-v2-chat"}
+"""Runs imported without ``get`` (``import``, the shipped sample) name their source by their
+sampler: the recipe whose licence and citation that source's runs carry."""
+
+
+def cited_sources(runs: list[dict[str, Any]], root: str | Path | None = None
+                  ) -> list[dict[str, Any]]:
+    """The third-party sources a folder's runs come from: name, licence, citation, run count.
+
+    From the runs' own metadata: a run ``get`` recorded (``sources.json``) cites its recorded
+    source; any other imported run cites the source its ``sampler`` names (the recipe's licence
+    and citation); runs of the seed catalog (``import:powertrace-csv``) cite the seed paper.
+    """
+    from llm_powertrace_ds.sources.recipes import builtin_recipes
+
+    out: list[dict[str, Any]] = []
+    recorded = [public_entry(e) for e in read_sources(root)] if root is not None else []
+    by_run = {rid: e for e in recorded for rid in e.get("runs") or []}
+    for entry in recorded:
+        n = sum(1 for r in runs if r.get("run_id") in set(entry.get("runs") or []))
+        out.append({"name": entry.get("name"), "licence": entry.get("licence"),
+                    "citation": entry.get("citation"), "runs": n})
+    recipes = builtin_recipes()
+    for sampler in sorted({str(r.get("sampler")) for r in runs
+                           if r.get("run_id") not in by_run}):
+        n = sum(1 for r in runs if r.get("sampler") == sampler and r.get("run_id") not in by_run)
+        if sampler in SAMPLER_RECIPES:
+            recipe = recipes[SAMPLER_RECIPES[sampler]]
+            out.append({"name": recipe.name, "licence": recipe.licence,
+                        "citation": recipe.citation, "runs": n})
+        elif sampler == "import:powertrace-csv":
+            out.append({"name": "powertrace-catalog", "licence": "as stated by its authors",
+                        "citation": "the seed paper (llm_powertrace_paper below)", "runs": n})
+    return out
+
+
 def _fmt(x: Any, digits: int = 3) -> str:
     if x is None:
         return "—"

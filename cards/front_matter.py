@@ -9,7 +9,9 @@ import yaml
 
 from llm_powertrace_ds import layout
 from llm_powertrace_ds.sources.provenance import read_sources
+from llm_powertrace_ds.sources.recipes import builtin_recipes
 
+from .analysis import SAMPLER_RECIPES
 from .card_text import FILE_SUFFIXES, LICENSE, TAGS, TASK_CATEGORIES, CardOptions
 from .summary import FolderSummary, summarize
 
@@ -57,12 +59,17 @@ def data_licence(root: str | Path, summary: FolderSummary) -> str:
     for its runs; ``other`` when they differ (the card's Sources section says which is which).
     """
     recorded = read_sources(root)
-    if not recorded:
-        return LICENSE
+    runs = summary.all_runs
     sourced = {rid for e in recorded for rid in e.get("runs") or []}
     ids = {_HUB_LICENCES.get(str(e.get("licence", "")).lower(), "other") for e in recorded}
-    if any(r.get("run_id") not in sourced for r in summary.all_runs):
-        ids.add(LICENSE)
+    recipes = builtin_recipes() if runs else {}
+    licences = {s: recipes[name].licence for s, name in SAMPLER_RECIPES.items() if recipes}
+    for r in runs:  # imported without `get`: the licence of the source its sampler names
+        if r.get("run_id") not in sourced:
+            lic = licences.get(str(r.get("sampler")))
+            ids.add(_HUB_LICENCES.get(lic.lower(), "other") if lic else LICENSE)
+    if not ids:
+        return LICENSE
     return ids.pop() if len(ids) == 1 else "other"
 
 

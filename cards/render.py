@@ -7,14 +7,15 @@ from pathlib import Path
 
 import yaml
 
-from llm_powertrace_ds import layout
+from llm_powertrace_ds import croissant, layout
 from llm_powertrace_ds.privacy import strip_control
 from llm_powertrace_ds.shards import folder_lock, write_text_atomic
 
 from . import analysis
 from . import figures as figures_mod
-from .card_text import CardOptions
-from .front_matter import _YAML_DUMPER, card_metadata
+from .analysis import cited_sources
+from .card_text import REPO_PLACEHOLDER, CardOptions
+from .front_matter import _YAML_DUMPER, card_metadata, configs_yaml, data_licence
 from .sections_data import (
     _axes_section,
     _configs_section,
@@ -26,6 +27,7 @@ from .sections_data import (
     _platforms_section,
 )
 from .sections_method import (
+    PAPER_BIBTEX,
     _dictionary_section,
     _facility_section,
     _licence_citation_changelog,
@@ -33,6 +35,7 @@ from .sections_method import (
     _measurement_section,
     _metrics_section,
     _quality_section,
+    dataset_bibtex,
 )
 from .summary import FolderSummary, summarize
 
@@ -109,6 +112,44 @@ def write_card(root: str | Path, options: CardOptions | None = None, *,
     text = strip_control(text)  # no ESC sequence or CR from old data reaches the card
     if layout.CARD_MARKER not in text:
         text = text.rstrip("\n") + "\n\n" + layout.CARD_MARKER + "\n"
+    if not path.exists() or path.read_text(encoding="utf-8") != text:
+        write_text_atomic(path, text)
+    write_croissant(root, options, summary=summary, out_dir=dest)
+    return path
+
+
+def render_croissant(root: str | Path, options: CardOptions | None = None, *,
+                     summary: FolderSummary | None = None) -> str:
+    """The folder's ``croissant.json`` text, from the facts the card states.
+
+    Same licence, citation, configs and splits as the card; the fields from ``schema.py``.
+    """
+    options = options or CardOptions()
+    summary = summary or summarize(root)
+    repo = options.repo_id or REPO_PLACEHOLDER
+    runs = summary.all_runs
+    info = croissant.CroissantInfo(
+        name=options.pretty_name,
+        description=(
+            "Time-resolved, per-device power traces of LLM fine-tuning and inference, with "
+            f"every sweep axis and per-run power and energy metrics: {len(runs)} run(s) on "
+            f"{len(summary.platforms)} platform(s) ({', '.join(summary.platforms)})."),
+        licence=data_licence(root, summary),
+        cite_as="\n".join([*dataset_bibtex(summary, options.repo_id), *PAPER_BIBTEX,
+                            *(f"% and {c['name']} ({c['licence']}): {c['citation']}"
+                              for c in cited_sources(runs, root))]),
+        url=f"https://huggingface.co/datasets/{repo}")
+    doc = croissant.croissant_metadata(info, configs_yaml(root, options.file_format), runs,
+                                       file_format=options.file_format)
+    return croissant.croissant_text(doc)
+
+
+def write_croissant(root: str | Path, options: CardOptions | None = None, *,
+                    summary: FolderSummary | None = None,
+                    out_dir: str | Path | None = None) -> Path:
+    """Write ``croissant.json`` atomically beside the card (unchanged text is not rewritten)."""
+    text = strip_control(render_croissant(root, options, summary=summary))
+    path = croissant.croissant_path(out_dir if out_dir is not None else root)
     if not path.exists() or path.read_text(encoding="utf-8") != text:
         write_text_atomic(path, text)
     return path

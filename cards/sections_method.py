@@ -11,6 +11,7 @@ from llm_powertrace_ds.run import Event
 from llm_powertrace_ds.schema import is_cpu_proxy
 from llm_powertrace_ds.sources.provenance import public_entry, read_sources
 
+from .analysis import cited_sources
 from .card_text import (
     PAPER_TITLE,
     REPO_PLACEHOLDER,
@@ -289,8 +290,8 @@ def dataset_bibtex(summary: FolderSummary, repo_id: str | None) -> list[str]:
 
 def _licence_citation_changelog(summary: FolderSummary, repo_id: str | None = None) -> list[str]:
     lines = ["## Licence", "",
-             "The data are released under the Creative Commons Attribution 4.0 International "
-             "licence (`cc-by-4.0`). The `llm-powertrace` software that produced them is "
+             "Data measured with this project are released under the Creative Commons "
+             "Attribution 4.0 International licence (`cc-by-4.0`). The `llm-powertrace` software that produced them is "
              "Apache-2.0.", ""]
     recorded = read_sources(summary.root)
     if recorded:
@@ -300,11 +301,24 @@ def _licence_citation_changelog(summary: FolderSummary, repo_id: str | None = No
                                            f"{markdown_inline(e.get('citation') or 'n/a')}"
                                            for e in map(public_entry, recorded))
                   + " (see Sources).", ""]
+    cited = cited_sources(summary.all_runs, summary.root)
+    if cited and not recorded:
+        lines += ["Runs imported from a public source keep their publisher's licence: "
+                  + "; ".join(f"`{markdown_inline(c['name'])}` ({c['runs']} run(s)) — "
+                              f"`{markdown_inline(c['licence'])}`" for c in cited) + ".", ""]
     lines += [
              "## Citation", "",
              "If you use these data, please cite the dataset and the paper whose design it "
              f"follows, *{PAPER_TITLE}*:", "", "```bibtex", *dataset_bibtex(summary, repo_id), "",
-             *PAPER_BIBTEX, "```", "",
+             *PAPER_BIBTEX, "```", ""]
+    if cited:
+        lines += ["and the sources whose runs this dataset holds (from the runs' own metadata):",
+                  ""]
+        lines += [f"- `{markdown_inline(c['name'])}` ({c['runs']} run(s), licence "
+                  f"`{markdown_inline(c['licence'])}`): {markdown_inline(c['citation'] or 'n/a')}"
+                  for c in cited]
+        lines.append("")
+    lines += [
              "## Changelog", "",
              f"Current schema version: `{schema.SCHEMA_VERSION}`. Adding or renaming a column "
              "bumps it.", ""]

@@ -32,7 +32,10 @@ energy per token then mostly measures warm-up (model loading, first-call kernel 
 TABLE_COLUMNS = ["run_id", "workload", "num_gpus", "energy_j", "mean_power_w", "peak_power_w",
                  "par", "ramp_abs_p99_1s_w_per_s", "energy_per_token_j"]
 
-IMPORT_HINT = """Import your own nvidia-smi log (the project bundles no third-party trace):
+IMPORT_HINT = """Real GPU data: the package ships one real sample, the ML.ENERGY leaderboard v2 chat
+summaries (A100/H100, Apache-2.0; summaries, no power series). Import it with
+  python -c "from llm_powertrace_ds.samples import load_sample; load_sample('mlenergy-v2-chat')"
+or `llm-powertrace get --list` for public datasets to download. Import your own nvidia-smi log:
 
   nvidia-smi --query-gpu=timestamp,index,uuid,name,power.draw,power.draw.instant,clocks.sm,\\
 utilization.gpu,memory.used,temperature.gpu --format=csv,nounits -lms 100 > gpu.csv

@@ -59,7 +59,7 @@ class UnknownColumn(UnknownName, AttributeError):
 class Row(Mapping[str, Any]):
     """One run's row: attribute access (``r.batch_size``) and mapping access (``r["energy_j"]``).
 
-    Example:
+    Examples:
         >>> r = Row({"run_id": "a", "batch_size": 8})
         >>> r.batch_size, r["run_id"], hasattr(r, "batch_sise")
         (8, 'a', False)
@@ -248,7 +248,7 @@ class Runs:
             UnknownName: an unknown workload or split (the message lists the valid ones).
             InputError: ``source`` is neither a dataset folder nor a reachable repo.
 
-        Example:
+        Examples:
             >>> Runs.load("llm-powertrace", split="h100_sxm_80gb").run_ids()
             ['ft-c']
             >>> Runs.load("llm-powertrace", split="h100")
@@ -277,7 +277,7 @@ class Runs:
     def to_arrow(self) -> pa.Table:
         """The selected runs as a ``pyarrow.Table`` (columns of both workloads when mixed).
 
-        Example:
+        Examples:
             >>> t = Runs.load("llm-powertrace", workload="finetune").to_arrow()
             >>> t.num_rows, "energy_j" in t.column_names
             (3, True)
@@ -302,7 +302,7 @@ class Runs:
     def to_pandas(self) -> Any:
         """The selected runs as a ``pandas.DataFrame`` (needs pandas).
 
-        Example:
+        Examples:
             >>> Runs.load("llm-powertrace", workload="finetune").to_pandas()[["run_id", "method"]]
               run_id method
             0   ft-a   lora
@@ -315,7 +315,7 @@ class Runs:
     def to_polars(self) -> Any:
         """The selected runs as a ``polars.DataFrame`` (needs polars).
 
-        Example:
+        Examples:
             >>> Runs.load("llm-powertrace", workload="finetune").to_polars().shape[0]  # doctest: +SKIP
             3
         """
@@ -334,7 +334,7 @@ class Runs:
     def run_ids(self) -> list[str]:
         """The selected run ids, sorted.
 
-        Example:
+        Examples:
             >>> Runs.load("llm-powertrace", workload="inference").run_ids()
             ['inf-a']
         """
@@ -357,7 +357,7 @@ class Runs:
                 ``method``...) asked for values none of which any loaded run has (checked when
                 the result is read; the message lists the values present).
 
-        Example:
+        Examples:
             >>> runs = Runs.load("llm-powertrace", workload="finetune")
             >>> runs.where(model_family=["llama", "qwen"], method="lora").run_ids()
             ['ft-a', 'ft-b']
@@ -384,7 +384,7 @@ class Runs:
     def group_by(self, *keys: str) -> GroupBy:
         """Group the runs by one or more columns; summarise with :meth:`GroupBy.agg`.
 
-        Example:
+        Examples:
             >>> runs = Runs.load("llm-powertrace", workload="finetune")
             >>> t = runs.group_by("model_family").agg(energy_j="mean", p99_power_w="max")
             >>> t.column_names
@@ -407,7 +407,7 @@ class Runs:
             grid_ms: the grid step for ``total`` (default: the metrics' 100 ms).
             signals: the per-tick columns to read besides ``t_ms`` (``power_w``, ``temp_c``...).
 
-        Example:
+        Examples:
             >>> tr = Runs.load("llm-powertrace", workload="finetune").where(run_id="ft-a").traces()
             >>> [(run.run_id, t.gpu_index, len(t.t_ms)) for run, t in tr]
             [('ft-a', 0, 200), ('ft-a', 1, 200)]
@@ -430,7 +430,7 @@ class Runs:
         Returns:
             the written image (PNG).
 
-        Example:
+        Examples:
             >>> Runs.load("llm-powertrace").plot("energy_per_token_j", x="model_params",
             ...                                  color="method", out="sweep.png").name
             'sweep.png'
@@ -578,7 +578,7 @@ class GroupBy:
         Raises:
             UnknownName: an unknown column or aggregation.
 
-        Example:
+        Examples:
             >>> runs = Runs.load("llm-powertrace")
             >>> runs.group_by("workload").agg(run_id="count").to_pylist()
             [{'workload': 'finetune', 'run_id_count': 3}, {'workload': 'inference', 'run_id_count': 1}]
@@ -716,7 +716,7 @@ class Traces:
                 signals); else one row per device (or per run for a node total).
             run_columns: runs-table columns to repeat beside each row (``platform``...).
 
-        Example:
+        Examples:
             >>> tr = Runs.load("llm-powertrace").where(run_id="inf-a").traces(total=True)
             >>> t = tr.to_arrow(run_columns=["platform"])
             >>> t.column_names, t.num_rows
@@ -752,7 +752,7 @@ class Traces:
     def to_pandas(self, *, long: bool = True, run_columns: Iterable[str] = ()) -> Any:
         """:meth:`to_arrow` as a ``pandas.DataFrame``.
 
-        Example:
+        Examples:
             >>> tr = Runs.load("llm-powertrace").where(run_id="ft-a").traces()
             >>> df = tr.to_pandas(long=True)
             >>> df.groupby("gpu_index")["t_ms"].count().to_dict()

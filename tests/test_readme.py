@@ -75,6 +75,7 @@ def demo_folder(tmp_path_factory):
 
 def _scratch(tmp_path, demo_folder) -> dict[str, str]:
     shutil.copytree(demo_folder, tmp_path / "llm-powertrace")
+    (tmp_path / "scratch").mkdir()  # the README's setup block makes it
     (tmp_path / "generation").symlink_to(REPO / "generation")
     (tmp_path / "upload.py").symlink_to(REPO / "upload.py")
     return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",

@@ -226,6 +226,9 @@ def test_upload_records_calls_and_files(env, make_run, capsys, monkeypatch):
     assert all("-of-" in Path(p).name for p in files if p.startswith("data/"))  # packed
     readme = files["README.md"].decode()
     assert 'load_dataset("org/llm-powertrace", "finetune"' in readme
+    croissant = json.loads(files["croissant.json"])  # published beside the card
+    assert croissant["url"] == "https://huggingface.co/datasets/org/llm-powertrace"
+    assert {d["encodingFormat"] for d in croissant["distribution"]} == {"application/x-parquet"}
     # what was uploaded loads, with the same rows as the folder
     hub = materialise(files, env / "hub-copy")
     for entry in card_configs(files["README.md"]):
@@ -529,10 +532,13 @@ def test_dry_run_reports_temp_disk_near_one_copy(env, make_run, no_network, no_f
     plan = json.loads(capsys.readouterr().out)
     data = sum(p.stat().st_size for p in (root / "data").rglob("*") if p.is_file())
     assert plan["dataset_bytes"] == data
-    # one packed copy (+ the card); a Parquet copy replaces the Arrow shards one at a time, so
-    # at most one shard exists in both formats at once
+    # one packed copy (+ the card and croissant.json, twice for Parquet: the packed copy's and
+    # the upload copy's); a Parquet copy replaces the Arrow shards one at a time, so at most one
+    # shard exists in both formats at once
     one_shard = max(f["bytes"] for f in plan["files"]) if file_format == "parquet" else 0
-    assert 0 < plan["temp_disk_peak_bytes"] <= 1.2 * data + one_shard + 64 * 1024
+    card = sum(f["bytes"] for f in plan["files"] if f["path"] in upload.CARD_FILES)
+    copies = 2 if file_format == "parquet" else 1
+    assert 0 < plan["temp_disk_peak_bytes"] <= 1.2 * data + one_shard + copies * card + 64 * 1024
     assert not list((env / "hf-cache").rglob("*.arrow"))  # no cached copy of the data
 
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import MissingExtra, PowerTraceError, UsageError
-from ._common import FORMATS, add_format, emit, out_dir
+from ._common import FORMATS, add_format, add_global_flags, emit, out_dir
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 __all__ = ["EXIT_FAILURE", "EXIT_OK", "EXIT_USAGE", "FORMATS", "add_format", "emit", "main",
@@ -71,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in command_modules():
         module.register(sub)
+    for command in sub.choices.values():  # `llm-powertrace facility ... --quiet` too
+        add_global_flags(command)
     return parser
 
 

@@ -25,6 +25,35 @@ def _safe(v: Any) -> Any:
     return v
 
 
+CSV_LIST_SEPARATOR = ";"
+
+
+def csv_cell(v: Any) -> Any:
+    """A CSV cell: a list as its items joined by ``;`` (``cpu_proxy;gap``), a dict as JSON.
+
+    Never a Python repr (``['cpu_proxy']``), which no CSV reader turns back into values.
+    """
+    if isinstance(v, (list, tuple)):
+        return CSV_LIST_SEPARATOR.join("" if x is None else str(x) for x in v)
+    if isinstance(v, dict):
+        return json.dumps(v, default=str, sort_keys=True)
+    return v
+
+
+def add_global_flags(p: argparse.ArgumentParser) -> None:
+    """Accept the top-level ``--quiet``/``-q`` and ``--debug`` after a command's name too.
+
+    ``llm-powertrace facility DIR ... --quiet`` means what ``llm-powertrace --quiet facility
+    DIR ...`` means. The defaults are suppressed, so a flag given before the command is kept;
+    a command with an option of the same name keeps its own. Hidden from the command's help
+    (the top-level help lists them).
+    """
+    for flags in (("--quiet", "-q"), ("--debug",)):
+        if not any(f in p._option_string_actions for f in flags):
+            p.add_argument(*flags, action="store_true", default=argparse.SUPPRESS,
+                           help=argparse.SUPPRESS)
+
+
 def emit(rows: list[dict[str, Any]], fmt: str, columns: list[str] | None = None) -> None:
     """Print rows as an aligned table, JSON (a list of objects) or CSV.
 
@@ -40,7 +69,7 @@ def emit(rows: list[dict[str, Any]], fmt: str, columns: list[str] | None = None)
     if fmt == "csv":
         writer = csv.DictWriter(sys.stdout, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows([{k: csv_cell(v) for k, v in r.items()} for r in rows])
         return
 
     def cell(v: Any) -> str:

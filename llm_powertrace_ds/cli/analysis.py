@@ -295,7 +295,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     ll = data["loglinear"]
     print(f"target {data['target']}: {ll['n_runs']} runs; best law: {data['best_law']}")
     emit(terms, "table", ["law", "term", "value", "ci95_lo", "ci95_hi"])
-    for note in ll["notes"] + (data["physics"]["notes"] if data["physics"] else []):
+    # both laws share the interval's method: each note once
+    for note in dict.fromkeys(ll["notes"] + (data["physics"]["notes"] if data["physics"] else [])):
         print(f"note: {note}")
     if data["holdout"]:
         ho = data["holdout"]

@@ -37,3 +37,15 @@ def test_machine_text_has_no_host_name():
 
     text = demo.machine_text()
     assert text.endswith(("CPU core", "CPU cores")) and socket.gethostname() not in text
+
+
+def test_import_hint_names_the_shipped_sample():
+    """The demo's closing hint agrees with the README: the package ships a real sample."""
+    import re
+
+    from generation.demo import IMPORT_HINT
+    from llm_powertrace_ds.samples import SAMPLES
+
+    assert "no third-party" not in IMPORT_HINT
+    named = re.findall(r"load_sample\('([^']+)'\)", IMPORT_HINT)
+    assert named and all(name in SAMPLES for name in named)
