@@ -38,6 +38,7 @@ import pyarrow.compute as pc
 
 from . import schema
 from .errors import InputError, MissingExtra
+from .matched import Comparison, compare_matched
 from .names import UnknownName, check_name, closest
 from .query_sources import Source, arrow_schema, list_to_numpy, open_source
 
@@ -393,6 +394,26 @@ class Runs:
             ['llama', 'qwen']
         """
         return GroupBy(self, keys)
+
+    def compare(self, by: str, metric: str, match: Sequence[str], *,
+                baseline: Any = None) -> Comparison:
+        """Compare ``metric`` across the values of ``by``, like with like.
+
+        Only configurations (runs agreeing on every ``match`` column) run under the baseline
+        and another value are compared; per configuration c, ``ratio = m_v(c) / m_b(c)`` (means
+        over repeats), summarised as counts lower/higher than the baseline and the median
+        ratio (:mod:`llm_powertrace_ds.matched`). A group mean of a mixed set is not.
+
+        Returns:
+            a :class:`~llm_powertrace_ds.matched.Comparison` (print it; ``.table`` per config).
+
+        Examples:
+            >>> runs = Runs.load("llm-powertrace", workload="finetune")
+            >>> c = runs.compare(by="platform", metric="energy_j", match=["model_name"])
+            >>> c.summary[0]["configurations"]
+            1
+        """
+        return compare_matched(self.to_arrow(), by, metric, match, baseline=baseline)
 
     # -- traces ---------------------------------------------------------------------------------
 
