@@ -226,3 +226,101 @@ def test_work_metrics_equal_the_metrics_of_the_cropped_trace(seed, n_dev, offset
         assert mine == pytest.approx(theirs, rel=1e-9, abs=1e-9), name
         compared += 1
     assert compared >= 30
+
+
+# --------------------------------------------------------------------------------------------
+# degenerate event windows fall through to the next rule
+# --------------------------------------------------------------------------------------------
+
+def test_zero_length_steady_and_step_windows_fall_through():
+    devices = _devices(4, 1, 600, [0])
+    events = [Event(10_000, "steady_begin"), Event(10_000, "steady_end"),
+              Event(12_000, "step_begin"), Event(40_000, "step_end")]
+    assert _window(_run(devices, events)) == (12_000, 40_000, "steps")
+    events = [Event(12_000, "step_begin"), Event(12_000, "step_end"),
+              Event(0, "idle_begin"), Event(5_000, "idle_end")]
+    assert _window(_run(devices, events)) == (5_000, 59_900, "idle_events")
+
+
+@pytest.mark.parametrize("idle_end", [59_900, 70_000])
+def test_an_idle_padding_lasting_to_the_end_gives_no_idle_window(idle_end):
+    devices = _devices(5, 1, 600, [0], flat=True)  # last reading at 59.9 s
+    events = [Event(0, "idle_begin"), Event(idle_end, "idle_end")]
+    assert _window(_run(devices, events)) == (0, 59_900, "whole")
+
+
+def test_a_stall_right_after_the_window_is_not_a_gap_of_the_window():
+    t = np.concatenate([np.arange(0, 30_001, PERIOD_MS), np.arange(35_000, 60_001, PERIOD_MS)])
+    p = np.where((t % 2500) < 1500, 620.0, 470.0)
+    events = [Event(10_000, "step_begin"), Event(30_000, "step_end")]  # the stall begins at w1
+    full = metrics.compute_run_metrics(_run([(t, p)], events))
+    keep = (t >= 10_000) & (t <= 30_000)
+    crop = metrics.compute_run_metrics(_run([(t[keep], p[keep])], events))
+    assert full["gap_count"] == 1 and crop["gap_count"] == 0
+    for name in ("work_energy_j", "work_peak_power_1s_w", "work_p50_power_w",
+                 "work_ramp_abs_p99_100ms_w_per_s"):
+        assert full[name] == pytest.approx(crop[name.removeprefix("work_")], rel=1e-12), name
+
+
+# --------------------------------------------------------------------------------------------
+# detected from power: the docstring's rule, computed here on the node total
+# --------------------------------------------------------------------------------------------
+
+def _detect_reference(run: Run) -> tuple[int, int] | None:
+    """The ``detected`` rule of ``metrics.window``, written out loop by loop."""
+    al = metrics.node_total(run)
+    assert al is not None
+    w = max(1, round(1.0 / al.step_s))
+    n = len(al.total)
+    means, full = [], []
+    for j in range(n - w + 1):
+        span = range(j, j + w)
+        full.append(all(al.valid[k] for k in span))
+        means.append(sum(float(al.total[k]) for k in span if al.valid[k]) / w)
+    values = [m for m, f in zip(means, full, strict=True) if f]
+    lo, hi = min(values), max(values)
+    if hi <= 0 or hi - lo < 0.1 * hi:
+        return None
+    theta = lo + 0.3 * (hi - lo)
+    above = [f and m >= theta for m, f in zip(means, full, strict=True)]
+    stretches, start = [], None
+    for j, a in enumerate([*above, False]):
+        if a and start is None:
+            start = j
+        elif not a and start is not None:
+            stretches.append((start, j))
+            start = None
+    hold = round(5.0 / al.step_s)
+    kept = [(s, e) for s, e in stretches if e - s >= hold]
+    if not kept:
+        return None
+    return (int(al.grid_ms[kept[0][0] + w // 2]),
+            int(al.grid_ms[min(kept[-1][1] - 1 + w // 2, n - 1)]))
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), pad_before=st.integers(0, 150),
+       pad_after=st.integers(0, 150), ramp=st.integers(1, 80), spike=st.booleans(),
+       pause=st.booleans())
+def test_detected_window_follows_the_rule_on_the_node_total(seed, pad_before, pad_after, ramp,
+                                                            spike, pause):
+    rng = np.random.default_rng(seed)
+    work = np.where((np.arange(600) % 25) < 15, 620.0, 470.0) + rng.normal(0.0, 10.0, 600)
+    up = np.linspace(80.0, 600.0, ramp)  # a warm-up ramp from idle (0.1 to 8 s)
+    p = np.concatenate([80.0 + rng.normal(0.0, 2.0, pad_before), up, work,
+                        80.0 + rng.normal(0.0, 2.0, pad_after)])
+    if spike and pad_before > 2:  # one reading far above everything else, in the padding
+        p[pad_before // 2] = 2_500.0
+    if pause:  # a 3 s drop to idle inside the workload: shorter than the hold, not an end
+        p[pad_before + ramp + 200:pad_before + ramp + 230] = 90.0
+    t = 40 + np.arange(len(p)) * PERIOD_MS
+    run = _run([(t, p)])
+    found = metrics.run_work_window(run)
+    expected = _detect_reference(run)
+    assert found is not None
+    if expected is None:
+        assert found.source == "whole"
+    else:
+        assert (found.start_ms, found.end_ms, found.source) == (*expected, "detected")
+    if expected is not None and pad_after == 0:  # work to the last reading: the centre of
+        assert found.end_ms == int(t[-1]) - 500  # the last full 1 s window
