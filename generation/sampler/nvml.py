@@ -830,14 +830,7 @@ class NvmlSource(Source):
             samples = _samples_since(gpu.handle, gpu.last_sample_ts_us)
         except NoPermission:
             return FAULT_NO_PERMISSION
-        except NotSupported as exc:
-            # NOT_SUPPORTED is NVML's final word (gVisor may give it after a probe that worked):
-            # the buffer is left alone for the rest of the run, the fields still read
-            gpu.samples = False
-            log.warning("GPU %d: the driver's power buffer answered %s mid-run: no longer read",
-                        gpu.index, exc)
-            return FAULT_FIELD_NOT_SUPPORTED
-        except UnknownError:
+        except (NotSupported, UnknownError):
             return FAULT_TRANSIENT
         gpu.new_samples = False
         fresh = sorted((ts, mw) for ts, mw in samples if ts > gpu.last_sample_ts_us)

@@ -14,7 +14,7 @@ from generation.sampler import read_spool, spool_to_run
 from generation.sampler.nvml import NvmlSource, tick_call_latencies_ms
 
 from .conftest import drive_loop
-from .fake_nvml import NOT_SUPPORTED, FakeGpu, always, from_call
+from .fake_nvml import NOT_SUPPORTED, FakeGpu, always
 
 META = {"run_id": "r1", "workload": "finetune"}
 
@@ -77,19 +77,3 @@ def test_tick_call_latencies_time_each_call_and_name_the_refused(fake_nvml):
         assert isinstance(got[refused], str) and "Not Supported" in got[refused]
     times = got["power_usage"]
     assert isinstance(times, list) and len(times) == 5 and all(t >= 0 for t in times)
-
-
-def test_a_buffer_that_turns_not_supported_mid_run_is_left_alone_and_power_goes_on(
-        fake_nvml, tmp_path):
-    fake = fake_nvml([FakeGpu(name="NVIDIA H200", driver_samples_per_tick=2,
-                              faults={"nvmlDeviceGetSamples": from_call(NOT_SUPPORTED, 4)})])
-    source = NvmlSource()
-    devices = source.open()
-    assert devices[0].details["probes"]["driver_power_samples"] == "ok"
-    drive_loop(source, tmp_path, devices=devices, ticks=12)
-    assert fake.calls["nvmlDeviceGetSamples"] == 5  # the probe, 3 good ticks, the refusal
-    spool = read_spool(tmp_path)
-    assert np.isfinite(spool.samples["power_w"]).all()
-    assert spool.summary.faults == {"field_not_supported": 1}  # one tick, not every tick after
-    run = spool_to_run(tmp_path, META)
-    assert run.meta["power_field"] == "instant" and "power_is_1s_average" not in run.flags
