@@ -48,6 +48,8 @@ from typing import Any
 APIS = ("completions", "chat")
 MAX_LINE_BYTES = 1 << 20
 """The longest SSE line read (1 MiB; a chunk of one token is a few hundred bytes)."""
+MAX_BODY_BYTES = 16 << 20
+"""The largest body of a ``GET`` read (``/v1/models``, ``/metrics``, ``/get_server_info``)."""
 """``completions``: ``/v1/completions`` with token-id prompts; ``chat``: ``/v1/chat/completions``."""
 
 _WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
@@ -110,27 +112,40 @@ def connection(url: str, timeout_s: float) -> tuple[http.client.HTTPConnection, 
     return cls(host, port, timeout=timeout_s), prefix
 
 
-def get_json(url: str, path: str, timeout_s: float = 5.0) -> tuple[int, dict[str, str], Any]:
-    """``GET`` ``path`` under ``url``: ``(status, headers, parsed JSON or None)``.
+def _get(url: str, path: str, timeout_s: float) -> tuple[int, dict[str, str], bytes]:
+    """``GET`` ``path`` under ``url``: status, headers and a body (bounded).
 
-    Raises:
-        OSError: the server cannot be reached (``http.client.HTTPException`` included).
+    The body is read up to :data:`MAX_BODY_BYTES`; a longer one is an ``OSError`` naming the
+    limit.
     """
     conn, prefix = connection(url, timeout_s)
     try:
         conn.request("GET", prefix + path)
         resp = conn.getresponse()
-        body = resp.read()
+        body = resp.read(MAX_BODY_BYTES + 1)
         headers = {k.lower(): v for k, v in resp.getheaders()}
     except http.client.HTTPException as exc:
         raise OSError(f"{type(exc).__name__}: {exc}") from exc
     finally:
         conn.close()
+    if len(body) > MAX_BODY_BYTES:
+        raise OSError(f"GET {path} answered more than {MAX_BODY_BYTES} bytes")
+    return resp.status, headers, body
+
+
+def get_json(url: str, path: str, timeout_s: float = 5.0) -> tuple[int, dict[str, str], Any]:
+    """``GET`` ``path`` under ``url``: ``(status, headers, parsed JSON or None)``.
+
+    Raises:
+        OSError: the server cannot be reached (``http.client.HTTPException`` included), or
+            its body is longer than :data:`MAX_BODY_BYTES`.
+    """
+    status, headers, body = _get(url, path, timeout_s)
     try:
         data = json.loads(body) if body else None
-    except ValueError:
+    except (ValueError, RecursionError):
         data = None
-    return resp.status, headers, data
+    return status, headers, data
 
 
 def post_json(url: str, path: str, body: dict[str, Any],
@@ -163,18 +178,11 @@ def get_text(url: str, path: str, timeout_s: float = 5.0) -> tuple[int, str]:
     """``GET`` ``path`` under ``url``: ``(status, body as text)``.
 
     Raises:
-        OSError: the server cannot be reached (``http.client.HTTPException`` included).
+        OSError: the server cannot be reached (``http.client.HTTPException`` included), or
+            its body is longer than :data:`MAX_BODY_BYTES`.
     """
-    conn, prefix = connection(url, timeout_s)
-    try:
-        conn.request("GET", prefix + path)
-        resp = conn.getresponse()
-        body = resp.read()
-    except http.client.HTTPException as exc:
-        raise OSError(f"{type(exc).__name__}: {exc}") from exc
-    finally:
-        conn.close()
-    return resp.status, body.decode("utf-8", "replace")
+    status, _, body = _get(url, path, timeout_s)
+    return status, body.decode("utf-8", "replace")
 
 
 class CompletionStream:

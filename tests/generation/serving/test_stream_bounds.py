@@ -10,6 +10,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from generation.serving.client import CompletionStream, StreamResult
 from llm_powertrace_ds.shards import read_run
 
@@ -99,3 +101,15 @@ def test_requests_given_up_by_the_drain_end_the_run_at_its_deadline(tmp_path: Pa
     assert seconds < 30
     meta = read_run(tmp_path / "ds", outcome.run_id).meta
     assert meta["requests_unfinished"] == 4 and meta["requests_completed"] == 0
+
+
+
+def test_the_body_of_a_servers_description_is_read_up_to_a_limit():
+    from generation.serving import probe
+    from generation.serving.client import get_text
+
+    huge = "# " + "x" * (17 << 20) + "\n"
+    with start_double(DoubleConfig(metrics=huge)) as server:
+        with pytest.raises(OSError, match="answered more than 16777216 bytes"):
+            get_text(probe.server_root(server.url), "/metrics")
+        assert probe.vllm_cache_config(server.url) == {}  # what it says is then unknown
