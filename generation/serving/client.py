@@ -324,8 +324,8 @@ class CompletionStream:
             count = _usage_int(event, "completion_tokens")
             if isinstance(event.get("choices"), list) and event["choices"]:
                 if count is None:
-                    counted = False
-                    if _chunk_text(event):
+                    if _chunk_text(event):  # output without a count (an empty one says nothing)
+                        counted = False
                         res.chunk_ns.append(now)
                         chunks += 1
                 elif count > tokens:
