@@ -220,7 +220,8 @@ def test_a_republish_of_a_segments_run_killed_between_renames_is_repaired(tmp_pa
     rows = _runs_rows(root)
     assert sorted(rows) == [f"run-{i:03d}" for i in range(segments.MIN_LOOSE)]
     assert all(len(r) == 1 for r in rows.values())
-    # the newer (loose) row is kept or, its trace never renamed, the run is republished whole
+    assert [r["repeat"] for r in rows["run-001"]] == [9]  # the newer (loose) row is kept
+    # its trace was never renamed: publishing again makes the run whole
     again = shards.publish_run(root, make_run("run-001", seed=1, repeat=9))
     assert again.run_id == "run-001"
     rows = _runs_rows(root)
