@@ -70,9 +70,11 @@ MAX_COMMIT_BYTES = 4 * 1024**3
 """Most bytes in one commit."""
 NEVER_UPLOAD = [".staging/**", "**/.staging/**", "*.lock", "**/*.lock", ".*", "**/.*"]
 """Passed as ``ignore_patterns`` on every upload, whatever the plan says."""
-CARD_FILES = ("README.md", "croissant.json")
-"""Written from the data by the card builder: the card and its Croissant metadata."""
-DIFF_MAX_LINES = 400
+CARD_FILES = ("README.md", "card/columns.md", "card/metrics.md", "croissant.json")
+"""Written from the data by the card builder: the card, its detail pages, its Croissant
+metadata."""
+DIFF_MAX_LINES = 40
+"""Card diff lines printed by a text plan (the JSON plan holds them all)."""
 
 
 
@@ -347,7 +349,8 @@ class Plan:
             shown = self.card_diff[:DIFF_MAX_LINES]
             out += ["  " + line for line in shown]
             if len(self.card_diff) > len(shown):
-                out.append(f"  ... {len(self.card_diff) - len(shown)} more diff line(s)")
+                out.append(f"  ... {len(self.card_diff) - len(shown)} more diff line(s) "
+                           "(--format json lists them all)")
         return out
 
 

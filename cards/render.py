@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from llm_powertrace_ds import croissant, layout
+from llm_powertrace_ds import croissant, layout, schema
 from llm_powertrace_ds.privacy import strip_control
 from llm_powertrace_ds.shards import folder_lock, write_text_atomic
 
@@ -16,6 +16,7 @@ from . import figures as figures_mod
 from .analysis import cited_sources
 from .card_text import REPO_PLACEHOLDER, CardOptions
 from .front_matter import _YAML_DUMPER, card_metadata, configs_yaml, data_licence
+from .metric_docs import metric_groups
 from .sections_data import (
     _axes_section,
     _configs_section,
@@ -70,14 +71,61 @@ def render_card(root: str | Path, options: CardOptions | None = None, *,
                     _platforms_section(summary), _families_section(summary),
                     _axes_section(summary), _measurement_section(summary),
                     _quality_section(summary), _limitations_section(summary),
-                    _metrics_section() + analysis.seed_note(), _facility_section(),
+                    _metrics_summary() + analysis.seed_note(), _facility_section(),
                     analysis.scaling_section(summary.root), analysis.sources_section(summary.all_runs, summary.root),
-                    _dictionary_section(summary),
+                    _columns_summary(summary),
                     _licence_citation_changelog(summary, options.repo_id)):
         body += section
     while body and body[-1] == "":
         body.pop()
     return "\n".join(["---", meta.rstrip(), "---", "", *body, ""])
+
+
+DETAILS_DIR = "card"
+"""The card's long reference sections, each a Markdown file of its own beside ``README.md``:
+the card keeps summaries and links, so its size follows the data, not the schema."""
+METRICS_DETAILS = f"{DETAILS_DIR}/metrics.md"
+COLUMNS_DETAILS = f"{DETAILS_DIR}/columns.md"
+
+
+def _metrics_summary() -> list[str]:
+    _, groups = metric_groups()
+    n = sum(len(g.metrics) for g in groups)
+    return ["## Metrics", "",
+            f"{n} per-run metrics in `finetune_runs` / `inference_runs`, computed from the traces "
+            "by `llm_powertrace_ds.metrics` (a metric that cannot be computed is null and "
+            "`metric_notes` says why): "
+            + "; ".join(f"{g.title.lower()} ({len(g.metrics)})" for g in groups) + ". "
+            f"Every definition with its formula: [{METRICS_DETAILS}]({METRICS_DETAILS}).", ""]
+
+
+def _columns_summary(summary: FolderSummary) -> list[str]:
+    present = [c for c in schema.ALL_CONFIGS if c in summary.globs]
+    if not present:
+        return []
+    return ["## Columns", "",
+            "Units are in the names; categorical values are plain strings; a value the source "
+            "does not report is null, never 0. Columns per config: "
+            + ", ".join(f"`{c}` {len(schema.column_doc(c))}" for c in present) + ". "
+            f"Every column with its type, unit and description: "
+            f"[{COLUMNS_DETAILS}]({COLUMNS_DETAILS}) (and, machine-readable, `croissant.json`).",
+            ""]
+
+
+def render_details(root: str | Path, summary: FolderSummary | None = None) -> dict[str, str]:
+    """The card's detail files: ``{path relative to the folder: Markdown text}``."""
+    summary = summary or summarize(root)
+    out = {METRICS_DETAILS: ["# LLM-PowerTrace: metric definitions", "",
+                             *_metrics_section()]}
+    columns = _dictionary_section(summary)
+    if columns:
+        out[COLUMNS_DETAILS] = ["# LLM-PowerTrace: columns", "", *columns]
+    texts = {}
+    for path, lines in out.items():
+        while lines and lines[-1] == "":
+            lines.pop()
+        texts[path] = strip_control("\n".join(lines) + "\n")
+    return texts
 
 
 def write_card(root: str | Path, options: CardOptions | None = None, *,
@@ -114,6 +162,11 @@ def write_card(root: str | Path, options: CardOptions | None = None, *,
         text = text.rstrip("\n") + "\n\n" + layout.CARD_MARKER + "\n"
     if not path.exists() or path.read_text(encoding="utf-8") != text:
         write_text_atomic(path, text)
+    for rel, detail in render_details(root, summary).items():
+        target = dest / rel
+        if not target.exists() or target.read_text(encoding="utf-8") != detail:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(target, detail)
     write_croissant(root, options, summary=summary, out_dir=dest)
     return path
 

@@ -549,3 +549,20 @@ def test_check_shards_names_a_shard_of_another_schema(env, make_run):
     shards.write_table_atomic(path, shards.read_table(path).drop_columns(["seed"]))
     with pytest.raises(upload.UploadError, match="does not have the schema"):
         upload.check_shards(root)
+
+
+def test_dry_run_text_plan_prints_a_bounded_card_diff(env, make_run, no_network, no_figures,
+                                                      capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    root = make_folder(env / "ds", make_run)
+    (root / "README.md").write_text("---\nlicense: mit\n---\nold card\n")
+    assert main([str(root), "--repo-id", "org/name", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    diff = out.split("card diff (README.md in the folder -> the uploaded card):\n")[1]
+    shown = [line for line in diff.splitlines() if line.startswith("  ") and
+             not line.startswith("  ...")]
+    assert 0 < len(shown) <= upload.DIFF_MAX_LINES
+    assert "more diff line(s) (--format json lists them all)" in diff
+    assert main([str(root), "--repo-id", "org/name", "--dry-run", "--format", "json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert len(plan["card_diff"]) > upload.DIFF_MAX_LINES

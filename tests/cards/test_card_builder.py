@@ -204,8 +204,21 @@ def test_configs_table_counts_rows(folder, card):
 # Data dictionary and sweep axes against the schema and the data
 # ---------------------------------------------------------------------------------------------
 
-def test_data_dictionary_lists_every_column_of_every_config(card):
-    dictionary = section(card, "Data dictionary")
+def test_card_is_summaries_with_details_linked(folder, card):
+    """The long reference sections live in files of their own; the card links them."""
+    for rel, heading in (("card/columns.md", "## Data dictionary"),
+                         ("card/metrics.md", "## Metric definitions")):
+        assert f"]({rel})" in card
+        assert heading in (folder / rel).read_text(encoding="utf-8")
+        assert heading not in card
+    assert "## Metrics" in card and "## Columns" in card
+    # the card's size follows the data: the full schema would be over 100 kB
+    assert len(card.encode()) < 60_000
+
+
+def test_data_dictionary_lists_every_column_of_every_config(folder):
+    dictionary = section((folder / "card/columns.md").read_text(encoding="utf-8"),
+                         "Data dictionary")
     for config in schema.ALL_CONFIGS:
         rows = table_rows(section(dictionary, f"`{config}`", level=3))
         listed = [r[0] for r in rows]
@@ -312,8 +325,9 @@ def test_no_proxy_warning_without_proxy_rows(tmp_path):
     assert "Multi-node" not in text
 
 
-def test_metric_definitions_come_from_metrics_docstrings(card):
-    text = section(card, "Metric definitions")
+def test_metric_definitions_come_from_metrics_docstrings(folder):
+    text = section((folder / "card/metrics.md").read_text(encoding="utf-8"),
+                   "Metric definitions")
     formulas = metrics.metric_formulas()
     rows = {r[0].split(" ")[0]: r for r in table_rows(text)}
     trace_cols = {c.name for wl in schema.WORKLOADS for c in schema.COLUMNS[wl]}
