@@ -178,7 +178,7 @@ def carry_check(folder: Path, image: dict[str, str | None], *, python: str = "3.
 
     Returns:
         ``{"closed": bool, "problems": [one line each], "wheels": {name: version},
-        "requirements_checked": int}``.
+        "requirements_checked": int, "from_image": [the image's packages relied on]}``.
     """
     env = target_environment(python)
     ok_tags = target_tags(tuple(int(x) for x in python.split(".")[:2]))  # type: ignore[arg-type]
@@ -205,6 +205,7 @@ def carry_check(folder: Path, image: dict[str, str | None], *, python: str = "3.
     for req_text in project if project is not None else project_requirements():
         requires.append(("pyproject.toml", req_text))
     checked = 0
+    from_image: set[str] = set()
     for origin, text in requires:
         try:
             req = Requirement(text)
@@ -223,6 +224,7 @@ def carry_check(folder: Path, image: dict[str, str | None], *, python: str = "3.
                 problems.append(f"{origin}: requires {text!r}; the carry has {name} "
                                 f"{carried[name]}")
         elif name in image:
+            from_image.add(name)
             have = image[name]
             if have is not None and not _version_ok(req, have):
                 problems.append(f"{origin}: requires {text!r}; the image has {name} {have}")
@@ -230,7 +232,7 @@ def carry_check(folder: Path, image: dict[str, str | None], *, python: str = "3.
             problems.append(f"{origin}: requires {text!r}; neither the carry nor the image has "
                             f"{name}")
     return {"closed": not problems, "problems": problems, "wheels": carried,
-            "requirements_checked": checked}
+            "requirements_checked": checked, "from_image": sorted(from_image)}
 
 
 def sha256_of(path: Path) -> str:

@@ -177,7 +177,7 @@ COUNTER_SAMPLING_TOL = 0.01
 COUNTER_RESOLUTION_J = 0.001
 UTIL_SETTLE_S = 1.2
 UTIL_ON_MIN, UTIL_OFF_MAX = 70.0, 15.0
-FIELD_CALL_P99_MS = 1.25
+FIELD_CALL_P50_MS = 1.25
 CALL_P99_MS = 5.0
 TICK_8_GPUS_MS = 50.0
 
@@ -457,9 +457,11 @@ def utilisation_follows_load(t: Any, util_pct: Any,
 def call_latency(latencies: dict[str, Any]) -> dict[str, Any]:
     """Each tick call's p50/p99 (ms), against the period of a tick on 8 GPUs.
 
-    The field-values call and the buffer within ``FIELD_CALL_P99_MS`` each, every call within
-    ``CALL_P99_MS``, and a tick's calls for 8 GPUs (8 x the sum of the p50s) within
-    ``TICK_8_GPUS_MS``, half the 100 ms period.
+    The field-values call and the buffer typically (p50) within ``FIELD_CALL_P50_MS`` each (the
+    power phase of 8 GPUs in 10 ms), every call's tail (p99) within ``CALL_P99_MS``, and a
+    tick's calls for 8 GPUs (8 x the sum of the p50s) within ``TICK_8_GPUS_MS``, half the
+    100 ms period. The median, not the tail, judges the power phase: one scheduling hiccup of the
+    polling process in 100 calls is the CPU's, not NVML's.
     """
     p50, p99, refused = {}, {}, {}
     for name, times in latencies.items():
@@ -469,9 +471,9 @@ def call_latency(latencies: dict[str, Any]) -> dict[str, Any]:
         s = sorted(times)
         p50[name] = statistics.median(s)
         p99[name] = s[int(0.99 * (len(s) - 1))]
-    power = [p99[n] for n in ("field_values", "driver_samples") if n in p99]
+    power = [p50[n] for n in ("field_values", "driver_samples") if n in p50]
     tick_8 = 8 * sum(p50.values())
-    ok = (bool(p99) and all(v <= FIELD_CALL_P99_MS for v in power)
+    ok = (bool(p99) and all(v <= FIELD_CALL_P50_MS for v in power)
           and all(v <= CALL_P99_MS for v in p99.values()) and tick_8 <= TICK_8_GPUS_MS)
     return check(ok, "" if ok else "an NVML call is too slow for a 100 ms tick on 8 GPUs",
                  p50_ms=p50, p99_ms=p99, tick_8_gpus_ms=tick_8, refused=refused)
@@ -1106,26 +1108,25 @@ IMAGE_VENV = REPO / "build" / "gpu-image-venv"
 REHEARSAL_CARRY = REPO / "build" / "gpu-carry-rehearsal"
 REHEARSAL_TORCH = "torch==2.13.0"
 """The CPU torch the rehearsal's image stands in with (the image's is a CUDA 2.11 build)."""
-REHEARSAL_IMAGE = ("transformers", "huggingface-hub", "accelerate", "safetensors", "tokenizers",
-                   "numpy", "peft", "nvidia-ml-py", "pyarrow", "pandas", "scipy", "psutil",
-                   "pyyaml", "filelock", "threadpoolctl", "xxhash", "fsspec", "aiohttp",
-                   "requests", "tqdm", "packaging", "jinja2", "regex", "typer")
-"""The image's packages the project, its runner steps and the carried wheels use (each at the
-image's version where ``bench/device_image.txt`` records one)."""
+
 
 
 def _venv_python(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
-def image_venv(venv: Path = IMAGE_VENV) -> dict[str, Any]:
+def image_venv(carry: Path, venv: Path = IMAGE_VENV) -> dict[str, Any]:
     """A virtual environment standing in for the GPU image: its packages, none carried.
 
     Made once and reused while its requirements are unchanged.
     """
     image = gpu_carry.read_image()
+    # the image's packages the carry and the project rely on (as --carry-check finds them), at
+    # the image's version where recorded; torch is the CPU build
+    relied_on = sorted(set(gpu_carry.carry_check(carry, image)["from_image"])
+                       | ({p.name for p in gpu_carry.read_lock()} & set(image)))  # overridden
     wanted = [REHEARSAL_TORCH] + [f"{n}=={image[n]}" if image.get(n) else n
-                                  for n in REHEARSAL_IMAGE]
+                                  for n in relied_on if n != "torch"]
     stamp = venv / "image-requirements.txt"
     t0 = time.monotonic()
     if not (stamp.exists() and stamp.read_text() == "\n".join(wanted)):
@@ -1153,7 +1154,7 @@ def image_venv(venv: Path = IMAGE_VENV) -> dict[str, Any]:
     if leaked:
         raise gpu_carry.CarryError(f"the rehearsal's image holds carried packages {leaked}: "
                                    "it would hide an open carry")
-    differs = {n: {"image": image[n], "rehearsal": have.get(n)} for n in REHEARSAL_IMAGE
+    differs = {n: {"image": image[n], "rehearsal": have.get(n)} for n in relied_on
                if image.get(n) and have.get(n) != image[n]}
     return {"seconds": round(time.monotonic() - t0, 1), "python": sys.version.split()[0],
             "requirements": wanted, "versions_differing_from_the_image": differs,
@@ -1164,10 +1165,10 @@ def cpu_selftest(args: argparse.Namespace) -> int:
     """Rehearse the GPU run on CPU (see the module docstring) and print its report."""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    setup = image_venv()
     pins = gpu_carry.selected(gpu_carry.read_lock(), args.with_optional)
     shutil.rmtree(REHEARSAL_CARRY, ignore_errors=True)
     gpu_carry.fetch(pins, REHEARSAL_CARRY, for_this_python=True)
+    setup = image_venv(REHEARSAL_CARRY)
     wheels = sorted(w.name for w in REHEARSAL_CARRY.glob("*.whl"))
     setup["carry_wheels"] = wheels
     setup["carry_differing_from_the_gpu_carry"] = sorted(set(wheels) - {p.wheel for p in pins})

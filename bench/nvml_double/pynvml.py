@@ -27,9 +27,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hopper_nvml import HopperNvml, PowerModel, read_edges  # noqa: E402
 
 _edges_path = os.environ.get("LLM_POWERTRACE_SMOKE_EDGES")
-_double = HopperNvml(
-    _real, PowerModel(lambda: read_edges(Path(_edges_path) if _edges_path else None)),
-    os.environ.get("LLM_POWERTRACE_SMOKE_DOUBLE", "hopper"))
+_cache: dict[tuple[int, int], list[tuple[float, bool]]] = {}
+
+
+def _edges() -> list[tuple[float, bool]]:
+    """The load's switches, re-read only when its log changed."""
+    path = Path(_edges_path) if _edges_path else None
+    try:
+        st = path.stat() if path is not None else None
+    except FileNotFoundError:
+        st = None
+    key = (st.st_mtime_ns, st.st_size) if st is not None else (0, 0)
+    if key not in _cache:
+        _cache.clear()
+        _cache[key] = read_edges(path)
+    return _cache[key]
+
+
+_double = HopperNvml(_real, PowerModel(_edges), os.environ.get("LLM_POWERTRACE_SMOKE_DOUBLE",
+                                                               "hopper"))
 
 for _name in dir(_real):
     if _name.startswith(("NVML_", "NVMLError", "c_nvml", "nvmlPciInfo")):

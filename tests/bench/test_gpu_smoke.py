@@ -263,9 +263,13 @@ def test_latency_is_judged_per_call():
     fast = {"field_values": [0.1] * 200, "driver_samples": [0.2] * 200,
             "utilization": [0.05] * 200}
     assert smoke.call_latency(fast)["status"] == "pass"
-    slow = {**fast, "driver_samples": [0.2] * 190 + [3.0] * 10}  # its p99 over 1.25 ms
+    hiccup = {**fast, "driver_samples": [0.2] * 190 + [3.0] * 10}  # a tail, under 5 ms
+    assert smoke.call_latency(hiccup)["status"] == "pass"
+    slow = {**fast, "driver_samples": [2.0] * 200}  # typically over 1.25 ms: 8 GPUs miss 10 ms
     result = smoke.call_latency(slow)
-    assert result["status"] == "fail" and result["p99_ms"]["driver_samples"] == 3.0
+    assert result["status"] == "fail" and result["p50_ms"]["driver_samples"] == 2.0
+    tail = {**fast, "utilization": [0.05] * 190 + [8.0] * 10}  # a tail over 5 ms
+    assert smoke.call_latency(tail)["status"] == "fail"
     refused = {**fast, "driver_samples": "NVML error 3: Not Supported"}
     assert smoke.call_latency(refused)["refused"] == {
         "driver_samples": "NVML error 3: Not Supported"}
