@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import string
 from collections.abc import Iterator
@@ -205,6 +206,18 @@ def requests_by_run(root: Path) -> dict[str, RequestRows]:
             for rid, batches in parts.items()}
 
 
+_RST_ROLE = re.compile(r":(?:data|func|class|meth|mod|attr|obj):`~?(?:[\w.]+\.)?([^`]+)`")
+_RST_LITERAL = re.compile(r"``([^`]+)``")
+
+
+def plain_formula(text: str) -> str:
+    """A metric's docstring formula as the run page shows it: reST markup removed.
+
+    ``tokens`` reads tokens, :data:`GRID_MS` reads GRID_MS (the page shows plain text).
+    """
+    return _RST_LITERAL.sub(r"\1", _RST_ROLE.sub(r"\1", text))
+
+
 def _write_site(root: Path, tmp: Path, name: str) -> tuple[int, int, int]:
     rows = shards.list_runs(root)
     # a published summary (ML.ENERGY) has no trace to draw: listed as skipped, never fatal
@@ -213,7 +226,7 @@ def _write_site(root: Path, tmp: Path, name: str) -> tuple[int, int, int]:
                if "summary_only" in (r.get("quality_flags") or [])]
     rows = [r for r in rows if "summary_only" not in (r.get("quality_flags") or [])]
     by_id = {str(r["run_id"]): r for r in rows}
-    formulas = metric_formulas()
+    formulas = {name: plain_formula(text) for name, text in metric_formulas().items()}
     cat = catalog(rows)
     data = tmp / "data"
     (data / "runs").mkdir(parents=True)

@@ -238,10 +238,10 @@ const LPT = (() => {
     const search = $("input", { type: "search", id: "filter-text", placeholder: "run id contains…",
       oninput: () => { pageNo = 0; refilter(); } });
     bar.append(search);
-    // the axes that vary in this dataset come first; a column with one value (all runs alike, or
-    // runs without it) filters nothing much: those wait behind one "more filters" control
-    const fixed = $("div", { class: "filters-fixed" });
-    let nFixed = 0;
+    // a drop-down per axis that varies in this dataset (catalog.py marks them: 2 to 40 values);
+    // folded by default, so the table's figures are what the page shows first
+    const box = $("div", { class: "filters-fixed" });
+    let nFilters = 0;
     for (const c of cols.filter((c) => c.filter)) {
       const values = new Set();
       for (const r of all) {
@@ -253,14 +253,14 @@ const LPT = (() => {
         onchange: (e) => { filters[c.name] = e.target.value; pageNo = 0; refilter(); } },
         $("option", { value: "", text: c.name + ": all" }));
       [...values].sort(collator.compare).forEach((v) => sel.append($("option", { value: v, text: v })));
-      if (values.size > 1) bar.append(sel);
-      else { fixed.append(sel); nFixed += 1; }
+      box.append(sel);
+      nFilters += 1;
     }
     bar.append(count, compareBtn);
     main.append(bar);
-    if (nFixed) {
-      main.append($("details", { class: "more-filters", id: "more-filters" },
-        $("summary", { text: nFixed + " more filter(s): columns with one value in this dataset" }), fixed));
+    if (nFilters) {
+      main.append($("details", { class: "more-filters", id: "filters-box" },
+        $("summary", { text: "filter by " + nFilters + " column(s) that vary in this dataset" }), box));
     }
     const prev = $("button", { id: "page-prev", onclick: () => { pageNo -= 1; draw(); } }, "◀ previous");
     const next = $("button", { id: "page-next", onclick: () => { pageNo += 1; draw(); } }, "next ▶");
