@@ -204,8 +204,10 @@ def resolve_engine_model(r: dict[str, Any]) -> None:
         if name is None:  # refused by engine_problems, with the fix
             r["_unnamed_checkpoint"] = folder.name
             name = "unnamed-checkpoint"
+        # model_source null: neither a zoo architecture nor Hub weights (the schema has no
+        # value for a checkpoint of one's own)
         r.update(model=name, model_name=name.rsplit("/", 1)[-1], model_label=name,
-                 model_family=family_of(name), model_source="hub")
+                 model_family=family_of(name), model_source=None)
         r["_served_name"] = name
         return
     r.pop("model_name", None)

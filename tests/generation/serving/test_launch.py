@@ -210,6 +210,7 @@ def test_a_local_checkpoint_is_served_by_path_and_published_by_name(tmp_path, fa
     assert (m["model_name"], m["model_label"], m["model_family"]) == ("acme-llama-ft",
                                                                  "acme-llama-ft", "llama")
     assert m["requests_completed"] == 6  # every prompt id inside the 100-id vocabulary
+    assert m["model_source"] is None  # neither the zoo nor the Hub
     assert not [k for k, v in m.items() if isinstance(v, str) and str(tmp_path) in v]
 
 
