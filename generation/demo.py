@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -184,7 +185,35 @@ def run_demo(out: Path, *, quick: bool = False, quiet: bool = False) -> int:
          f"`llm-powertrace plot {out} RUN_ID --out run.png` draws one run.\n")
     _say(quiet, IMPORT_HINT.format(out=out))
     _say(quiet, explorer_line(out))
+    note = activation_note()
+    if note:
+        _say(quiet, note)
     return 1 if failed else 0
+
+
+def activation_note(environ: dict[str, str] | None = None, prefix: str | None = None,
+                    base_prefix: str | None = None, cwd: Path | None = None) -> str:
+    """How to put the commands above on this shell's path, when they are not (``make demo``).
+
+    Empty outside a virtual environment, or when its ``bin`` is already on ``PATH``.
+    """
+    environ = dict(os.environ) if environ is None else environ
+    prefix = sys.prefix if prefix is None else prefix
+    base_prefix = sys.base_prefix if base_prefix is None else base_prefix
+    if prefix == base_prefix:
+        return ""
+    bin_dir = Path(prefix) / "bin"
+    on_path = [Path(p) for p in environ.get("PATH", "").split(os.pathsep) if p]
+    if any(p == bin_dir or (p.exists() and bin_dir.exists() and p.samefile(bin_dir))
+           for p in on_path):
+        return ""
+    here = cwd or Path.cwd()
+    try:
+        shown = bin_dir.relative_to(here).as_posix()
+    except ValueError:
+        shown = str(bin_dir)
+    return (f"\nThe commands above need the environment the demo ran in: `. {shown}/activate` "
+            f"in this shell first (or prefix them with {shown}/).")
 
 
 def explorer_line(out: Path) -> str:

@@ -49,3 +49,15 @@ def test_import_hint_names_the_shipped_sample():
     assert "no third-party" not in IMPORT_HINT
     named = re.findall(r"load_sample\('([^']+)'\)", IMPORT_HINT)
     assert named and all(name in SAMPLES for name in named)
+
+
+def test_activation_note_only_when_the_environment_is_not_on_path(tmp_path):
+    from generation.demo import activation_note
+
+    venv = tmp_path / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    note = activation_note({"PATH": "/usr/bin"}, str(venv), "/usr", tmp_path)
+    assert "`. .venv/bin/activate`" in note and ".venv/bin/" in note
+    on_path = {"PATH": f"/usr/bin:{venv / 'bin'}"}
+    assert activation_note(on_path, str(venv), "/usr", tmp_path) == ""
+    assert activation_note({"PATH": "/usr/bin"}, "/usr", "/usr", tmp_path) == ""  # no venv
