@@ -45,7 +45,8 @@ Where NVML answers field or sample calls NOT_SUPPORTED (gVisor), the sampler fal
 the checks that need the missing call report ``degraded`` with the reason, not a failure.
 
 **The rehearsal.** ``--cpu-selftest`` builds (once) a virtual environment holding the image's
-packages (CPU torch; the image's versions where installable) but none of the carried ones,
+packages that the carry and the project rely on (CPU torch; the image's versions where
+installable, transformers 5.17 included) and none of the carried packages the image lacks,
 fetches the pins for this interpreter, and runs this very script under it with ``--carry`` and
 ``--nvml-double hopper``: the carry is installed from the folder only, every step runs, the NVML
 steps against a time-driven Hopper-like NVML double (``bench/hopper_nvml.py``, put in place of
