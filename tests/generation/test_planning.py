@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import doctest
+import importlib.util
 import io
 import os
 import shutil
@@ -35,19 +36,17 @@ def test_every_campaign_is_shipped():
 
 
 @pytest.mark.parametrize("sweep", SWEEPS, ids=lambda p: p.stem)
-def test_dry_run_of_every_shipped_sweep(sweep, tmp_path, capsys):
+def test_dry_run_of_every_shipped_sweep(sweep, tmp_path, capsys, caplog):
     code = cli.main(["generate", str(sweep), "--out", str(tmp_path / "ds"), "--dry-run",
                      "--format", "csv"])
     out, err = capsys.readouterr()
     engine = (yaml.safe_load(sweep.read_text()).get("base") or {}).get("serving_engine")
-    if engine in ("vllm", "sglang") and shutil.which(engine) is None:
-        # an engine sweep without its engine: one line naming the extra, nothing planned
-        assert code == 1 and out == ""
-        assert err.strip().splitlines() == [
-            f"error: serving_engine {engine} needs the `{engine}` command, which is not "
-            f"installed: pip install 'llm-powertrace[{engine}]'"]
-        return
     assert code == 0, err
+    if engine in ("vllm", "sglang") and importlib.util.find_spec(engine) is None \
+            and shutil.which(engine) is None:
+        # an engine sweep without its engine plans all the same, saying so once
+        warned = [r.getMessage() for r in caplog.records if "planned anyway" in r.getMessage()]
+        assert len(warned) == 1 and f"pip install 'llm-powertrace[{engine}]'" in warned[0]
     rows = list(csv.DictReader(io.StringIO(out)))
     assert rows and {r["status"] for r in rows} == {"todo"}
     source = yaml.safe_load(sweep.read_text())["sampler"]["source"]
