@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import hashlib
 import json
 import os
@@ -31,6 +32,11 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+import _report  # noqa: E402
+
+from llm_powertrace_ds.atomic import write_text_atomic  # noqa: E402
+
 EQUIVALENT_FILE = Path(__file__).with_name("mutation_equivalent.txt")
 
 
@@ -47,6 +53,13 @@ class Target:
     beside mutmut's workers on a loaded machine)."""
 
 
+_SHARDS_TESTS = ("tests/llm_powertrace_ds/shards",
+                 # stage/commit, iter_runs and repair are reached through the importers'
+                 # streaming publish, the staging lifecycle and the folder checks
+                 "tests/llm_powertrace_ds/importers/test_publish.py",
+                 "tests/llm_powertrace_ds/test_staging.py",
+                 "tests/llm_powertrace_ds/test_folder_integrity.py")
+
 TARGETS: dict[str, Target] = {
     # each module's whole test folder (tests mirror the package): a narrower selection leaves
     # the mutants of functions that only another file's tests reach "no tests" or "survived"
@@ -57,13 +70,7 @@ TARGETS: dict[str, Target] = {
                        ("tests/llm_powertrace_ds/test_validate.py",
                         "tests/llm_powertrace_ds/test_validate_behaviour.py")),
     "scaling": Target("llm_powertrace_ds/scaling/*.py", ("tests/llm_powertrace_ds/scaling",)),
-    "shards": Target("llm_powertrace_ds/shards/*.py",
-                     ("tests/llm_powertrace_ds/shards",
-                      # stage/commit, iter_runs and repair are reached through the importers'
-                      # streaming publish, the staging lifecycle and the folder checks
-                      "tests/llm_powertrace_ds/importers/test_publish.py",
-                      "tests/llm_powertrace_ds/test_staging.py",
-                      "tests/llm_powertrace_ds/test_folder_integrity.py")),
+    "shards": Target("llm_powertrace_ds/shards/*.py", _SHARDS_TESTS),
     "process": Target("generation/sampler/process.py",
                       ("tests/generation/sampler/test_process.py",
                        "tests/generation/sampler/test_loop.py",
@@ -73,6 +80,17 @@ TARGETS: dict[str, Target] = {
     "convert": Target("generation/sampler/convert.py",
                       ("tests/generation/sampler/test_convert.py",
                        "tests/generation/sampler/test_convert_behaviour.py")),
+    # single modules of the packages above, sampled on their own (a package's sample draws
+    # few mutants from each of its files)
+    "window": Target("llm_powertrace_ds/metrics/window.py", ("tests/llm_powertrace_ds/metrics",)),
+    "levels": Target("llm_powertrace_ds/metrics/levels.py", ("tests/llm_powertrace_ds/metrics",)),
+    "publish": Target("llm_powertrace_ds/shards/publish.py", _SHARDS_TESTS),
+    "segments": Target("llm_powertrace_ds/shards/segments.py", _SHARDS_TESTS),
+    "facility": Target("llm_powertrace_ds/facility/*.py",
+                       ("tests/llm_powertrace_ds/test_facility.py",
+                        "tests/llm_powertrace_ds/test_facility_units.py")),
+    "limits": Target("llm_powertrace_ds/mitigation/limits.py",
+                     ("tests/llm_powertrace_ds/mitigation",)),
 }
 
 
@@ -108,6 +126,8 @@ def _copy_tree(dst: Path) -> None:
     names = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO,
                            check=True, capture_output=True).stdout.decode().split("\0")
     for name in filter(None, names):
+        if name.startswith(".venv"):  # a virtualenv not (yet) in .gitignore
+            continue
         src = REPO / name
         if src.is_file():
             (dst / name).parent.mkdir(parents=True, exist_ok=True)
@@ -313,6 +333,85 @@ def summarise(name: str, verdicts: dict[str, str]) -> dict[str, Any]:
                              if v not in ("killed", "caught by type check", "survived"))}
 
 
+JSON_PATH = REPO / "docs" / "data" / "bench" / "mutation.json"
+DOC_PATH = REPO / "docs" / "mutation.md"
+BEGIN, END = "<!-- mutation-table:begin -->", "<!-- mutation-table:end -->"
+KILL_RATE_TARGET = 0.9
+"""The kill rate each sampled module must reach (killed / (mutants − judged equivalent))."""
+_FIGURES = ("mutants", "killed", "survived", "equivalent", "other")
+
+
+def results_of(rows: list[dict[str, Any]]) -> list[Any]:
+    """The bench document's results: per module its counts, kill rate (target) and raw rate."""
+    out = []
+    for r in rows:
+        m = r["module"]
+        out += [_report.result(f"{m}.{k}", r[k], "mutants") for k in _FIGURES]
+        out.append(_report.result(f"{m}.kill_rate", r["kill_rate"], "ratio",
+                                  at_least=KILL_RATE_TARGET))
+        out.append(_report.result(f"{m}.raw_kill_rate", r["raw_kill_rate"], "ratio"))
+    return out
+
+
+def write_json(path: Path, rows: list[dict[str, Any]], argv: list[str],
+               started: dict[str, Any]) -> None:
+    """Write this run's rows into the bench document at ``path``.
+
+    Rows of modules this run did not cover are kept from the document already there, and the
+    commands that measured them are kept in ``command`` (joined with `` && ``), so every figure
+    names the command that produced it.
+    """
+    new = {r["module"] for r in rows}
+    kept: list[dict[str, Any]] = []
+    commands: list[str] = []
+    if path.exists():
+        old = json.loads(path.read_text(encoding="utf-8"))
+        kept = [r for r in old.get("results", []) if r["name"].split(".")[0] not in new]
+        commands = [c for c in old.get("command", "").split(" && ") if c]
+    doc = _report.document("mutation", [], script=__file__, argv=argv, started=started)
+    mine = doc["command"]
+    commands = [c for c in commands
+                if {m for m in TARGETS if f" {m} " in f"{c} "}.difference(new)] + [mine]
+    doc["results"] = kept + [dataclasses.asdict(x) for x in results_of(rows)]
+    doc["command"] = " && ".join(commands)
+    _report.write(path, doc)
+
+
+def render_table(doc: dict[str, Any]) -> str:
+    """The per-module table of docs/mutation.md from the bench document."""
+    figures: dict[str, dict[str, Any]] = {}
+    for r in doc["results"]:
+        module, _, name = r["name"].partition(".")
+        figures.setdefault(module, {})[name] = r["value"]
+    lines = [f"Measured {doc['date']} on {doc['machine'].get('cores')} shared cores "
+             f"(load {doc['machine'].get('load_avg_1min')} at the start), by:",
+             "", "```", *doc["command"].split(" && "), "```", "",
+             "| module | mutated | mutants | killed | survived | equivalent | other | kill rate "
+             "| raw kill rate |", "|---|---|---|---|---|---|---|---|---|"]
+
+    def pct(x: Any) -> str:
+        return "—" if x is None else f"{100 * x:.1f} %"
+
+    for module in sorted(figures, key=lambda m: list(TARGETS).index(m) if m in TARGETS else 99):
+        f = figures[module]
+        source = TARGETS[module].source if module in TARGETS else "?"
+        lines.append(f"| `{module}` | `{source}` | " + " | ".join(
+            "—" if f.get(k) is None else str(f[k]) for k in _FIGURES)
+            + f" | {pct(f.get('kill_rate'))} | {pct(f.get('raw_kill_rate'))} |")
+    return "\n".join(lines) + "\n"
+
+
+def render_doc(path: Path = JSON_PATH, doc_path: Path = DOC_PATH) -> None:
+    """Re-render the table between the markers of docs/mutation.md from the bench document."""
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    text = doc_path.read_text(encoding="utf-8")
+    head, sep, rest = text.partition(BEGIN)
+    _, sep2, tail = rest.partition(END)
+    if not sep or not sep2:
+        raise SystemExit(f"{doc_path.name}: the markers {BEGIN} / {END} are missing")
+    write_text_atomic(doc_path, f"{head}{BEGIN}\n{render_table(doc)}{END}{tail}")
+
+
 def _regex(text: str) -> re.Pattern[str]:
     """A compiled regular expression for argparse (a bad one is a usage error)."""
     try:
@@ -339,7 +438,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="a fresh run of a seeded sample of N mutants per module (the same "
                              "N mutants while the source is unchanged)")
     parser.add_argument("--seed", type=int, default=0, help="the --sample seed (default 0)")
+    parser.add_argument("--json", type=Path, default=None, metavar="PATH",
+                        help="also write the rows into this bench document "
+                             "(docs/data/bench/mutation.json; rows of other modules kept) and "
+                             "re-render docs/mutation.md's table from it")
+    parser.add_argument("--render-only", action="store_true",
+                        help="only re-render docs/mutation.md's table from docs/data/bench/"
+                             "mutation.json")
     args = parser.parse_args(argv)
+    if args.render_only:
+        render_doc()
+        return 0
     unknown = [m for m in args.modules if m not in TARGETS]
     if unknown:
         parser.error(f"unknown module {unknown[0]!r}: one of {', '.join(TARGETS)}")
@@ -348,6 +457,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.sample is not None and args.report_only:
         parser.error("--sample is for a fresh run (not with --report-only)")
     names = args.modules or list(TARGETS)
+    started = _report.machine()
     if args.report_only:
         names = [n for n in names if (args.work / n / "mutants").is_dir()]
         rows = [summarise(n, read_verdicts(args.work / n)) for n in names]
@@ -366,6 +476,9 @@ def main(argv: list[str] | None = None) -> int:
         cells = [str(r[k]) for k in head[:-2]] + [rate, raw]
         print(("| " + " | ".join(cells) + " |") if args.markdown
               else "  ".join(f"{c:>10}" for c in cells))
+    if args.json is not None and not args.report_only:
+        write_json(args.json, rows, argv if argv is not None else sys.argv[1:], started)
+        render_doc(args.json)
     for r in rows:
         for k in r["open"]:
             print(f"survived: {k}")
