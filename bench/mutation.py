@@ -88,6 +88,8 @@ TARGETS: dict[str, Target] = {
     "segments": Target("llm_powertrace_ds/shards/segments.py", _SHARDS_TESTS),
     "facility": Target("llm_powertrace_ds/facility/*.py",
                        ("tests/llm_powertrace_ds/test_facility.py",
+                        "tests/llm_powertrace_ds/test_facility_jobs.py",
+                        "tests/llm_powertrace_ds/test_facility_schedule.py",
                         "tests/llm_powertrace_ds/test_facility_units.py",
                         "tests/llm_powertrace_ds/test_facility_work_slice_and_nodes.py")),
     "limits": Target("llm_powertrace_ds/mitigation/limits.py",
