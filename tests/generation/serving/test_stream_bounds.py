@@ -111,5 +111,23 @@ def test_the_body_of_a_servers_description_is_read_up_to_a_limit():
     huge = "# " + "x" * (17 << 20) + "\n"
     with start_double(DoubleConfig(metrics=huge)) as server:
         with pytest.raises(OSError, match="answered more than 16777216 bytes"):
-            get_text(probe.server_root(server.url), "/metrics")
+            get_text(server.url.removesuffix("/v1"), "/metrics")
         assert probe.vllm_cache_config(server.url) == {}  # what it says is then unknown
+
+
+def test_a_request_that_raises_is_a_failed_request_not_a_dead_thread(capfd):
+    import numpy as np
+
+    from generation.serving.engine import HttpEngine
+    from generation.workloads.inference.engines import Job
+
+    with start_double() as server:
+        engine = HttpEngine(server.url, "double-model", timeout_s=10)
+        # numpy ids are not JSON: the stream raises TypeError while building its body
+        engine.submit([Job("r0", [np.int64(5), np.int64(6)], 4)])
+        done = engine.wait(10)
+        engine.stop()
+    assert [d.request_id for d in done] == ["r0"], "the request thread died without a result"
+    assert done[0].error.startswith("unexpected TypeError: ")
+    assert "\n" not in done[0].error
+    assert "Traceback" not in capfd.readouterr().err
