@@ -3,7 +3,8 @@
 ``tests/test_readme.py`` runs each tested block alone in a scratch folder; this test runs them
 the way the README is read: in order, in one ``bash`` process started in a fresh clone, with
 nothing on ``PATH`` or ``PYTHONPATH`` that the README does not put there, and ends by checking
-that the clone's ``git status`` is clean (everything the README writes is in ignored folders).
+that the clone's ``git status`` is clean (everything the README writes is in ignored folders);
+the demo folder's ``croissant.json`` is then validated by ``mlcroissant``.
 It installs the package into the clone's own ``.venv`` and runs the full demo, so it takes many
 minutes: marked ``slow`` (CI runs it with ``CI=true``).
 """
@@ -76,3 +77,7 @@ def test_fresh_clone_make_demo_then_every_readme_block_in_one_shell(tmp_path):
     assert "Column([" not in out  # a value is printed, not a datasets Column object
     status = out.split("--- git status\n", 1)[1]
     assert status.strip() == "", f"the README left files in the clone:\n{status}"
+    # the demo's own folder carries Croissant metadata that MLCommons' package accepts
+    mlc = pytest.importorskip("mlcroissant")
+    dataset = mlc.Dataset(clone / "llm-powertrace" / "croissant.json")
+    assert {rs.name for rs in dataset.metadata.record_sets} >= {"finetune", "finetune_runs"}
