@@ -15,18 +15,19 @@ from llm_powertrace_ds.shards import publish_run, read_run, requests_table
 ROWS = [
     {"request_id": "a", "arrival_ms": 100, "start_ms": 100, "first_token_ms": 150,
      "finish_ms": 400, "prompt_tokens": 32, "requested_output_tokens": 16, "output_tokens": 16,
-     "status": "ok", "chunk_ms": [150, 250, 400]},
+     "status": "ok", "chunk_ms": [150, 250, 400], "chunk_tokens": [1, 7, 8]},
     {"request_id": "b", "arrival_ms": 200, "start_ms": 200, "first_token_ms": None,
      "finish_ms": None, "prompt_tokens": 8, "requested_output_tokens": None,
-     "output_tokens": None, "status": "error", "chunk_ms": None},
+     "output_tokens": None, "status": "error", "chunk_ms": None, "chunk_tokens": None},
     {"request_id": "c", "arrival_ms": 300, "start_ms": 300, "first_token_ms": 390,
      "finish_ms": 900, "prompt_tokens": None, "requested_output_tokens": 4, "output_tokens": 3,
-     "status": "ok", "chunk_ms": [390, 600, 900]},
+     "status": "ok", "chunk_ms": [390, 600, 900], "chunk_tokens": [1, 1, 1]},
 ]
 
 
 def _columns(rows: list[dict]) -> RequestRows:
-    types = {"request_id": pa.string(), "status": pa.string(), "chunk_ms": pa.list_(pa.int64())}
+    types = {"request_id": pa.string(), "status": pa.string(), "chunk_ms": pa.list_(pa.int64()),
+             "chunk_tokens": pa.list_(pa.int32())}
     return RequestRows(pa.table({k: pa.array([r[k] for r in rows], type=types.get(k, pa.int64()))
                                  for k in rows[0]}))
 
