@@ -273,6 +273,21 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
 
+def sweep_text(url: str, name: str, output_len: int = 4, extra: str = "") -> str:
+    """A small cpu_proxy sweep serving four closed-loop requests from the double at ``url``.
+
+    ``extra`` is appended to the ``base`` block as it is (indented YAML lines).
+    """
+    text = (f"name: {name}\nworkload: inference\n"
+            "sampler: {source: cpu_proxy, period_ms: 50}\n"
+            "idle_before_s: 0.1\nidle_after_s: 0.1\n"
+            "base:\n  serving_engine: openai\n"
+            f"  endpoint: {url}\n  model: double-model\n  concurrency: 2\n"
+            "  arrival_pattern: closed\n  num_requests: 4\n  prompt_len: 8\n"
+            f"  output_len: {output_len}\n")
+    return text + (extra + "\n" if extra else "")
+
+
 @contextlib.contextmanager
 def start_double(config: DoubleConfig | None = None, port: int = 0) -> Iterator[DoubleServer]:
     """A running double on 127.0.0.1 (``port`` 0: a free one); stopped on exit."""

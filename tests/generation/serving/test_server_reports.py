@@ -9,24 +9,7 @@ from pathlib import Path
 
 from llm_powertrace_ds.shards import read_run
 
-from .openai_double import DoubleConfig, start_double
-
-SWEEP = """\
-name: reports
-workload: inference
-sampler: {{source: cpu_proxy, period_ms: 50}}
-idle_before_s: 0.1
-idle_after_s: 0.1
-base:
-  serving_engine: openai
-  endpoint: {url}
-  model: double-model
-  concurrency: 2
-  arrival_pattern: closed
-  num_requests: 4
-  prompt_len: 8
-  output_len: 4
-"""
+from .openai_double import DoubleConfig, start_double, sweep_text
 
 
 def generate_against(tmp_path: Path, server_info: dict):
@@ -34,7 +17,7 @@ def generate_against(tmp_path: Path, server_info: dict):
 
     with start_double(DoubleConfig(server_info=server_info)) as server:
         sweep = tmp_path / "sweep.yaml"
-        sweep.write_text(SWEEP.format(url=server.url), encoding="utf-8")
+        sweep.write_text(sweep_text(server.url, "reports"), encoding="utf-8")
         report = generate(sweep, tmp_path / "ds", progress=False)
         return report, server.count
 

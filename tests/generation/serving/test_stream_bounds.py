@@ -15,25 +15,7 @@ import pytest
 from generation.serving.client import CompletionStream, StreamResult
 from llm_powertrace_ds.shards import read_run
 
-from .openai_double import DoubleConfig, start_double
-
-SWEEP = """\
-name: bounds
-workload: inference
-sampler: {{source: cpu_proxy, period_ms: 50}}
-idle_before_s: 0.1
-idle_after_s: 0.1
-base:
-  serving_engine: openai
-  endpoint: {url}
-  model: double-model
-  concurrency: 2
-  arrival_pattern: closed
-  num_requests: 4
-  prompt_len: 8
-  output_len: 4
-{extra}
-"""
+from .openai_double import DoubleConfig, start_double, sweep_text
 
 
 def run_bounded(target, limit_s: float):
@@ -72,8 +54,8 @@ def test_a_run_whose_requests_time_out_fails_in_one_line_without_tracebacks(tmp_
     faults = {i: "trickle" for i in range(64)}
     with start_double(DoubleConfig(faults=faults)) as server:
         sweep = tmp_path / "sweep.yaml"
-        sweep.write_text(SWEEP.format(url=server.url, extra="  request_timeout_s: 1\n"
-                                      "  drain_timeout_s: 2"), encoding="utf-8")
+        sweep.write_text(sweep_text(server.url, "bounds", extra="  request_timeout_s: 1\n"
+                                    "  drain_timeout_s: 2"), encoding="utf-8")
         finished, report, seconds = run_bounded(
             lambda: generate(sweep, tmp_path / "ds", progress=False), 60)
     assert finished, "the run hung past request_timeout_s and drain_timeout_s"
@@ -90,7 +72,7 @@ def test_requests_given_up_by_the_drain_end_the_run_at_its_deadline(tmp_path: Pa
     faults = {i: "trickle" for i in range(2, 64)}
     with start_double(DoubleConfig(faults=faults)) as server:
         sweep = tmp_path / "sweep.yaml"
-        sweep.write_text(SWEEP.format(url=server.url, extra="  drain_timeout_s: 1").replace(
+        sweep.write_text(sweep_text(server.url, "bounds", extra="  drain_timeout_s: 1").replace(
             "arrival_pattern: closed", "arrival_pattern: poisson\n  arrival_rate_rps: 50"),
             encoding="utf-8")
         finished, report, seconds = run_bounded(

@@ -14,24 +14,7 @@ from generation.serving.client import CompletionStream
 from llm_powertrace_ds import layout
 from llm_powertrace_ds.shards import read_run, read_table
 
-from .openai_double import DoubleConfig, start_double
-
-SWEEP = """\
-name: tokens
-workload: inference
-sampler: {{source: cpu_proxy, period_ms: 50}}
-idle_before_s: 0.1
-idle_after_s: 0.1
-base:
-  serving_engine: openai
-  endpoint: {url}
-  model: double-model
-  concurrency: 2
-  arrival_pattern: closed
-  num_requests: 4
-  prompt_len: 8
-  output_len: 9
-"""
+from .openai_double import DoubleConfig, start_double, sweep_text
 
 
 def publish(tmp_path: Path, config: DoubleConfig) -> tuple[dict, list[dict]]:
@@ -39,7 +22,7 @@ def publish(tmp_path: Path, config: DoubleConfig) -> tuple[dict, list[dict]]:
 
     with start_double(config) as server:
         sweep = tmp_path / "sweep.yaml"
-        sweep.write_text(SWEEP.format(url=server.url), encoding="utf-8")
+        sweep.write_text(sweep_text(server.url, "tokens", output_len=9), encoding="utf-8")
         report = generate(sweep, tmp_path / "ds", progress=False)
     (outcome,) = report.outcomes
     assert outcome.status == "published", outcome.error
