@@ -7,7 +7,7 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import numpy as np
 import pytest
@@ -164,6 +164,20 @@ def _no_card_figures_by_default(monkeypatch):
     Tests that check figures opt in with ``cards.builder.CardOptions(figures=True)``.
     """
     monkeypatch.setenv("LLM_POWERTRACE_CARD_FIGURES", "0")
+
+
+@pytest.fixture
+def cli(capsys):
+    """Run ``llm-powertrace ARGS`` in this process: (exit code, stdout, stderr)."""
+    from llm_powertrace_ds.cli import main
+
+    def run(args):
+        capsys.readouterr()
+        rc = main([str(a) for a in args])
+        out = capsys.readouterr()
+        return SimpleNamespace(returncode=rc, stdout=out.out, stderr=out.err)
+
+    return run
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-from types import SimpleNamespace
 
 import pytest
 from importers.mlenergy_v3_writer import write_tree
@@ -12,20 +11,6 @@ from importers.powertrace_newest_writer import RUN_ID, write_compact
 
 from llm_powertrace_ds.compare import CATALOG_FIGURES, compare_rows, diff_pct
 from llm_powertrace_ds.shards import list_runs
-
-
-@pytest.fixture
-def cli(capsys):
-    """Run ``llm-powertrace ARGS`` in this process: (exit code, stdout, stderr)."""
-    from llm_powertrace_ds.cli import main
-
-    def run(args):
-        capsys.readouterr()
-        rc = main([str(a) for a in args])
-        out = capsys.readouterr()
-        return SimpleNamespace(returncode=rc, stdout=out.out, stderr=out.err)
-
-    return run
 
 
 def _by_figure(rows, run_id):

@@ -8,7 +8,6 @@ figures must equal ours.
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -31,20 +30,6 @@ def _runs_rows(root):
             for row in reader.read_all().to_pylist():
                 rows[row["run_id"]] = row
     return rows
-
-
-@pytest.fixture
-def cli(capsys):
-    """Run ``llm-powertrace ARGS`` in this process: (exit code, stdout, stderr)."""
-    from llm_powertrace_ds.cli import main
-
-    def run(args):
-        capsys.readouterr()
-        rc = main([str(a) for a in args])
-        out = capsys.readouterr()
-        return SimpleNamespace(returncode=rc, stdout=out.out, stderr=out.err)
-
-    return run
 
 
 @pytest.fixture

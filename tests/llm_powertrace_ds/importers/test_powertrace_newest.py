@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -27,20 +26,6 @@ from llm_powertrace_ds.importers import import_file, seed_meta
 from llm_powertrace_ds.importers.powertrace_compact import import_compact
 from llm_powertrace_ds.importers.request_timeline import FIELD_MAP as TIMELINE_MAP
 from llm_powertrace_ds.shards import read_run
-
-
-@pytest.fixture
-def cli(capsys):
-    """Run ``llm-powertrace ARGS`` in this process: (exit code, stdout, stderr)."""
-    from llm_powertrace_ds.cli import main
-
-    def run(args):
-        capsys.readouterr()
-        rc = main([str(a) for a in args])
-        out = capsys.readouterr()
-        return SimpleNamespace(returncode=rc, stdout=out.out, stderr=out.err)
-
-    return run
 
 
 def _expected_timeline() -> dict[str, list]:
