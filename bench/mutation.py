@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -91,7 +92,8 @@ TARGETS: dict[str, Target] = {
                         "tests/llm_powertrace_ds/test_facility_jobs.py",
                         "tests/llm_powertrace_ds/test_facility_schedule.py",
                         "tests/llm_powertrace_ds/test_facility_units.py",
-                        "tests/llm_powertrace_ds/test_facility_work_slice_and_nodes.py")),
+                        "tests/llm_powertrace_ds/test_facility_work_slice_and_nodes.py",
+                        "tests/llm_powertrace_ds/test_facility_refusals.py")),
     "limits": Target("llm_powertrace_ds/mitigation/limits.py",
                      ("tests/llm_powertrace_ds/mitigation",)),
 }
@@ -372,12 +374,27 @@ def write_json(path: Path, rows: list[dict[str, Any]], argv: list[str],
         kept = [r for r in old.get("results", []) if r["name"].split(".")[0] not in new]
         commands = [c for c in old.get("command", "").split(" && ") if c]
     doc = _report.document("mutation", [], script=__file__, argv=argv, started=started)
-    mine = doc["command"]
-    commands = [c for c in commands
+    mine = portable(doc["command"])
+    commands = [portable(c) for c in commands
                 if {m for m in TARGETS if f" {m} " in f"{c} "}.difference(new)] + [mine]
     doc["results"] = kept + [dataclasses.asdict(x) for x in results_of(rows)]
     doc["command"] = " && ".join(commands)
     _report.write(path, doc)
+
+
+def portable(command: str) -> str:
+    """A recorded command without ``--work DIR`` (a scratch folder outside the repository)."""
+    words = shlex.split(command)
+    out: list[str] = []
+    skip = False
+    for w in words:
+        if skip:
+            skip = False
+        elif w == "--work":
+            skip = True
+        elif not w.startswith("--work="):
+            out.append(w)
+    return shlex.join(out)
 
 
 def render_table(doc: dict[str, Any]) -> str:
@@ -386,8 +403,10 @@ def render_table(doc: dict[str, Any]) -> str:
     for r in doc["results"]:
         module, _, name = r["name"].partition(".")
         figures.setdefault(module, {})[name] = r["value"]
+    load = doc["machine"].get("load_avg_1min")
     lines = [f"Measured {doc['date']} on {doc['machine'].get('cores')} shared cores "
-             f"(load {doc['machine'].get('load_avg_1min')} at the start), by:",
+             f"(load average {'—' if load is None else load} when the last command started), "
+             "by:",
              "", "```", *doc["command"].split(" && "), "```", "",
              "| module | mutated | mutants | killed | survived | equivalent | other | kill rate "
              "| raw kill rate |", "|---|---|---|---|---|---|---|---|---|"]
