@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -58,3 +59,42 @@ def test_judgments_are_read_one_mutant_each(tmp_path):
     assert mutation.load_equivalent(path) == {
         "pkg.x_g__mutmut_1": "same reason", "pkg.x_g__mutmut_12": "same reason",
         "pkg.x_h__mutmut_4": "other"}
+
+
+def test_the_docs_table_is_the_rendering_of_the_committed_json():
+    doc = json.loads(mutation.JSON_PATH.read_text(encoding="utf-8"))
+    text = mutation.DOC_PATH.read_text(encoding="utf-8")
+    table = text.split(mutation.BEGIN, 1)[1].split(mutation.END, 1)[0]
+    assert table == "\n" + mutation.render_table(doc), "run python bench/mutation.py --render-only"
+    modules = {r["name"].split(".")[0] for r in doc["results"]}
+    assert modules <= set(mutation.TARGETS)
+    for r in doc["results"]:
+        if r["name"].endswith(".kill_rate"):
+            assert r["target"] == ">= 0.9"
+
+
+def _row(module: str, killed: int) -> dict:
+    verdicts = {f"m.x_f__mutmut_{i}": "killed" if i < killed else "survived" for i in range(10)}
+    return mutation.summarise(module, verdicts)
+
+
+def test_a_run_of_some_modules_keeps_the_other_modules_rows_and_their_command(tmp_path):
+    path = tmp_path / "mutation.json"
+    started = {"cores": 2, "load_avg_1min": 1.0}
+    mutation.write_json(path, [_row("window", 9), _row("levels", 8)],
+                        ["window", "levels", "--sample", "10"], started)
+    mutation.write_json(path, [_row("limits", 10)], ["limits", "--sample", "10"], started)
+    mutation.write_json(path, [_row("window", 10)], ["window", "--sample", "10"], started)
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    rates = {r["name"]: r["value"] for r in doc["results"] if r["name"].endswith(".kill_rate")}
+    assert rates == {"levels.kill_rate": 0.8, "limits.kill_rate": 1.0, "window.kill_rate": 1.0}
+    ok = {r["name"]: r["ok"] for r in doc["results"] if r["name"].endswith(".kill_rate")}
+    assert ok == {"levels.kill_rate": False, "limits.kill_rate": True, "window.kill_rate": True}
+    # levels was measured by the first command only, which is kept; limits by the second
+    assert doc["command"].split(" && ") == [
+        "python bench/mutation.py window levels --sample 10",
+        "python bench/mutation.py limits --sample 10",
+        "python bench/mutation.py window --sample 10"]
+    table = mutation.render_table(doc)
+    assert "| `levels` | `llm_powertrace_ds/metrics/levels.py` | 10 | 8 | 2 | 0 | 0 | 80.0 % |" \
+        in table
