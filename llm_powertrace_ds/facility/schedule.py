@@ -158,8 +158,8 @@ def read_schedule(path: str | Path) -> list[ScheduledJob]:
     if p.suffix.lower() in (".yaml", ".yml"):
         import yaml
 
-        bounded.check_yaml_depth(text, file=name, field="--schedule")
         try:
+            bounded.check_yaml_depth(text, file=name, field="--schedule")
             nodes = yaml.compose(text, Loader=yaml.SafeLoader)
             data = yaml.safe_load(text)
         except yaml.YAMLError as exc:

@@ -54,8 +54,6 @@ def test_a_bad_schedule_is_refused_naming_file_line_and_field(tmp_path, text, me
     assert str(exc.value) == message
 
 
-@pytest.mark.xfail(strict=True, reason="the schedule's YAML depth check parses the text before "
-                   "the YAMLError handler: a cut-off schedule raises yaml's ParserError")
 def test_a_cut_off_yaml_schedule_is_refused_in_one_line(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text("jobs:\n  - {job: a, trace: r1, gpus: 8, start: 0, end: 5\n",
