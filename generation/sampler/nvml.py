@@ -612,6 +612,8 @@ class _Gpu:
     pending: list[tuple[int, float]] = field(default_factory=list)
     new_samples: bool | None = None
     last_values: tuple[float, float, float] | None = None
+    last_power_ts_us: float = NAN
+    """NVML timestamp (CPU µs) of the previous tick's instant-power field; NaN when unknown."""
 
 
 def _probe(what: str, fn: Callable[[], Any], probes: dict[str, str]) -> bool:
@@ -823,8 +825,14 @@ class NvmlSource(Source):
         out, gpu.pending = gpu.pending, []
         return out
 
-    def _read_buffer(self, gpu: _Gpu) -> int:
-        """Fetch the buffer's new samples into ``gpu.pending``; return fault bits."""
+    def _read_buffer(self, gpu: _Gpu, previous_tick_us: float = NAN) -> int:
+        """Fetch the buffer's new samples into ``gpu.pending``; return fault bits.
+
+        Every sample newer than the last one fetched is kept. Whether the driver measured
+        anything since the previous tick (``gpu.new_samples``, for staleness) counts only the
+        samples after ``previous_tick_us``, that tick's power timestamp when known: after a
+        failed buffer read, the samples of the failed tick arrive late and are not news.
+        """
         gpu.new_samples = None  # unknown until the buffer answers
         try:
             samples = _samples_since(gpu.handle, gpu.last_sample_ts_us)
@@ -835,7 +843,8 @@ class NvmlSource(Source):
         gpu.new_samples = False
         fresh = sorted((ts, mw) for ts, mw in samples if ts > gpu.last_sample_ts_us)
         if fresh:
-            gpu.new_samples = True
+            since = previous_tick_us if previous_tick_us == previous_tick_us else -1.0
+            gpu.new_samples = fresh[-1][0] > since
             gpu.last_sample_ts_us = fresh[-1][0]
             gpu.pending.extend(fresh)
         return 0
@@ -883,8 +892,9 @@ class NvmlSource(Source):
             (gpu.energy_call, "nvmlDeviceGetTotalEnergyConsumption", (h,),
              lambda v: _set(out, 2, v)),
         ])
+        previous_tick_us, gpu.last_power_ts_us = gpu.last_power_ts_us, power_ts_us
         if gpu.samples:
-            faults |= self._read_buffer(gpu)
+            faults |= self._read_buffer(gpu, previous_tick_us)
         if _stale(gpu, out[0], out[1], out[2]):
             faults |= FAULT_STALE
         return Reading._make([*out, faults, power_ts_us])  # field order of Reading

@@ -10,7 +10,6 @@ delivered once, in order — those taken while the buffer failed arrive when it 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -101,9 +100,6 @@ def test_a_buffer_failing_from_a_tick_on_keeps_the_readings_and_what_came_before
     assert not (samples["faults"] & FAULT_STALE).any()
 
 
-@pytest.mark.xfail(strict=True, reason="the samples the driver took during the failure arrive on "
-                   "the first tick after it and are taken for a new measurement: a repeated "
-                   "value on that tick is not flagged stale")
 def test_the_first_tick_after_a_buffer_failure_is_stale_when_it_repeats(fake_nvml, tmp_path):
     # loop tick 1: the buffer fails; loop tick 2: the driver measured nothing new (the double's
     # tick 3), so its power repeats tick 1's
