@@ -1,7 +1,7 @@
 """One cache file per runs folder: the card reads the runs rows of unchanged runs from it.
 
 Rebuilding the card after one more run must not read every runs-config file again (about
-0.5 ms each to open, hash and parse: 0.5 s on 1,000 runs, issue 13). Each runs folder
+0.5 ms each to open, hash and parse: 0.5 s on 1,000 runs). Each runs folder
 (``data/<workload>_runs/<platform>/``) gets a hidden ``.card-runs-cache.ipc``: the rows of its
 runs files, each row with its file's name, ``(size, mtime_ns, inode)`` and content SHA-256. A file
 whose ``stat`` matches is taken from the cache (its hash too); any other file is read, and the cache is rewritten

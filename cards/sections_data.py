@@ -117,7 +117,7 @@ clock-event reasons in ``schema.SIGNALS``)."""
 
 
 def _long_rows_note(summary: FolderSummary) -> list[str]:
-    """The largest trace cell (issue 13: long rows and the Hub's dataset viewer)."""
+    """The largest trace cell: very long rows are what the Hub's dataset viewer struggles with."""
     best: tuple[float, dict[str, Any]] | None = None
     for run in summary.all_runs:
         duration, period = run.get("duration_s"), run.get("sample_period_ms")

@@ -5,7 +5,7 @@ request shards only a few scalar columns are read (row counts, the per-device GP
 power limit; the signal lists are never decompressed), ``data/`` is walked once, and a run's
 trace summary is cached beside its runs file (``.<run_id>.summary.json``, also for a run whose
 row is in a runs-table segment), keyed on the trace file's identity, so rebuilding the card
-after one more run reads one trace file (issue 13).
+after one more run reads one trace file, not the whole folder.
 """
 
 from __future__ import annotations

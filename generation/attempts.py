@@ -131,7 +131,7 @@ def results_in_window(record: Run, settings: dict[str, Any]) -> dict[str, Any]:
 
     A step counts when its rank-0 (or run-level) ``step_end`` falls no later than one sample
     period after the last sample of every device: work the sampler did not see has no measured
-    energy, so counting it would make ``energy_per_token_j`` too low (issue 12, item 13).
+    energy, so counting it would make ``energy_per_token_j`` too low.
     ``tokens`` = ``steps x batch_size x grad_accum x dp_size x seq_len``.
     """
     ends = [len(d.t_ms) and int(d.t_ms[-1]) for d in record.devices]

@@ -178,7 +178,7 @@ class Launched:
         env.update(self.env)
         from .gpu_devices import pci_bus_order_env
 
-        pci_bus_order_env(env)  # CUDA numbers devices as NVML does (issue 11, item 5)
+        pci_bus_order_env(env)  # CUDA numbers devices in PCI bus order, as NVML does
         if self.world_size > 1 and self.spec.device == "cpu":
             env.setdefault("OMP_NUM_THREADS", "1")
         if self.rendezvous is not None:

@@ -1,4 +1,4 @@
-"""transformers as a reference engine, honestly configured and labelled (issue 38, item 5)."""
+"""transformers as a reference engine, honestly configured and labelled."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""Issue 11, items 1, 2 and 4 for inference.
+"""Inference: set up before the window, explicit batching, real dtypes in the columns.
 
-Set up before the window, explicit and recorded continuous batching, dtype columns that are the
-real dtypes.
+The engine is set up before the measured window, continuous batching is explicit and
+recorded, and the dtype columns are the real dtypes.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 11, item 7: NVML readings carry their own time and staleness; start-up fallbacks."""
+"""NVML readings carry their own time and staleness; start-up fallbacks."""
 
 from __future__ import annotations
 
